@@ -1,0 +1,9 @@
+#!/usr/bin/env bash
+# Installs what is missing, builds, and runs every test (ctest). GPU tests ([gpu]) report as
+# skipped where no GPU is visible; scripts/gpu_check.sh runs them on a GPU machine.
+set -euo pipefail
+root="$(cd "$(dirname "$0")/.." && pwd)"
+"$root/scripts/setup.sh"
+build_dir="${BUILD_DIR:-$root/build}"
+cd "$build_dir"
+ctest --output-on-failure -j "$(nproc 2>/dev/null || echo 2)" "$@"

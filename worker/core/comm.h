@@ -1,0 +1,32 @@
+// Collective communication between the ranks of a job. CPU: a TCP ring (worker/train);
+// GPU: NCCL (worker/gpu). Pointers passed to the collectives live in the backend's memory.
+#pragma once
+
+#include <cstddef>
+#include <memory>
+#include <string>
+
+namespace worker {
+
+class Comm {
+ public:
+  virtual ~Comm() = default;
+  virtual int rank() const = 0;
+  virtual int size() const = 0;
+
+  // In-place sum over all ranks. On the GPU this is enqueued on the communication stream,
+  // ordered after the work already enqueued on the compute stream; call wait() before
+  // the compute stream uses the result. On the CPU it completes before returning.
+  virtual void allreduce_sum(float* data, size_t count) = 0;
+  virtual void broadcast(void* data, size_t bytes, int root) = 0;
+  virtual void wait() = 0;
+
+  // Host-memory all-gather: recv holds size() * bytes, rank r's contribution at r * bytes.
+  // Blocking. Used for checksums and metrics.
+  virtual void allgather_host(const void* send, void* recv, size_t bytes) = 0;
+};
+
+// A Comm for a single process (size 1): every collective is a no-op.
+std::unique_ptr<Comm> make_single_process_comm();
+
+}  // namespace worker

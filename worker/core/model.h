@@ -1,0 +1,93 @@
+// ResNet v1.5 as torchvision defines it (stride on the bottleneck's 3x3 conv), built once on
+// top of the Ops interface, so the same model code runs on every backend.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "worker/core/ops.h"
+
+namespace worker {
+
+struct ModelConfig {
+  int depth = 50;          // 18, 34, 50, 101, 152
+  int width = 64;          // base channels (torchvision: 64)
+  int num_classes = 1000;
+  int image_size = 224;
+  int batch = 32;          // micro-batch per rank: activations are sized for it
+};
+
+// One entry of the state dict, in torchvision's state_dict() order and naming.
+enum class StateKind : uint8_t { Param, RunningMean, RunningVar, NumBatchesTracked };
+struct StateEntry {
+  std::string name;             // "layer1.0.conv1.weight"
+  std::vector<int64_t> shape;   // PyTorch's shape (conv weights: C_out, C_in, kH, kW)
+  StateKind kind = StateKind::Param;
+  size_t offset = 0;            // Param: into params(); RunningMean/Var: into buffers(); else 0
+  size_t count = 0;
+  bool conv_weight = false;     // stored OHWI internally, OIHW in checkpoints
+};
+
+// Host copy of everything a checkpoint holds for the model.
+struct ModelState {
+  std::vector<float> params;    // internal layout (conv weights OHWI)
+  std::vector<float> buffers;   // running means and variances
+  int64_t num_batches_tracked = 0;
+};
+
+class Model {
+ public:
+  Model(const ModelConfig& cfg, Ops& ops);
+  ~Model();
+  Model(const Model&) = delete;
+  Model& operator=(const Model&) = delete;
+
+  const ModelConfig& config() const;
+  const std::vector<StateEntry>& state_entries() const;
+  size_t num_params() const;
+  size_t num_buffers() const;
+  float* params();   // backend memory, fp32
+  float* grads();    // backend memory, fp32, same layout as params()
+  float* buffers();  // backend memory, fp32 running statistics
+
+  // torchvision's initialisation (Kaiming normal fan_out for convs, BN 1/0, Linear default),
+  // deterministic for a seed, identical on every backend (done on the host, then uploaded).
+  void init(uint64_t seed);
+
+  // The input of one micro-batch (NHWC images in the compute dtype, int32 labels), allocated
+  // by the model; fill them with Ops::make_batch or an upload.
+  Act& input();
+  int32_t* labels();
+
+  // Training step on the current input: forward, loss, backward. Gradients are ADDED to
+  // grads() (scaled by grad_scale). Asynchronous on the backend's stream.
+  void forward_backward(float grad_scale = 1.0f);
+  // Loss of the last forward (synchronizes).
+  float last_loss();
+  // Logits (n, num_classes) of the last forward, downloaded (synchronizes).
+  std::vector<float> last_logits();
+  // Forward in eval mode (running statistics); loss available through last_loss().
+  void forward_eval();
+
+  // Called during backward whenever the gradients of [begin, end) of the flat buffer are
+  // final for this micro-batch, from the end of the buffer towards the start. Lets the trainer
+  // start all-reducing buckets while backward goes on.
+  std::function<void(size_t begin, size_t end)> on_grads_ready;
+
+  ModelState get_state();               // synchronizes, downloads
+  void set_state(const ModelState& s);  // uploads, calls ops.params_updated()
+  int64_t num_batches_tracked() const;
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+// Convert one conv weight between PyTorch's OIHW and our OHWI.
+void oihw_to_ohwi(const float* src, float* dst, int o, int i, int kh, int kw);
+void ohwi_to_oihw(const float* src, float* dst, int o, int i, int kh, int kw);
+
+}  // namespace worker

@@ -1,0 +1,147 @@
+// The layer interface every backend implements (CPU: worker/cpu, GPU: worker/gpu).
+//
+// The model (worker/core/model.*) is written once against this interface; the backend is
+// chosen at start-up. Conventions shared by every backend:
+//   - Activations are NHWC tensors in the backend's compute dtype (fp32 on the CPU; fp32, bf16
+//     or fp16 on the GPU), living in the backend's memory.
+//   - Parameters live in ONE contiguous fp32 buffer (master weights) and gradients in another
+//     of the same size, both in the backend's memory; layers refer to them by ParamView
+//     (offset + count). A backend may keep working copies (e.g. a bf16 shadow) and refreshes
+//     them in params_updated().
+//   - Conv weights are stored (C_out, kH, kW, C_in) ("OHWI", which matches NHWC); checkpoint I/O
+//     converts to and from PyTorch's (C_out, C_in, kH, kW). FC weights are (out, in) as PyTorch.
+//   - Every backward ADDS into the gradient buffer (the trainer zeroes it once per optimizer
+//     step), so gradient accumulation over micro-batches is free.
+//   - Batch-norm running statistics and saved statistics are fp32 in the backend's memory.
+//   - All work is asynchronous on the backend's stream; synchronize() waits for it.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <string>
+
+namespace worker {
+
+enum class DType : uint8_t { F32, BF16, F16 };
+enum class DeviceKind : uint8_t { Cpu, Gpu };
+
+size_t dtype_size(DType t);
+const char* dtype_name(DType t);
+
+// An NHWC activation tensor (a view; memory is owned by the backend's pool).
+struct Act {
+  void* data = nullptr;
+  DType dtype = DType::F32;
+  int n = 0, h = 0, w = 0, c = 0;
+  size_t numel() const { return size_t(n) * h * w * c; }
+  size_t bytes() const { return numel() * dtype_size(dtype); }
+};
+
+// A slice of the flat parameter (or gradient) buffer.
+struct ParamView {
+  size_t offset = 0;
+  size_t count = 0;
+};
+
+struct ConvDesc {
+  int n = 0, h = 0, w = 0, cin = 0;  // input
+  int cout = 0, kh = 0, kw = 0, stride = 1, pad = 0;
+  int ho = 0, wo = 0;                // output
+};
+
+struct BnDesc {
+  int n = 0, h = 0, w = 0, c = 0;
+  float eps = 1e-5f;
+  float momentum = 0.1f;  // PyTorch convention: running = (1 - m) * running + m * batch
+};
+
+struct PoolDesc {  // max-pool (ResNet stem: 3x3, stride 2, pad 1)
+  int n = 0, h = 0, w = 0, c = 0;
+  int k = 3, stride = 2, pad = 1;
+  int ho = 0, wo = 0;
+};
+
+// Synthetic data (worker/core/synthetic.h defines the generator, identical on every backend).
+enum class DataKind : uint8_t { Random, Learnable };
+
+class Ops {
+ public:
+  virtual ~Ops() = default;
+
+  virtual DeviceKind device() const = 0;
+  virtual DType compute_dtype() const = 0;
+  virtual std::string describe() const = 0;  // e.g. "cpu (fp32, 2 threads)"
+
+  // --- Memory: one pool, carved out during setup; nothing is allocated in the training loop.
+  virtual void* alloc(size_t bytes) = 0;  // 256-byte aligned, zero-filled
+  virtual void upload(void* dst, const void* host_src, size_t bytes) = 0;
+  virtual void download(void* host_dst, const void* src, size_t bytes) = 0;
+  virtual void zero(void* dst, size_t bytes) = 0;
+  virtual size_t peak_bytes() const = 0;
+
+  // --- Parameters. Called once after allocating the flat buffers; params_updated() after
+  // anything changed the fp32 master weights (init, load, optimizer step).
+  virtual void bind_params(float* params, float* grads, size_t count) = 0;
+  virtual void register_conv(const ConvDesc& d, ParamView w) = 0;  // lets a backend plan ahead
+  virtual void params_updated() = 0;
+
+  // --- Layers.
+  virtual void conv_forward(const ConvDesc& d, const Act& x, ParamView w, Act& y) = 0;
+  // dx may be null (first layer). accumulate_dx: dx += result instead of dx = result.
+  // dw is always accumulated into the gradient buffer.
+  virtual void conv_backward(const ConvDesc& d, const Act& x, ParamView w, const Act& dy, Act* dx,
+                             bool accumulate_dx, ParamView dw) = 0;
+
+  // Training-mode batch norm over (N, H, W) per channel, fused with an optional residual add
+  // and ReLU:  y = relu?(gamma * (x - mean) * invstd + beta + residual?).
+  // Updates running_mean/running_var (unbiased variance, PyTorch semantics) and saves
+  // mean/invstd (length c each) for backward.
+  virtual void bn_forward_train(const BnDesc& d, const Act& x, ParamView gamma, ParamView beta,
+                                float* running_mean, float* running_var, float* save_mean,
+                                float* save_invstd, const Act* residual, bool relu, Act& y) = 0;
+  virtual void bn_forward_eval(const BnDesc& d, const Act& x, ParamView gamma, ParamView beta,
+                               const float* running_mean, const float* running_var,
+                               const Act* residual, bool relu, Act& y) = 0;
+  // Backward of bn_forward_train. y is the forward output (its sign gives the ReLU mask when
+  // relu is set). Writes dx; when dresidual is non-null writes the gradient reaching the
+  // residual input there; adds dgamma/dbeta into the gradient buffer.
+  virtual void bn_backward(const BnDesc& d, const Act& x, const Act& y, const Act& dy,
+                           ParamView gamma, const float* save_mean, const float* save_invstd,
+                           bool relu, Act& dx, Act* dresidual, ParamView dgamma,
+                           ParamView dbeta) = 0;
+
+  virtual void maxpool_forward(const PoolDesc& d, const Act& x, Act& y) = 0;
+  virtual void maxpool_backward(const PoolDesc& d, const Act& x, const Act& y, const Act& dy,
+                                Act& dx) = 0;
+  virtual void avgpool_forward(const Act& x, Act& y) = 0;  // global: y is (n, 1, 1, c)
+  virtual void avgpool_backward(const Act& dy, Act& dx) = 0;
+
+  // Fully connected: logits (n, out) fp32 = x (n, in) * W^T + b, W is (out, in).
+  virtual void fc_forward(const Act& x, ParamView w, ParamView b, int out, float* logits) = 0;
+  virtual void fc_backward(const Act& x, ParamView w, const float* dlogits, int out, Act& dx,
+                           ParamView dw, ParamView db) = 0;
+
+  // Mean softmax cross-entropy over the batch. Writes the loss (one fp32, backend memory) and
+  // dlogits = grad_scale * (softmax - onehot) / n. labels are int32 in backend memory.
+  virtual void softmax_xent(int n, int classes, const float* logits, const int32_t* labels,
+                            float grad_scale, float* loss, float* dlogits) = 0;
+
+  // --- Data: fills images (NHWC, compute dtype) and labels for the given sample indices with
+  // the generator of worker/core/synthetic.h, so every backend sees the same batch.
+  virtual void make_batch(DataKind kind, uint64_t seed, const int64_t* host_indices, int n,
+                          int image_size, int classes, Act& images, int32_t* labels) = 0;
+
+  // --- Optimizers over the bound flat buffers (fp32 master weights).
+  // PyTorch semantics: weight decay is L2 added to the gradient (torch.optim.SGD / Adam).
+  virtual void scale_grads(float s) = 0;
+  // Returns true when every gradient is finite (used by fp16 loss scaling; may synchronize).
+  virtual bool grads_finite() = 0;
+  virtual void sgd_step(float lr, float momentum, float weight_decay, float* momentum_buf,
+                        bool first_step) = 0;
+  virtual void adam_step(float lr, float beta1, float beta2, float eps, float weight_decay,
+                         int64_t step, float* m, float* v) = 0;
+
+  virtual void synchronize() = 0;
+};
+
+}  // namespace worker

@@ -1,0 +1,35 @@
+// safetensors files (8-byte little-endian header length, JSON header, raw little-endian data),
+// written and read with nlohmann_json alone. Files are written to a temporary name in the same
+// folder and renamed, so a crash never leaves a torn file.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "worker/core/model.h"
+
+namespace worker {
+
+struct StTensor {
+  std::string name;
+  std::string dtype;            // "F32", "I64", "BF16", ... (safetensors names)
+  std::vector<int64_t> shape;
+  std::vector<uint8_t> data;    // little-endian, row-major
+};
+
+// Throws std::runtime_error naming the file (and tensor) on any failure.
+void write_safetensors(const std::string& path, const std::vector<StTensor>& tensors,
+                       const std::map<std::string, std::string>& metadata = {});
+std::vector<StTensor> read_safetensors(const std::string& path,
+                                       std::map<std::string, std::string>* metadata = nullptr);
+
+// The model's state as torchvision's state_dict() (names, shapes, OIHW conv weights, int64
+// num_batches_tracked), and back. from_tensors checks names and shapes strictly: a missing,
+// unexpected or mis-shaped tensor is an error naming it and `what` (e.g. the file's path).
+std::vector<StTensor> model_state_to_tensors(const Model& model, const ModelState& state);
+ModelState model_state_from_tensors(const Model& model, const std::vector<StTensor>& tensors,
+                                    const std::string& what);
+
+}  // namespace worker
