@@ -1,0 +1,36 @@
+// Typed errors of the launcher. main() turns them into exit codes in one place (run.cpp).
+#pragma once
+
+#include <cerrno>
+#include <cstring>
+#include <stdexcept>
+#include <string>
+
+namespace launch {
+
+// Bad input (option, device list, program, log directory): exit code 2, nothing started.
+class UsageError : public std::runtime_error {
+ public:
+  using std::runtime_error::runtime_error;
+};
+
+// A system call failed where the launcher cannot go on: exit code 1.
+class SystemError : public std::runtime_error {
+ public:
+  SystemError(const std::string& what, int err)
+      : std::runtime_error(what + ": " + std::strerror(err)), err_(err) {}
+  int err() const { return err_; }
+
+ private:
+  int err_;
+};
+
+}  // namespace launch
+
+// Names the failing expression and where it is, as the NCCL check macros do.
+#define SYS_CHECK(expr)                                                                    \
+  do {                                                                                     \
+    if ((expr) < 0)                                                                        \
+      throw ::launch::SystemError(std::string(#expr) + " (" __FILE__ ":" +                 \
+                                      std::to_string(__LINE__) + ")", errno);              \
+  } while (0)

@@ -1,0 +1,44 @@
+// How a job ends: pure functions from worker terminations (and signals to the launcher) to the
+// launcher's exit code. The root cause is the first failure; whatever dies after it (usually
+// from our own SIGTERM) is a consequence, not a cause.
+#pragma once
+
+#include <optional>
+#include <string>
+
+namespace launch {
+
+struct Termination {
+  enum class How { Exited, Signaled };
+  How how = How::Exited;
+  int value = 0;  // exit code or signal number
+};
+
+Termination from_wait_status(int wait_status);
+// A child killed by a signal counts as 128+signal, as shells and flux do.
+int exit_code_of(const Termination& t);
+bool is_failure(const Termination& t);
+std::string signal_name(int sig);  // "SIGSEGV"; "SIGRTMIN+2"; "signal 99"
+std::string describe(const Termination& t);            // "exited with code 3", "killed by SIGSEGV"
+std::string describe(int rank, const Termination& t);  // "rank 2 exited with code 3"
+
+class ExitPolicy {
+ public:
+  // Returns true when this end is the job's root cause (the first failure while running).
+  bool on_worker_end(int rank, const Termination& t);
+  // Returns true when this signal stops the job (the first one while running).
+  bool on_launcher_signal(int sig);
+
+  bool stopping() const { return root_rank_.has_value() || signal_.has_value(); }
+  std::optional<int> root_rank() const { return root_rank_; }
+  std::optional<Termination> root_termination() const { return root_; }
+  std::optional<int> launcher_signal() const { return signal_; }
+  int exit_code() const;  // 0 when every worker succeeded and no signal stopped the job
+
+ private:
+  std::optional<int> root_rank_;
+  std::optional<Termination> root_;
+  std::optional<int> signal_;
+};
+
+}  // namespace launch

@@ -1,0 +1,99 @@
+#include "launcher/program.h"
+
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <climits>
+#include <cstdlib>
+
+#include "launcher/errors.h"
+
+namespace launch {
+
+namespace {
+
+bool ends_with(const std::string& s, const std::string& suffix) {
+  return s.size() > suffix.size() && s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
+}
+
+// Candidates for a bare name: each PATH entry (an empty entry is the current directory, as in
+// execvp), then the launcher's own directory.
+std::vector<std::string> candidates(const std::string& name, const LookupContext& ctx) {
+  std::vector<std::string> out;
+  size_t start = 0;
+  while (true) {
+    size_t colon = ctx.path_var.find(':', start);
+    std::string dir = ctx.path_var.substr(start, colon == std::string::npos ? std::string::npos : colon - start);
+    out.push_back(dir.empty() ? name : dir + "/" + name);
+    if (colon == std::string::npos) break;
+    start = colon + 1;
+  }
+  if (!ctx.self_dir.empty()) out.push_back(ctx.self_dir + "/" + name);
+  return out;
+}
+
+std::string find_in(const std::string& name, const LookupContext& ctx,
+                    const std::function<bool(const std::string&)>& ok) {
+  for (const auto& c : candidates(name, ctx))
+    if (ok(c)) return c;
+  return {};
+}
+
+}  // namespace
+
+// ---------------------------------------------------------------------------------------------
+
+std::vector<std::string> resolve_command(const std::vector<std::string>& command,
+                                         const LookupContext& ctx) {
+  if (command.empty() || command.front().empty())
+    throw UsageError("no PROGRAM given: usage is launch [options] PROGRAM [ARGS...]");
+  const std::string& prog = command.front();
+  const bool has_slash = prog.find('/') != std::string::npos;
+  std::vector<std::string> argv;
+
+  if (ends_with(prog, ".py")) {
+    // python resolves a relative script against the working directory, so that comes first.
+    std::string script = ctx.is_file(prog) ? prog : has_slash ? "" : find_in(prog, ctx, ctx.is_file);
+    if (script.empty())
+      throw UsageError("python program '" + prog + "' not found (looked in the current directory" +
+                       std::string(has_slash ? "" : ", PATH and beside launch") + ")");
+    std::string python = find_in("python3", ctx, ctx.is_executable);
+    if (python.empty())
+      throw UsageError("python3 not found in PATH; it is needed to run " + prog);
+    argv = {python, "-u", script};
+  } else if (has_slash) {
+    if (!ctx.is_executable(prog))
+      throw UsageError("program '" + prog + "' does not exist or is not executable");
+    argv = {prog};
+  } else {
+    std::string found = find_in(prog, ctx, ctx.is_executable);
+    if (found.empty())
+      throw UsageError("program '" + prog + "' not found in PATH nor beside launch (" +
+                       ctx.self_dir + "); give its path, e.g. ./" + prog);
+    argv = {found};
+  }
+  argv.insert(argv.end(), command.begin() + 1, command.end());
+  return argv;
+}
+
+LookupContext real_lookup_context() {
+  LookupContext ctx;
+  const char* path = std::getenv("PATH");
+  ctx.path_var = path ? path : "/usr/local/bin:/usr/bin:/bin";
+  char buf[PATH_MAX];
+  ssize_t n = readlink("/proc/self/exe", buf, sizeof buf - 1);
+  if (n > 0) {
+    std::string exe(buf, static_cast<size_t>(n));
+    ctx.self_dir = exe.substr(0, exe.rfind('/'));
+  }
+  ctx.is_file = [](const std::string& p) {
+    struct stat st;
+    return stat(p.c_str(), &st) == 0 && S_ISREG(st.st_mode);
+  };
+  ctx.is_executable = [f = ctx.is_file](const std::string& p) {
+    return f(p) && access(p.c_str(), X_OK) == 0;
+  };
+  return ctx;
+}
+
+}  // namespace launch

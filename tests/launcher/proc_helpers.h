@@ -1,0 +1,151 @@
+// Helpers of the integration tests: run the real `launch` binary with its output in files, wait
+// for things with deadlines (never a fixed sleep), and tell whether a process is gone.
+#pragma once
+
+#include <fcntl.h>
+#include <signal.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <functional>
+#include <map>
+#include <optional>
+#include <sstream>
+#include <string>
+#include <thread>
+#include <vector>
+
+namespace testutil {
+
+inline double now_s() {
+  timespec ts;
+  clock_gettime(CLOCK_REALTIME, &ts);
+  return static_cast<double>(ts.tv_sec) + static_cast<double>(ts.tv_nsec) * 1e-9;
+}
+
+// Polls cond every 2 ms until it holds or the deadline passes.
+inline bool wait_until(const std::function<bool()>& cond, double timeout_s) {
+  const auto end = std::chrono::steady_clock::now() + std::chrono::duration<double>(timeout_s);
+  while (!cond()) {
+    if (std::chrono::steady_clock::now() > end) return false;
+    std::this_thread::sleep_for(std::chrono::milliseconds(2));
+  }
+  return true;
+}
+
+inline std::string slurp(const std::string& path) {
+  std::ifstream f(path);
+  std::stringstream ss;
+  ss << f.rdbuf();
+  return ss.str();
+}
+
+inline bool exists(const std::string& path) {
+  struct stat st;
+  return stat(path.c_str(), &st) == 0;
+}
+
+// A fresh directory under /tmp, removed with everything in it at the end of the test.
+struct TempDir {
+  TempDir() {
+    char tmpl[] = "/tmp/launch-test-XXXXXX";
+    if (!mkdtemp(tmpl)) std::abort();
+    path = tmpl;
+  }
+  ~TempDir() {
+    std::error_code ec;
+    std::filesystem::remove_all(path, ec);
+  }
+  TempDir(const TempDir&) = delete;
+  TempDir& operator=(const TempDir&) = delete;
+  std::string path;
+};
+
+// Gone, or a zombie that nobody has reaped yet (it holds nothing any more).
+inline bool process_gone(pid_t pid) {
+  if (kill(pid, 0) < 0 && errno == ESRCH) return true;
+  std::string stat = slurp("/proc/" + std::to_string(pid) + "/stat");
+  if (stat.empty()) return true;
+  size_t paren = stat.rfind(')');
+  return paren != std::string::npos && paren + 2 < stat.size() && stat[paren + 2] == 'Z';
+}
+
+inline pid_t read_pid(const std::string& path) { return static_cast<pid_t>(std::atol(slurp(path).c_str())); }
+
+struct Proc {
+  pid_t pid = -1;
+  std::string out_path, err_path;
+  std::string out() const { return slurp(out_path); }
+  std::string err() const { return slurp(err_path); }
+};
+
+// Starts `argv` in `dir` with stdout/stderr in dir/<tag>.out and dir/<tag>.err.
+inline Proc start(const std::vector<std::string>& argv, const std::string& dir,
+                  const std::map<std::string, std::string>& env = {}, const std::string& tag = "launch") {
+  Proc p;
+  p.out_path = dir + "/" + tag + ".out";
+  p.err_path = dir + "/" + tag + ".err";
+  std::vector<char*> av;
+  for (const auto& a : argv) av.push_back(const_cast<char*>(a.c_str()));
+  av.push_back(nullptr);
+  p.pid = fork();
+  if (p.pid == 0) {
+    for (const auto& [k, v] : env) setenv(k.c_str(), v.c_str(), 1);
+    if (chdir(dir.c_str()) < 0) _exit(126);
+    int o = open(p.out_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    int e = open(p.err_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    dup2(o, 1);
+    dup2(e, 2);
+    execv(av[0], av.data());
+    _exit(127);
+  }
+  return p;
+}
+
+// Exit code (128+signal for a signal), or nullopt when it did not exit in time.
+inline std::optional<int> wait_exit(pid_t pid, double timeout_s) {
+  int st = 0;
+  pid_t r = 0;
+  bool done = wait_until([&] { return (r = waitpid(pid, &st, WNOHANG)) != 0; }, timeout_s);
+  if (!done || r < 0) return std::nullopt;
+  return WIFSIGNALED(st) ? 128 + WTERMSIG(st) : WEXITSTATUS(st);
+}
+
+// Kills and reaps a launcher a failed test left behind, so a failure does not hang ctest.
+struct Reaper {
+  explicit Reaper(pid_t p) : pid(p) {}
+  Reaper(const Reaper&) = delete;
+  Reaper& operator=(const Reaper&) = delete;
+  pid_t pid;
+  ~Reaper() {
+    if (pid > 0 && waitpid(pid, nullptr, WNOHANG) == 0) {
+      kill(pid, SIGKILL);
+      waitpid(pid, nullptr, 0);
+    }
+  }
+};
+
+inline std::vector<std::string> lines_of(const std::string& s) {
+  std::vector<std::string> out;
+  std::stringstream ss(s);
+  std::string l;
+  while (std::getline(ss, l)) out.push_back(l);
+  return out;
+}
+
+inline std::map<std::string, std::string> parse_env_file(const std::string& path) {
+  std::map<std::string, std::string> m;
+  for (const auto& l : lines_of(slurp(path))) {
+    size_t eq = l.find('=');
+    if (eq != std::string::npos) m[l.substr(0, eq)] = l.substr(eq + 1);
+  }
+  return m;
+}
+
+}  // namespace testutil

@@ -1,0 +1,82 @@
+#include <catch2/catch.hpp>
+
+#include "launcher/cli.h"
+#include "launcher/errors.h"
+
+using namespace launch;
+
+namespace {
+CliResult parse(std::vector<const char*> args) {
+  args.insert(args.begin(), "launch");
+  return parse_cli(static_cast<int>(args.size()), args.data());
+}
+using V = std::vector<std::string>;
+}  // namespace
+
+TEST_CASE("cli: options before PROGRAM, everything after it belongs to PROGRAM", "[launcher][cli]") {
+  auto r = parse({"--gpus", "0,1", "--job_id", "j1", "--log_dir", "/tmp/x", "--stream", "all",
+                  "--grace", "2.5", "--summary", "s.json", "--log_overwrite", "--start_port", "7000",
+                  "train.py", "--gpus", "3", "-v"});
+  REQUIRE(r.options);
+  const Options& o = *r.options;
+  CHECK(o.gpus == "0,1");
+  CHECK(o.job_id == "j1");
+  CHECK(o.log_dir == "/tmp/x");
+  CHECK(o.stream == StreamMode::All);
+  CHECK(o.grace_s == Approx(2.5));
+  CHECK(o.summary == "s.json");
+  CHECK(o.log_overwrite);
+  CHECK(o.start_port == 7000);
+  CHECK(o.command == V{"train.py", "--gpus", "3", "-v"});
+}
+
+TEST_CASE("cli: defaults", "[launcher][cli]") {
+  auto r = parse({"env"});
+  REQUIRE(r.options);
+  CHECK(r.options->job_id == "default");
+  CHECK(r.options->log_dir == "log");
+  CHECK(r.options->host == "127.0.0.1");
+  CHECK(r.options->stream == StreamMode::Rank0);
+  CHECK(r.options->grace_s == Approx(10.0));
+  CHECK_FALSE(r.options->gpus);
+  CHECK_FALSE(r.options->nproc_per_node);
+  CHECK_FALSE(r.options->dry_run);
+}
+
+TEST_CASE("cli: paddle options are accepted", "[launcher][cli]") {
+  auto r = parse({"--devices", "cpu", "--nproc_per_node", "4", "--nnodes", "1", "--max_restart", "3",
+                  "--log_level", "DEBUG", "--host", "127.0.0.1", "--dry-run", "--", "env"});
+  REQUIRE(r.options);
+  CHECK(r.options->devices == "cpu");
+  CHECK(r.options->nproc_per_node == 4);
+  CHECK(r.options->dry_run);
+  CHECK(r.options->command == V{"env"});
+}
+
+TEST_CASE("cli: --help", "[launcher][cli]") {
+  auto r = parse({"--help"});
+  CHECK_FALSE(r.options);
+  CHECK_THAT(r.help, Catch::Contains("--nproc_per_node") && Catch::Contains("--stream"));
+}
+
+TEST_CASE("cli: bad input is a one-line usage error", "[launcher][cli]") {
+  auto err = [](std::vector<const char*> a) {
+    try {
+      parse(a);
+    } catch (const UsageError& e) {
+      return std::string(e.what());
+    }
+    return std::string("<no error>");
+  };
+  CHECK_THAT(err({"--nproc_per_node", "0", "env"}), Catch::Contains("--nproc_per_node"));
+  CHECK_THAT(err({"--nproc_per_node", "x", "env"}), Catch::Contains("--nproc_per_node"));
+  CHECK_THAT(err({"--stream", "some", "env"}), Catch::Contains("--stream"));
+  CHECK_THAT(err({"--grace", "-1", "env"}), Catch::Contains("--grace"));
+  CHECK_THAT(err({"--nnodes", "2", "env"}), Catch::Contains("not supported yet"));
+  CHECK_THAT(err({"--bogus", "env"}), Catch::Contains("unknown option --bogus"));
+  CHECK_THAT(err({"--job_id", "a b", "env"}), Catch::Contains("--job_id"));
+  CHECK_THAT(err({}), Catch::Contains("no PROGRAM"));
+  CHECK_THAT(err({"--gpus"}), Catch::Contains("--gpus"));
+  for (auto e : {err({"--nproc_per_node", "x", "env"}), err({"--stream", "x", "env"})})
+    CHECK(e.find('\n') == std::string::npos);
+}

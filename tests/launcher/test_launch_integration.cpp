@@ -1,0 +1,359 @@
+// Runs the real build/bin/launch on small shell workers.
+#include <catch2/catch.hpp>
+
+#include <nlohmann/json.hpp>
+#include <algorithm>
+#include <deque>
+#include <regex>
+#include <set>
+
+#include "proc_helpers.h"
+
+using namespace testutil;
+
+namespace {
+
+const std::string kLaunch = LAUNCH_BIN;
+
+// launch ARGS... sh -c SCRIPT, in dir, logs in dir/log.
+Proc launch_sh(const std::string& dir, std::vector<std::string> args, const std::string& script,
+               const std::map<std::string, std::string>& env = {}, const std::string& tag = "launch") {
+  std::vector<std::string> argv{kLaunch};
+  if (std::find(args.begin(), args.end(), "--log_dir") == args.end()) argv.insert(argv.end(), {"--log_dir", dir + "/log"});
+  argv.insert(argv.end(), args.begin(), args.end());
+  argv.insert(argv.end(), {"sh", "-c", script});
+  return start(argv, dir, env, tag);
+}
+
+std::vector<uint16_t> ports_of(const std::string& list) {
+  std::vector<uint16_t> out;
+  std::stringstream ss(list);
+  std::string ep;
+  while (std::getline(ss, ep, ',')) out.push_back(static_cast<uint16_t>(std::stoi(ep.substr(ep.rfind(':') + 1))));
+  return out;
+}
+
+bool all_files(const std::string& dir, const std::string& prefix, int n) {
+  for (int r = 0; r < n; ++r)
+    if (slurp(dir + "/" + prefix + std::to_string(r)).find('\n') == std::string::npos) return false;
+  return true;
+}
+
+}  // namespace
+
+// ---------------------------------------------------------------------------------------------
+
+TEST_CASE("launch: every worker sees its environment; logs hold its output", "[launcher][integration]") {
+  TempDir td;
+  const std::string& d = td.path;
+  Proc p = launch_sh(d, {"--devices", "cpu", "--nproc_per_node", "3", "--job_id", "envjob"},
+                     "env > " + d + "/env.$PADDLE_TRAINER_ID; echo hello from $RANK",
+                     {{"FLAGS_selected_gpus", "7"}, {"OMP_NUM_THREADS", ""}});
+  Reaper guard(p.pid);
+  REQUIRE(wait_exit(p.pid, 20) == 0);
+
+  std::set<uint16_t> ports;
+  std::vector<uint16_t> endpoints;
+  for (int r = 0; r < 3; ++r) {
+    auto e = parse_env_file(d + "/env." + std::to_string(r));
+    const std::string R = std::to_string(r);
+    CHECK(e["PADDLE_TRAINER_ID"] == R);
+    CHECK(e["PADDLE_GLOBAL_RANK"] == R);
+    CHECK(e["PADDLE_LOCAL_RANK"] == R);
+    CHECK(e["PADDLE_RANK_IN_NODE"] == R);
+    CHECK(e["RANK"] == R);
+    CHECK(e["LOCAL_RANK"] == R);
+    CHECK(e["PADDLE_TRAINERS_NUM"] == "3");
+    CHECK(e["PADDLE_GLOBAL_SIZE"] == "3");
+    CHECK(e["PADDLE_LOCAL_SIZE"] == "3");
+    CHECK(e["WORLD_SIZE"] == "3");
+    CHECK(e["LOCAL_WORLD_SIZE"] == "3");
+    CHECK(e["PADDLE_NNODES"] == "1");
+    CHECK(e["GROUP_RANK"] == "0");
+    CHECK(e["PADDLE_JOB_ID"] == "envjob");
+    CHECK(e["PADDLE_LOG_DIR"] == d + "/log");
+    CHECK(e["PADDLE_DISTRI_BACKEND"] == "gloo");
+    CHECK(e.count("FLAGS_selected_gpus") == 0);  // CPU rank: removed even though we had it
+    CHECK(e["OMP_NUM_THREADS"] == "");           // set (empty) by the caller: left alone
+    CHECK(e["MASTER_ADDR"] == "127.0.0.1");
+    CHECK(e["PADDLE_MASTER"] == "127.0.0.1:" + e["MASTER_PORT"]);
+    CHECK(std::regex_match(e["LAUNCH_STORE_ADDR"], std::regex(R"(127\.0\.0\.1:\d+)")));
+    CHECK(std::regex_match(e["LAUNCH_STORE_TOKEN"], std::regex("[0-9a-f]{64}")));
+    endpoints = ports_of(e["PADDLE_TRAINER_ENDPOINTS"]);
+    REQUIRE(endpoints.size() == 3);
+    CHECK(e["PADDLE_CURRENT_ENDPOINT"] == "127.0.0.1:" + std::to_string(endpoints[static_cast<size_t>(r)]));
+    ports.insert(static_cast<uint16_t>(std::stoi(e["MASTER_PORT"])));
+    CHECK(slurp(d + "/log/workerlog." + R) == "hello from " + R + "\n");
+  }
+  for (uint16_t p2 : endpoints) ports.insert(p2);
+  CHECK(ports.size() == 4);  // endpoints and master all distinct
+  // Default --stream rank0: rank 0 on the console, the others only in their logs.
+  CHECK(p.out() == "hello from 0\n");
+  // The token never reaches the launcher's own output.
+  auto token = parse_env_file(d + "/env.0")["LAUNCH_STORE_TOKEN"];
+  CHECK(p.err().find(token) == std::string::npos);
+}
+
+TEST_CASE("launch: GPU ranks get FLAGS_selected_gpus and nccl; CUDA_VISIBLE_DEVICES untouched", "[launcher][integration]") {
+  TempDir td;
+  const std::string& d = td.path;
+  // Shell workers never touch a GPU, so two "visible" GPUs are enough to exercise the GPU path.
+  Proc p = launch_sh(d, {"--gpus", "1,0"}, "env > " + d + "/env.$PADDLE_TRAINER_ID",
+                     {{"CUDA_VISIBLE_DEVICES", "0,1"}, {"OMP_NUM_THREADS", "3"}});
+  Reaper guard(p.pid);
+  REQUIRE(wait_exit(p.pid, 20) == 0);
+  auto e0 = parse_env_file(d + "/env.0"), e1 = parse_env_file(d + "/env.1");
+  CHECK(e0["FLAGS_selected_gpus"] == "1");
+  CHECK(e1["FLAGS_selected_gpus"] == "0");
+  CHECK(e0["PADDLE_DISTRI_BACKEND"] == "nccl");
+  CHECK(e0["CUDA_VISIBLE_DEVICES"] == "0,1");
+  CHECK(e1["OMP_NUM_THREADS"] == "3");
+}
+
+TEST_CASE("launch: one worker exits 3 -> launch exits 3 within 1 s, the others are gone", "[launcher][integration]") {
+  TempDir td;
+  const std::string& d = td.path;
+  // Rank 1 fails once the others are up, and writes the time it does so.
+  const std::string script =
+      "echo $$ > " + d + "/pid.$RANK; "
+      "if [ $RANK = 1 ]; then "
+      "  while [ ! -s " + d + "/pid.0 ] || [ ! -s " + d + "/pid.2 ]; do :; done; "
+      "  echo 'rank 1 last words'; date +%s.%N > " + d + "/t_fail; exit 3; "
+      "fi; exec sleep 30";
+  Proc p = launch_sh(d, {"--devices", "cpu", "--nproc_per_node", "3", "--summary", d + "/summary.json"}, script);
+  Reaper guard(p.pid);
+  auto code = wait_exit(p.pid, 20);
+  const double t_exit = now_s();
+  REQUIRE(code == 3);
+  const double t_fail = std::stod(slurp(d + "/t_fail"));
+  CHECK(t_exit - t_fail < 1.0);
+  CHECK(process_gone(read_pid(d + "/pid.0")));
+  CHECK(process_gone(read_pid(d + "/pid.2")));
+  const std::string err = p.err();
+  CHECK_THAT(err, Catch::Contains("root cause: rank 1 exited with code 3"));
+  CHECK_THAT(err, Catch::Contains(d + "/log/workerlog.1"));
+  CHECK_THAT(err, Catch::Contains("| rank 1 last words"));
+
+  auto j = nlohmann::json::parse(slurp(d + "/summary.json"));
+  CHECK(j["exit_code"] == 3);
+  CHECK(j["root_cause"]["rank"] == 1);
+  REQUIRE(j["ranks"].size() == 3);
+  CHECK(j["ranks"][1]["exit_code"] == 3);
+  CHECK(j["ranks"][0]["signal"] == "SIGTERM");
+  CHECK(j["ranks"][2]["pid"] == read_pid(d + "/pid.2"));
+  CHECK(j["ranks"][1]["log"] == d + "/log/workerlog.1");
+  CHECK_FALSE(exists(d + "/summary.json.tmp." + std::to_string(p.pid)));
+}
+
+TEST_CASE("launch: a worker killed by SIGSEGV -> 139 and SIGSEGV in the report", "[launcher][integration]") {
+  TempDir td;
+  const std::string& d = td.path;
+  Proc p = launch_sh(d, {"--devices", "cpu", "--nproc_per_node", "2", "--stream", "none"},
+                     "if [ $RANK = 1 ]; then echo crashing; kill -SEGV $$; fi; exec sleep 30");
+  Reaper guard(p.pid);
+  REQUIRE(wait_exit(p.pid, 20) == 139);
+  CHECK_THAT(p.err(), Catch::Contains("rank 1 killed by SIGSEGV"));
+  CHECK_THAT(p.err(), Catch::Contains("| crashing"));
+  CHECK(p.out().empty());  // --stream none
+}
+
+TEST_CASE("launch: survivors blocked in the store learn who failed", "[launcher][integration]") {
+  TempDir td;
+  const std::string& d = td.path;
+  // Rank 0 ignores SIGTERM (so does its `launch kv`, which inherits that) to outlive our
+  // teardown long enough to show what the store told it; --grace bounds it anyway.
+  const std::string script =
+      "if [ $RANK = 0 ]; then trap '' TERM; touch " + d + "/ready; " + kLaunch +
+      " kv get never-set --timeout 20 2> " + d + "/kv.err; echo $? > " + d + "/kv.rc; exit 0; fi; "
+      "while [ ! -e " + d + "/ready ]; do :; done; exit 3";
+  Proc p = launch_sh(d, {"--devices", "cpu", "--nproc_per_node", "2", "--grace", "15"}, script);
+  Reaper guard(p.pid);
+  REQUIRE(wait_exit(p.pid, 25) == 3);
+  CHECK(slurp(d + "/kv.rc") != "0\n");
+  CHECK_THAT(slurp(d + "/kv.err"), Catch::Contains("rank 1") && Catch::Contains("exited with code 3"));
+}
+
+TEST_CASE("launch: SIGTERM to launch -> every descendant gone, grandchildren too", "[launcher][integration]") {
+  TempDir td;
+  const std::string& d = td.path;
+  // Each rank leaves three grandchildren: a plain one, one that ignores SIGTERM (needs the
+  // SIGKILL after --grace) and one that left the process group with setsid.
+  const std::string script =
+      "echo $$ > " + d + "/pid.$RANK; "
+      "sleep 1000 & echo $! > " + d + "/gc_a.$RANK; "
+      "(trap '' TERM; exec sleep 1000) & echo $! > " + d + "/gc_b.$RANK; "
+      "setsid sleep 1000 & echo $! > " + d + "/gc_c.$RANK; "
+      "wait";
+  Proc p = launch_sh(d, {"--devices", "cpu", "--nproc_per_node", "2", "--grace", "0.5"}, script);
+  Reaper guard(p.pid);
+  REQUIRE(wait_until([&] {
+    return all_files(d, "pid.", 2) && all_files(d, "gc_a.", 2) && all_files(d, "gc_b.", 2) &&
+           all_files(d, "gc_c.", 2);
+  }, 20));
+  std::vector<pid_t> all;
+  for (const char* f : {"pid.", "gc_a.", "gc_b.", "gc_c."})
+    for (int r = 0; r < 2; ++r) all.push_back(read_pid(d + "/" + f + std::to_string(r)));
+  for (pid_t q : all) REQUIRE_FALSE(process_gone(q));
+  kill(p.pid, SIGTERM);
+  REQUIRE(wait_exit(p.pid, 10) == 128 + SIGTERM);
+  for (pid_t q : all) CHECK(wait_until([&] { return process_gone(q); }, 1.0));
+  CHECK_THAT(p.err(), Catch::Contains("received SIGTERM"));
+}
+
+TEST_CASE("launch: workers that succeed leave no process behind", "[launcher][integration]") {
+  TempDir td;
+  const std::string& d = td.path;
+  // The worker exits 0 at once, its background child would live for 1000 s.
+  Proc p = launch_sh(d, {"--devices", "cpu", "--nproc_per_node", "2"},
+                     "sleep 1000 & echo $! > " + d + "/gc.$RANK; exit 0");
+  Reaper guard(p.pid);
+  REQUIRE(wait_exit(p.pid, 10) == 0);
+  for (int r = 0; r < 2; ++r) CHECK(process_gone(read_pid(d + "/gc." + std::to_string(r))));
+}
+
+TEST_CASE("launch: SIGINT is forwarded; a second signal kills at once", "[launcher][integration]") {
+  TempDir td;
+  const std::string& d = td.path;
+  // The workers ignore SIGINT and SIGTERM: only the SIGKILL that the second signal brings ends
+  // them, long before the 60 s grace.
+  Proc p = launch_sh(d, {"--devices", "cpu", "--nproc_per_node", "2", "--grace", "60"},
+                     "trap '' INT TERM; echo $$ > " + d + "/pid.$RANK; while :; do sleep 1; done");
+  Reaper guard(p.pid);
+  REQUIRE(wait_until([&] { return all_files(d, "pid.", 2); }, 20));
+  kill(p.pid, SIGINT);
+  REQUIRE(wait_until([&] { return p.err().find("received SIGINT") != std::string::npos; }, 5));
+  kill(p.pid, SIGINT);
+  REQUIRE(wait_exit(p.pid, 10) == 128 + SIGINT);
+  for (int r = 0; r < 2; ++r) CHECK(process_gone(read_pid(d + "/pid." + std::to_string(r))));
+}
+
+TEST_CASE("launch: SIGKILL to launch -> workers gone within 1 s", "[launcher][integration]") {
+  TempDir td;
+  const std::string& d = td.path;
+  Proc p = launch_sh(d, {"--devices", "cpu", "--nproc_per_node", "3"},
+                     "echo $$ > " + d + "/pid.$RANK; exec sleep 30");
+  Reaper guard(p.pid);
+  REQUIRE(wait_until([&] { return all_files(d, "pid.", 3); }, 20));
+  kill(p.pid, SIGKILL);
+  REQUIRE(wait_exit(p.pid, 5) == 128 + SIGKILL);
+  for (int r = 0; r < 3; ++r) {
+    pid_t w = read_pid(d + "/pid." + std::to_string(r));
+    CHECK(wait_until([&] { return process_gone(w); }, 1.0));
+  }
+}
+
+TEST_CASE("launch: 8 concurrent launches never share a port", "[launcher][integration]") {
+  TempDir td;
+  const std::string& d = td.path;
+  std::vector<Proc> procs;
+  std::deque<Reaper> guards;
+  for (int j = 0; j < 8; ++j) {
+    // Rank 0 reports the job's ports; every worker then lives until we stop the job, so all 8
+    // jobs hold their ports at the same time.
+    Proc p = launch_sh(d, {"--devices", "cpu", "--nproc_per_node", "4", "--job_id", "j" + std::to_string(j),
+                           "--log_dir", d + "/log" + std::to_string(j)},
+                       "if [ $RANK = 0 ]; then echo $PADDLE_TRAINER_ENDPOINTS,$PADDLE_MASTER,$LAUNCH_STORE_ADDR > " +
+                           d + "/ports.tmp.$PADDLE_JOB_ID && mv " + d + "/ports.tmp.$PADDLE_JOB_ID " + d +
+                           "/ports.$PADDLE_JOB_ID; fi; exec sleep 60",
+                       {}, "launch" + std::to_string(j));
+    procs.push_back(p);
+    guards.emplace_back(p.pid);
+  }
+  REQUIRE(wait_until([&] {
+    for (int j = 0; j < 8; ++j)
+      if (!exists(d + "/ports.j" + std::to_string(j))) return false;
+    return true;
+  }, 30));
+  std::multiset<uint16_t> ports;
+  for (int j = 0; j < 8; ++j) {
+    auto list = ports_of(lines_of(slurp(d + "/ports.j" + std::to_string(j))).at(0));
+    CHECK(list.size() == 6);  // 4 endpoints, the master, the store
+    ports.insert(list.begin(), list.end());
+  }
+  for (uint16_t port : ports) CHECK(ports.count(port) == 1);
+  for (auto& p : procs) kill(p.pid, SIGTERM);
+  for (auto& p : procs) CHECK(wait_exit(p.pid, 15) == 128 + SIGTERM);
+}
+
+TEST_CASE("launch: --dry-run prints every rank and starts nothing", "[launcher][integration]") {
+  TempDir td;
+  const std::string& d = td.path;
+  Proc p = launch_sh(d, {"--dry-run", "--devices", "cpu", "--nproc_per_node", "2"}, "touch " + d + "/started");
+  Reaper guard(p.pid);
+  REQUIRE(wait_exit(p.pid, 10) == 0);
+  const std::string out = p.out();
+  CHECK_THAT(out, Catch::Contains("rank 0 (cpu): ") && Catch::Contains("rank 1 (cpu): "));
+  CHECK_THAT(out, Catch::Contains("sh -c 'touch " + d + "/started'"));
+  CHECK_THAT(out, Catch::Contains("  PADDLE_TRAINER_ID=1\n"));
+  CHECK_THAT(out, Catch::Contains("  WORLD_SIZE=2\n"));
+  CHECK_THAT(out, Catch::Contains("  LAUNCH_STORE_TOKEN=<redacted>\n"));
+  CHECK_FALSE(std::regex_search(out, std::regex("[0-9a-f]{64}")));
+  CHECK_FALSE(exists(d + "/started"));
+  CHECK_FALSE(exists(d + "/log"));
+}
+
+TEST_CASE("launch: --stream all prefixes and never splits a line", "[launcher][integration]") {
+  TempDir td;
+  const std::string& d = td.path;
+  // Each line goes out in three writes, and is long enough to straddle pipe reads.
+  const std::string script =
+      "i=0; pad=$(printf '%02000d' 0); while [ $i -lt 150 ]; do "
+      "printf 'r%s-begin-' $RANK; printf '%s' $pad; printf -- '-end-r%s\\n' $RANK; i=$((i+1)); done; "
+      "printf 'r%s-unterminated' $RANK";
+  Proc p = launch_sh(d, {"--devices", "cpu", "--nproc_per_node", "4", "--stream", "all"}, script);
+  Reaper guard(p.pid);
+  REQUIRE(wait_exit(p.pid, 30) == 0);
+  const std::regex line_re(R"(\[rank (\d)\] r(\d)-begin-0{2000}-end-r(\d))");
+  const std::regex last_re(R"(\[rank (\d)\] r(\d)-unterminated)");
+  std::map<std::string, int> per_rank;
+  int bad = 0;
+  for (const auto& l : lines_of(p.out())) {
+    std::smatch m;
+    if (std::regex_match(l, m, line_re) && m[1] == m[2] && m[2] == m[3]) {
+      per_rank[m[1]]++;
+    } else if (!(std::regex_match(l, m, last_re) && m[1] == m[2])) {
+      ++bad;
+    }
+  }
+  CHECK(bad == 0);
+  for (const char* r : {"0", "1", "2", "3"}) CHECK(per_rank[r] == 150);
+}
+
+TEST_CASE("launch: logs are appended unless --log_overwrite", "[launcher][integration]") {
+  TempDir td;
+  const std::string& d = td.path;
+  for (int run = 0; run < 2; ++run) {
+    Proc p = launch_sh(d, {"--devices", "cpu"}, "echo run");
+    REQUIRE(wait_exit(p.pid, 10) == 0);
+  }
+  CHECK(slurp(d + "/log/workerlog.0") == "run\nrun\n");
+  Proc p = launch_sh(d, {"--devices", "cpu", "--log_overwrite"}, "echo run");
+  REQUIRE(wait_exit(p.pid, 10) == 0);
+  CHECK(slurp(d + "/log/workerlog.0") == "run\n");
+}
+
+TEST_CASE("launch: bad input -> one line, exit 2, nothing started", "[launcher][integration]") {
+  TempDir td;
+  const std::string& d = td.path;
+  auto check_bad = [&](std::vector<std::string> args, const std::string& needle) {
+    std::vector<std::string> argv{kLaunch};
+    if (std::find(args.begin(), args.end(), "--log_dir") == args.end()) argv.insert(argv.end(), {"--log_dir", d + "/log"});
+    argv.insert(argv.end(), args.begin(), args.end());
+    Proc p = start(argv, d);
+    Reaper guard(p.pid);
+    CHECK(wait_exit(p.pid, 10) == 2);
+    auto lines = lines_of(p.err());
+    REQUIRE(lines.size() == 1);
+    CHECK_THAT(lines[0], Catch::StartsWith("launch: error: ") && Catch::Contains(needle));
+    CHECK_FALSE(exists(d + "/started"));
+  };
+  const std::string touch = "touch " + d + "/started";
+  check_bad({"--devices", "0,x", "sh", "-c", touch}, "'x'");
+  check_bad({"--gpus", "0,999", "sh", "-c", touch}, "not visible");
+  check_bad({"--devices", "cpu", "--nproc_per_node", "-2", "sh", "-c", touch}, "--nproc_per_node");
+  check_bad({"--devices", "cpu", "no-such-program-xyz"}, "no-such-program-xyz");
+  check_bad({"--devices", "cpu", "--host", "10.255.255.1", "sh", "-c", touch}, "--host");
+  check_bad({"--devices", "cpu", "--log_dir", "/proc/no/such", "sh", "-c", touch}, "log directory");
+  check_bad({"--devices", "cpu", "--summary", d + "/missing/s.json", "sh", "-c", touch}, "--summary");
+  CHECK_FALSE(exists(d + "/log"));
+}

@@ -1,0 +1,97 @@
+#include <catch2/catch.hpp>
+
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstdlib>
+#include <filesystem>
+#include <set>
+
+#include "launcher/errors.h"
+#include "launcher/ports.h"
+
+using namespace launch;
+
+namespace {
+struct TempDir {
+  TempDir() {
+    char tmpl[] = "/tmp/launch-ports-test-XXXXXX";
+    if (!mkdtemp(tmpl)) std::abort();
+    path = tmpl;
+  }
+  ~TempDir() {
+    std::error_code ec;
+    std::filesystem::remove_all(path, ec);
+  }
+  std::string path;
+};
+
+bool can_bind(uint16_t port) {
+  int fd = socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_port = htons(port);
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  bool ok = bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) == 0;
+  close(fd);
+  return ok;
+}
+}  // namespace
+
+TEST_CASE("ports: distinct, held until released, then bindable", "[launcher][ports]") {
+  TempDir td;
+  const std::string& dir = td.path;
+  PortReservation r = reserve_ports("127.0.0.1", 9, std::nullopt, dir);
+  std::set<uint16_t> unique(r.ports().begin(), r.ports().end());
+  CHECK(unique.size() == 9);
+  CHECK_FALSE(can_bind(r.ports()[0]));  // still held by our socket
+  r.release_sockets();
+  for (uint16_t p : r.ports()) CHECK(can_bind(p));
+}
+
+TEST_CASE("ports: a second reservation skips ports whose lock another holds", "[launcher][ports]") {
+  TempDir td;
+  const std::string& dir = td.path;
+  PortReservation a = reserve_ports("127.0.0.1", 16, std::nullopt, dir);
+  a.release_sockets();  // the window in which another launch's bind(0) could draw them
+  for (int round = 0; round < 20; ++round) {
+    PortReservation b = reserve_ports("127.0.0.1", 16, std::nullopt, dir);
+    for (uint16_t p : b.ports())
+      CHECK(std::find(a.ports().begin(), a.ports().end(), p) == a.ports().end());
+  }
+}
+
+TEST_CASE("ports: a port locked by a live launch is refused even when free", "[launcher][ports]") {
+  TempDir td;
+  const std::string& dir = td.path;
+  PortReservation probe = reserve_ports("127.0.0.1", 2, std::nullopt, "");
+  const uint16_t p = probe.ports()[0];
+  probe = PortReservation();  // free again
+  PortReservation a = reserve_ports("127.0.0.1", 1, p, dir);
+  a.release_sockets();  // free for bind(), but the lock is held
+  CHECK_THROWS_WITH(reserve_ports("127.0.0.1", 1, p, dir), Catch::Contains("held by another launch"));
+  a = PortReservation();  // the launch ends: its lock goes
+  CHECK_NOTHROW(reserve_ports("127.0.0.1", 1, p, dir));
+}
+
+TEST_CASE("ports: --start_port takes consecutive ports and refuses a busy one", "[launcher][ports]") {
+  TempDir td;
+  const std::string& dir = td.path;
+  // A listening server holds this port.
+  int server = socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  REQUIRE(bind(server, reinterpret_cast<sockaddr*>(&a), sizeof a) == 0);
+  REQUIRE(listen(server, 1) == 0);
+  socklen_t len = sizeof a;
+  REQUIRE(getsockname(server, reinterpret_cast<sockaddr*>(&a), &len) == 0);
+  const int busy = ntohs(a.sin_port);
+  CHECK_THROWS_WITH(reserve_ports("127.0.0.1", 2, busy, dir), Catch::Contains("in use"));
+  CHECK_THROWS_WITH(reserve_ports("127.0.0.1", 3, 65534, dir), Catch::Contains("no room"));
+  CHECK_THROWS_WITH(reserve_ports("not-an-ip", 1, std::nullopt, dir), Catch::Contains("IPv4"));
+  close(server);
+}
