@@ -53,6 +53,8 @@ class Client {
   int64_t add(const std::string& key, int64_t delta, ms timeout = std::chrono::seconds(60));
   std::vector<bool> check(const std::vector<std::string>& keys, ms timeout = std::chrono::seconds(60));
   void wait(const std::vector<std::string>& keys, ms timeout);
+  // Blocks until every key exists; returns their values in the order asked (one round trip).
+  std::vector<std::string> multi_get(const std::vector<std::string>& keys, ms timeout);
   bool del(const std::string& key, ms timeout = std::chrono::seconds(60));
   // Sets key to desired if its value equals expected (an absent key matches an empty
   // expected); returns the value now stored.

@@ -3,9 +3,12 @@
 // only through the thread-safe calls below.
 #pragma once
 
+#include <chrono>
 #include <cstdint>
 #include <memory>
 #include <string>
+
+#include "proto/protocol.h"
 
 namespace launch {
 
@@ -14,6 +17,12 @@ struct StoreServerConfig {
   uint16_t port = 0;               // 0: the kernel picks
   std::string job_id = "default";
   std::string token;               // raw token bytes (hex), see proto::generate_token()
+  proto::Limits limits{};          // key/value size limits (may only be lowered)
+  // Closed and logged: a connection that has sent part of a frame and then nothing for this
+  // long, that has not sent HELLO this long after connecting, or that has not hung up this
+  // long after its final error reply.
+  std::chrono::milliseconds stall_timeout{std::chrono::seconds(10)};
+  std::chrono::milliseconds sweep_interval{std::chrono::milliseconds(250)};  // stall checks
 };
 
 class StoreServer {
@@ -23,9 +32,15 @@ class StoreServer {
   virtual ~StoreServer() = default;  // stops the loop, closes every connection
 
   virtual std::string address() const = 0;  // "ip:port" actually bound
-  // Records the job's failure under the reserved key and wakes every parked waiter with
+  // Records the job's failure ("rank <rank>: <description>", e.g. "rank 2: exited with code 3")
+  // under the reserved key and wakes every parked waiter with
   // JOB_FAILED. Thread-safe; the first call wins.
   virtual void report_failure(int rank, const std::string& description) = 0;
+
+  // For logs and tests: open connections and requests parked in GET/WAIT/MULTI_GET, as of
+  // the end of the loop's last iteration.
+  virtual size_t connection_count() const = 0;
+  virtual size_t parked_waiters() const = 0;
 };
 
 }  // namespace launch
