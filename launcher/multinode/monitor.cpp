@@ -1,0 +1,297 @@
+#include "launcher/multinode/monitor.h"
+
+#include <sys/eventfd.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstdio>
+#include <set>
+#include <system_error>
+
+#include "launcher/multinode/keys.h"
+
+namespace launch::multinode {
+namespace {
+
+using ms = std::chrono::milliseconds;
+using Kind = proto::StoreError::Kind;
+
+// The longest a parked WAIT for the failure record lasts before the thread looks at its stop
+// flag and its heartbeat schedule again. A failure record still wakes it at once.
+constexpr ms kWaitSlice{250};
+
+std::string host_of(const std::string& address) {
+  auto colon = address.rfind(':');
+  std::string h = colon == std::string::npos ? address : address.substr(0, colon);
+  if (h.size() >= 2 && h.front() == '[' && h.back() == ']') h = h.substr(1, h.size() - 2);
+  return h;
+}
+
+// The store's own failure record inside a client error ("job failed while waiting for key
+// 'K': RECORD"): the record alone is the root cause worth showing.
+std::string store_record(const std::string& what) {
+  const std::string lead = "job failed while waiting for ";
+  auto end = what.find("': ");
+  if (what.compare(0, lead.size(), lead) != 0 || end == std::string::npos) return what;
+  return what.substr(end + 3);
+}
+
+std::string seconds_text(ms d) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%.1f s", double(d.count()) / 1000.0);
+  return buf;
+}
+
+}  // namespace
+
+// --- Lifetime ---
+
+JobMonitor::JobMonitor(MonitorConfig cfg) : cfg_(std::move(cfg)) {
+  efd_ = ::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+  if (efd_ < 0) throw std::system_error(errno, std::generic_category(), "eventfd for the job monitor");
+  proto::ClientOptions o = cfg_.store;
+  o.client_name = "node " + std::to_string(cfg_.layout.node_rank) + " supervisor";
+  writer_ = std::make_unique<proto::Client>(o);
+  thread_ = std::thread([this] { run(); });
+}
+
+JobMonitor::~JobMonitor() {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    stop_ = true;
+  }
+  stop_cv_.notify_all();
+  if (thread_.joinable()) thread_.join();
+  ::close(efd_);
+}
+
+std::optional<FailureRecord> JobMonitor::failure() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return failure_;
+}
+
+void JobMonitor::fire(const FailureRecord& f) {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (failure_) return;  // the root cause is the first one we learnt
+    failure_ = f;
+  }
+  uint64_t one = 1;
+  // Cannot fail short of a bad descriptor: the counter is far from overflow after one write.
+  [[maybe_unused]] ssize_t n = ::write(efd_, &one, sizeof one);
+}
+
+// --- Failure records ---
+
+FailureRecord JobMonitor::node_silent(int node_rank, ms silent) const {
+  FailureRecord f;
+  f.node_rank = node_rank;
+  f.host = cfg_.layout.nodes.at(size_t(node_rank)).host;
+  f.reason = "launcher stopped responding (no heartbeat for " + seconds_text(silent) + ")";
+  return f;
+}
+
+FailureRecord JobMonitor::store_unreachable(const std::string& why) const {
+  // The store lives in the launcher of the node whose address it has: that launcher is gone.
+  FailureRecord f;
+  const std::string host = host_of(cfg_.store.address);
+  for (const auto& n : cfg_.layout.nodes)
+    if (n.host == host) f.node_rank = n.node_rank;
+  f.host = host;
+  f.reason = "launcher stopped responding: its store at " + cfg_.store.address + " is unreachable (" + why + ")";
+  return f;
+}
+
+FailureRecord JobMonitor::report_failure(const FailureRecord& f, ms timeout) {
+  FailureRecord root = f;
+  {
+    std::lock_guard<std::mutex> lock(writer_mu_);
+    try {
+      // COMPARE_SET against "absent": the first node to fail names the root cause for all.
+      std::string stored = writer_->compare_set(failed_key(cfg_.layout.generation), "", encode_failure(f), timeout);
+      root = decode_failure(stored);
+    } catch (const proto::StoreError&) {
+      // The store is gone or slow: our own record is the best root cause we know.
+    }
+  }
+  fire(root);
+  return failure().value_or(root);
+}
+
+FailureRecord JobMonitor::report_worker_exit(int rank, int exit_code, int signal) {
+  const auto& L = cfg_.layout;
+  return report_failure(worker_failure(L.node_rank, L.nodes.at(size_t(L.node_rank)).host, rank, exit_code, signal));
+}
+
+void JobMonitor::finish(ms timeout) {
+  if (finished_.exchange(true)) return;
+  std::lock_guard<std::mutex> lock(writer_mu_);
+  try {
+    writer_->set(done_key(cfg_.layout.generation, cfg_.layout.node_rank), "1", timeout);
+  } catch (const proto::StoreError&) {
+    // The others will see our heartbeat stop; nothing better to do on the way out.
+  }
+}
+
+std::vector<int> JobMonitor::wait_all_finished(ms timeout) {
+  const int g = cfg_.layout.generation;
+  std::vector<std::string> keys;
+  for (const auto& n : cfg_.layout.nodes) keys.push_back(done_key(g, n.node_rank));
+  const auto deadline = std::chrono::steady_clock::now() + timeout;
+  auto left = [&] {
+    auto d = std::chrono::duration_cast<ms>(deadline - std::chrono::steady_clock::now());
+    return std::max(d, ms(1));
+  };
+  std::lock_guard<std::mutex> lock(writer_mu_);
+  std::vector<int> running;
+  try {
+    writer_->wait(keys, timeout);
+    return running;
+  } catch (const proto::StoreError& e) {
+    // JOB_FAILED: the store was failed (StoreServer::report_failure) and from then on answers
+    // every request that would park at once, so the only way left to wait is to look again.
+    // TIMEOUT: the loop below looks once, to name who is still there.
+    if (e.kind() != Kind::JobFailed && e.kind() != Kind::Timeout) {
+      for (const auto& n : cfg_.layout.nodes) running.push_back(n.node_rank);
+      return running;
+    }
+  }
+  for (;;) {
+    running.clear();
+    try {
+      auto present = writer_->check(keys, std::max(left(), ms(1000)));  // CHECK never parks
+      for (size_t i = 0; i < keys.size(); ++i)
+        if (!present[i]) running.push_back(cfg_.layout.nodes[i].node_rank);
+    } catch (const proto::StoreError&) {
+      for (const auto& n : cfg_.layout.nodes) running.push_back(n.node_rank);
+      return running;
+    }
+    if (running.empty() || std::chrono::steady_clock::now() >= deadline) return running;
+    std::this_thread::sleep_for(std::min(ms(50), left()));
+  }
+}
+
+// --- The thread ---
+
+void JobMonitor::run() {
+  const JobLayout& L = cfg_.layout;
+  const int g = L.generation;
+  const ms period = cfg_.heartbeat_period;
+  // A round of store calls must not outlast a heartbeat period, or we would beat too slowly.
+  const ms call_timeout = std::max(ms(100), period);
+
+  proto::ClientOptions o = cfg_.store;
+  o.client_name = "node " + std::to_string(L.node_rank) + " monitor";
+  o.connect_timeout = call_timeout;
+  proto::Client client(o);
+
+  std::vector<int> others;
+  std::vector<std::string> done_keys;
+  for (const auto& n : L.nodes)
+    if (n.node_rank != L.node_rank) {
+      others.push_back(n.node_rank);
+      done_keys.push_back(done_key(g, n.node_rank));
+    }
+  HeartbeatTracker beats(others, cfg_.heartbeat_timeout, Clock::now());
+  std::set<int> done;
+  auto last_ok = Clock::now();
+  std::string last_error;
+  auto next_beat = Clock::now();
+  bool fired = false;
+  bool left = false;  // our done key is set
+
+  while (!stop_ && !finished_) {
+    auto now = Clock::now();
+
+    // --- Heartbeat round: bump ours, read the others' ---
+    if (now >= next_beat) {
+      bool fresh = false;  // this round read every counter
+      try {
+        client.add(heartbeat_key(g, L.node_rank), 1, call_timeout);
+        std::vector<bool> present;
+        if (!done_keys.empty()) present = client.check(done_keys, call_timeout);
+        for (size_t i = 0; i < others.size(); ++i) {
+          if (present[i]) {
+            done.insert(others[i]);
+            continue;
+          }
+          // ADD 0 reads a counter without blocking (an absent key reads as 0).
+          beats.observe(others[i], client.add(heartbeat_key(g, others[i]), 0, call_timeout), Clock::now());
+        }
+        last_ok = Clock::now();
+        fresh = true;
+      } catch (const proto::StoreError& e) {
+        last_error = e.what();
+        if (e.kind() == Kind::JobFailed && !fired) {
+          fire(decode_failure(store_record(e.what())));
+          fired = true;
+        }
+      }
+      now = Clock::now();
+      next_beat = std::max(next_beat + period, now);
+
+      if (!fired) {
+        if (now - last_ok > cfg_.heartbeat_timeout) {
+          fire(store_unreachable(last_error));
+          fired = true;
+        } else if (fresh) {
+          // Only judged on counters read just now: when the store itself is slow or gone,
+          // the others' old counters would blame a node that is not at fault.
+          for (int r : beats.stale(now)) {
+            if (done.count(r)) continue;
+            FailureRecord f = node_silent(r, beats.silent_for(r, now));
+            try {
+              f = decode_failure(client.compare_set(failed_key(g), "", encode_failure(f), call_timeout));
+            } catch (const proto::StoreError&) {
+            }
+            fire(f);
+            fired = true;
+            break;
+          }
+        }
+      }
+    }
+
+    // --- Until the next beat: parked in the store, waiting for a failure record ---
+    if (!fired) {
+      ms slice = std::min(kWaitSlice, std::chrono::duration_cast<ms>(next_beat - Clock::now()));
+      try {
+        // GET parks until the record exists and returns it in the same reply: no window in
+        // which the store could vanish between seeing the key and reading it.
+        fire(decode_failure(client.get(failed_key(g), std::max(slice, ms(1)))));
+        fired = true;
+      } catch (const proto::StoreError& e) {
+        if (e.kind() == Kind::JobFailed) {
+          // The serving launcher's supervisor failed the whole store; our record may be there too.
+          FailureRecord f = decode_failure(store_record(e.what()));
+          try {
+            if (client.check({failed_key(g)}, call_timeout)[0])
+              f = decode_failure(client.get(failed_key(g), call_timeout));
+          } catch (const proto::StoreError&) {
+          }
+          fire(f);
+          fired = true;
+        } else if (e.kind() != Kind::Timeout) {
+          last_error = e.what();
+        }
+      }
+    }
+    if (fired && !left) {
+      // Tell the node that serves the store we have the record (wait_all_finished), so that
+      // it can close the store without leaving us to mistake its exit for the root cause.
+      left = true;
+      try {
+        client.set(done_key(g, L.node_rank), "1", call_timeout);
+      } catch (const proto::StoreError&) {
+      }
+    }
+    if (fired) {
+      // Failed already: keep beating (so the others do not also see us as dead while the job
+      // shuts down or restarts) until stopped.
+      std::unique_lock<std::mutex> lock(mu_);
+      stop_cv_.wait_until(lock, next_beat, [this] { return stop_.load(); });
+    }
+  }
+}
+
+}  // namespace launch::multinode
