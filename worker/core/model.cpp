@@ -1,0 +1,576 @@
+// ResNet v1.5 (torchvision's resnet18/34/50/101/152) on top of the Ops interface.
+//
+// Layout: parameters are laid out in torchvision's state_dict() order in one flat buffer, so
+// backward produces final gradients from the end of the buffer towards its start. Every
+// activation that backward needs is allocated once, for the configured batch; gradients of
+// activations use three scratch tensors of the largest activation size (see backward_block).
+#include "worker/core/model.h"
+
+#include <algorithm>
+#include <cmath>
+#include <random>
+#include <stdexcept>
+
+namespace worker {
+
+// --- Layers: plain structs of configuration, parameter views and their outputs
+
+namespace {
+
+struct ConvL {
+  ConvDesc d;
+  ParamView w;  // (C_out, kH, kW, C_in)
+  Act out;
+  int unit = -1;  // index in Impl::units (gradient-readiness tracking)
+};
+
+struct BnL {
+  BnDesc d;
+  ParamView gamma, beta;  // (C), (C)
+  float* running_mean = nullptr;
+  float* running_var = nullptr;
+  float* save_mean = nullptr;
+  float* save_invstd = nullptr;
+  Act out;
+  int unit = -1;
+};
+
+struct Block {
+  bool bottleneck = false;
+  ConvL c1, c2, c3;
+  BnL b1, b2, b3;
+  bool has_ds = false;
+  ConvL cd;
+  BnL bd;
+  const Act* in = nullptr;
+  Act* out = nullptr;  // the last BN's output
+};
+
+// A contiguous range of the flat parameter buffer owned by one layer.
+struct Unit {
+  size_t begin = 0, end = 0;
+};
+
+// Deterministic host RNG (mt19937_64 is specified bit-exactly by the standard; the
+// distributions are not, so they are written here).
+class HostRng {
+ public:
+  explicit HostRng(uint64_t seed) : gen_(seed) {}
+  double uniform() {  // [0, 1)
+    return double(gen_() >> 11) * (1.0 / 9007199254740992.0);
+  }
+  double normal() {  // Box-Muller; one value per call keeps the sequence simple
+    const double u1 = 1.0 - uniform();  // (0, 1]
+    const double u2 = uniform();
+    return std::sqrt(-2.0 * std::log(u1)) * std::cos(6.283185307179586 * u2);
+  }
+
+ private:
+  std::mt19937_64 gen_;
+};
+
+int conv_out(int in, int k, int stride, int pad) { return (in + 2 * pad - k) / stride + 1; }
+
+}  // namespace
+
+// --- Impl
+
+struct Model::Impl {
+  ModelConfig cfg;
+  Ops& ops;
+  std::vector<StateEntry> entries;
+  std::vector<Unit> units;
+  size_t nparams = 0, nbuffers = 0;
+  float* params = nullptr;
+  float* grads = nullptr;
+  float* buffers = nullptr;
+  int64_t batches_tracked = 0;
+
+  Act input;
+  int32_t* labels = nullptr;
+  ConvL conv1;
+  BnL bn1;
+  PoolDesc pool_d;
+  Act pool_out;
+  std::vector<Block> blocks;
+  Act avg_out;  // (n, 1, 1, C)
+  ParamView fc_w, fc_b;
+  int fc_in = 0;
+  int fc_unit = -1;
+  float* logits = nullptr;
+  float* dlogits = nullptr;
+  float* loss = nullptr;
+
+  Act g_a, g_b, t1;  // activation-gradient scratch (largest activation size each)
+  Act d_avg;
+
+  std::vector<char> unit_done;
+  size_t ready_begin = 0;
+
+  Impl(const ModelConfig& c, Ops& o) : cfg(c), ops(o) {}
+
+  // --- Construction: entries first (sizes), then memory, then views.
+
+  size_t add_param(const std::string& name, std::vector<int64_t> shape, bool conv_weight) {
+    StateEntry e;
+    e.name = name;
+    e.shape = std::move(shape);
+    e.kind = StateKind::Param;
+    e.count = 1;
+    for (int64_t s : e.shape) e.count *= size_t(s);
+    e.offset = nparams;
+    e.conv_weight = conv_weight;
+    nparams += e.count;
+    entries.push_back(e);
+    return e.offset;
+  }
+
+  void add_conv(ConvL& l, const std::string& name, int n, int h, int w, int cin, int cout, int k,
+                int stride, int pad) {
+    l.d.n = n;
+    l.d.h = h;
+    l.d.w = w;
+    l.d.cin = cin;
+    l.d.cout = cout;
+    l.d.kh = l.d.kw = k;
+    l.d.stride = stride;
+    l.d.pad = pad;
+    l.d.ho = conv_out(h, k, stride, pad);
+    l.d.wo = conv_out(w, k, stride, pad);
+    l.w.offset = add_param(name + ".weight", {cout, cin, k, k}, true);
+    l.w.count = size_t(cout) * cin * k * k;
+    l.unit = int(units.size());
+    units.push_back({l.w.offset, l.w.offset + l.w.count});
+    l.out = Act{nullptr, ops.compute_dtype(), n, l.d.ho, l.d.wo, cout};
+  }
+
+  // Running statistics offsets are remembered in the entries; pointers are set after alloc.
+  void add_bn(BnL& l, const std::string& name, int n, int h, int w, int c) {
+    l.d.n = n;
+    l.d.h = h;
+    l.d.w = w;
+    l.d.c = c;
+    l.gamma = {add_param(name + ".weight", {c}, false), size_t(c)};
+    l.beta = {add_param(name + ".bias", {c}, false), size_t(c)};
+    l.unit = int(units.size());
+    units.push_back({l.gamma.offset, l.beta.offset + l.beta.count});
+    for (StateKind k : {StateKind::RunningMean, StateKind::RunningVar}) {
+      StateEntry e;
+      e.name = name + (k == StateKind::RunningMean ? ".running_mean" : ".running_var");
+      e.shape = {c};
+      e.kind = k;
+      e.offset = nbuffers;
+      e.count = size_t(c);
+      nbuffers += size_t(c);
+      entries.push_back(e);
+    }
+    StateEntry t;
+    t.name = name + ".num_batches_tracked";
+    t.shape = {};
+    t.kind = StateKind::NumBatchesTracked;
+    t.count = 1;
+    entries.push_back(t);
+    l.out = Act{nullptr, ops.compute_dtype(), n, h, w, c};
+  }
+
+  void build() {
+    const int d = cfg.depth;
+    std::vector<int> counts;
+    bool bottleneck = false;
+    switch (d) {
+      case 18: counts = {2, 2, 2, 2}; break;
+      case 34: counts = {3, 4, 6, 3}; break;
+      case 50: counts = {3, 4, 6, 3}; bottleneck = true; break;
+      case 101: counts = {3, 4, 23, 3}; bottleneck = true; break;
+      case 152: counts = {3, 8, 36, 3}; bottleneck = true; break;
+      default:
+        throw std::invalid_argument("model: depth " + std::to_string(d) +
+                                    " is not a ResNet depth (use 18, 34, 50, 101 or 152)");
+    }
+    if (cfg.width < 1) throw std::invalid_argument("model: width must be >= 1");
+    if (cfg.num_classes < 1) throw std::invalid_argument("model: num_classes must be >= 1");
+    if (cfg.image_size < 1) throw std::invalid_argument("model: image_size must be >= 1");
+    if (cfg.batch < 1) throw std::invalid_argument("model: batch must be >= 1");
+    const int n = cfg.batch, expansion = bottleneck ? 4 : 1;
+
+    add_conv(conv1, "conv1", n, cfg.image_size, cfg.image_size, 3, cfg.width, 7, 2, 3);
+    add_bn(bn1, "bn1", n, conv1.d.ho, conv1.d.wo, cfg.width);
+    pool_d.n = n;
+    pool_d.h = conv1.d.ho;
+    pool_d.w = conv1.d.wo;
+    pool_d.c = cfg.width;
+    pool_d.ho = conv_out(pool_d.h, 3, 2, 1);
+    pool_d.wo = conv_out(pool_d.w, 3, 2, 1);
+    pool_out = Act{nullptr, ops.compute_dtype(), n, pool_d.ho, pool_d.wo, cfg.width};
+
+    int h = pool_d.ho, w = pool_d.wo, inplanes = cfg.width;
+    size_t nblocks = 0;
+    for (int c : counts) nblocks += size_t(c);
+    blocks.resize(nblocks);  // no reallocation afterwards: blocks point at each other's outputs
+    size_t bi = 0;
+    for (int li = 0; li < 4; ++li) {
+      const int planes = cfg.width << li;
+      for (int j = 0; j < counts[size_t(li)]; ++j) {
+        Block& b = blocks[bi++];
+        const std::string p = "layer" + std::to_string(li + 1) + "." + std::to_string(j);
+        const int stride = (li > 0 && j == 0) ? 2 : 1;
+        b.bottleneck = bottleneck;
+        const int ho = conv_out(h, 3, stride, 1), wo = conv_out(w, 3, stride, 1);
+        if (bottleneck) {
+          add_conv(b.c1, p + ".conv1", n, h, w, inplanes, planes, 1, 1, 0);
+          add_bn(b.b1, p + ".bn1", n, h, w, planes);
+          add_conv(b.c2, p + ".conv2", n, h, w, planes, planes, 3, stride, 1);
+          add_bn(b.b2, p + ".bn2", n, ho, wo, planes);
+          add_conv(b.c3, p + ".conv3", n, ho, wo, planes, planes * expansion, 1, 1, 0);
+          add_bn(b.b3, p + ".bn3", n, ho, wo, planes * expansion);
+        } else {
+          add_conv(b.c1, p + ".conv1", n, h, w, inplanes, planes, 3, stride, 1);
+          add_bn(b.b1, p + ".bn1", n, ho, wo, planes);
+          add_conv(b.c2, p + ".conv2", n, ho, wo, planes, planes, 3, 1, 1);
+          add_bn(b.b2, p + ".bn2", n, ho, wo, planes);
+        }
+        b.has_ds = stride != 1 || inplanes != planes * expansion;
+        if (b.has_ds) {
+          add_conv(b.cd, p + ".downsample.0", n, h, w, inplanes, planes * expansion, 1, stride, 0);
+          add_bn(b.bd, p + ".downsample.1", n, ho, wo, planes * expansion);
+        }
+        inplanes = planes * expansion;
+        h = ho;
+        w = wo;
+      }
+    }
+    fc_in = inplanes;
+    fc_w = {add_param("fc.weight", {cfg.num_classes, fc_in}, false),
+            size_t(cfg.num_classes) * size_t(fc_in)};
+    fc_b = {add_param("fc.bias", {cfg.num_classes}, false), size_t(cfg.num_classes)};
+    fc_unit = int(units.size());
+    units.push_back({fc_w.offset, fc_b.offset + fc_b.count});
+    unit_done.assign(units.size(), 0);
+
+    allocate();
+  }
+
+  Act alloc_act(Act a) {
+    a.data = ops.alloc(a.bytes());
+    return a;
+  }
+
+  void alloc_bn(BnL& l) {
+    l.out = alloc_act(l.out);
+    l.save_mean = static_cast<float*>(ops.alloc(size_t(l.d.c) * sizeof(float)));
+    l.save_invstd = static_cast<float*>(ops.alloc(size_t(l.d.c) * sizeof(float)));
+  }
+
+  void allocate() {
+    params = static_cast<float*>(ops.alloc(nparams * sizeof(float)));
+    grads = static_cast<float*>(ops.alloc(nparams * sizeof(float)));
+    buffers = static_cast<float*>(ops.alloc(nbuffers * sizeof(float)));
+    ops.bind_params(params, grads, nparams);
+
+    // Running statistics pointers, in entry order (which is also each BN's creation order).
+    std::vector<BnL*> bns{&bn1};
+    for (Block& b : blocks) {
+      for (BnL* l : {&b.b1, &b.b2}) bns.push_back(l);
+      if (b.bottleneck) bns.push_back(&b.b3);
+      if (b.has_ds) bns.push_back(&b.bd);
+    }
+    size_t k = 0;
+    for (const StateEntry& e : entries) {
+      if (e.kind == StateKind::RunningMean) bns[k]->running_mean = buffers + e.offset;
+      if (e.kind == StateKind::RunningVar) bns[k++]->running_var = buffers + e.offset;
+    }
+
+    const DType dt = ops.compute_dtype();
+    const int n = cfg.batch;
+    input = alloc_act(Act{nullptr, dt, n, cfg.image_size, cfg.image_size, 3});
+    labels = static_cast<int32_t*>(ops.alloc(size_t(n) * sizeof(int32_t)));
+
+    size_t max_numel = input.numel();
+    auto conv = [&](ConvL& l) {
+      l.out = alloc_act(l.out);
+      ops.register_conv(l.d, l.w);
+      max_numel = std::max(max_numel, l.out.numel());
+    };
+    conv(conv1);
+    alloc_bn(bn1);
+    pool_out = alloc_act(pool_out);
+    const Act* prev = &pool_out;
+    for (Block& b : blocks) {
+      b.in = prev;
+      conv(b.c1);
+      alloc_bn(b.b1);
+      conv(b.c2);
+      alloc_bn(b.b2);
+      if (b.bottleneck) {
+        conv(b.c3);
+        alloc_bn(b.b3);
+      }
+      if (b.has_ds) {
+        conv(b.cd);
+        alloc_bn(b.bd);
+      }
+      b.out = b.bottleneck ? &b.b3.out : &b.b2.out;
+      prev = b.out;
+    }
+    avg_out = alloc_act(Act{nullptr, dt, n, 1, 1, fc_in});
+    d_avg = alloc_act(Act{nullptr, dt, n, 1, 1, fc_in});
+    const size_t nl = size_t(n) * size_t(cfg.num_classes);
+    logits = static_cast<float*>(ops.alloc(nl * sizeof(float)));
+    dlogits = static_cast<float*>(ops.alloc(nl * sizeof(float)));
+    loss = static_cast<float*>(ops.alloc(sizeof(float)));
+    for (Act* s : {&g_a, &g_b, &t1}) {
+      s->dtype = dt;
+      s->data = ops.alloc(max_numel * dtype_size(dt));
+    }
+  }
+
+  // Scratch tensors reshaped to the activation they hold the gradient of.
+  static Act like(const Act& scratch, const Act& shape) {
+    Act a = shape;
+    a.data = scratch.data;
+    return a;
+  }
+
+  // --- Forward
+
+  void bn_fwd(BnL& l, const Act& x, const Act* residual, bool relu, bool train) {
+    if (train) {
+      ops.bn_forward_train(l.d, x, l.gamma, l.beta, l.running_mean, l.running_var, l.save_mean,
+                           l.save_invstd, residual, relu, l.out);
+    } else {
+      ops.bn_forward_eval(l.d, x, l.gamma, l.beta, l.running_mean, l.running_var, residual, relu,
+                          l.out);
+    }
+  }
+
+  void forward(bool train, float grad_scale) {
+    ops.conv_forward(conv1.d, input, conv1.w, conv1.out);
+    bn_fwd(bn1, conv1.out, nullptr, true, train);
+    ops.maxpool_forward(pool_d, bn1.out, pool_out);
+    for (Block& b : blocks) {
+      ops.conv_forward(b.c1.d, *b.in, b.c1.w, b.c1.out);
+      bn_fwd(b.b1, b.c1.out, nullptr, true, train);
+      ops.conv_forward(b.c2.d, b.b1.out, b.c2.w, b.c2.out);
+      const Act* residual = b.in;
+      if (b.has_ds) {
+        ops.conv_forward(b.cd.d, *b.in, b.cd.w, b.cd.out);
+        bn_fwd(b.bd, b.cd.out, nullptr, false, train);
+        residual = &b.bd.out;
+      }
+      if (b.bottleneck) {
+        bn_fwd(b.b2, b.c2.out, nullptr, true, train);
+        ops.conv_forward(b.c3.d, b.b2.out, b.c3.w, b.c3.out);
+        bn_fwd(b.b3, b.c3.out, residual, true, train);
+      } else {
+        bn_fwd(b.b2, b.c2.out, residual, true, train);
+      }
+    }
+    ops.avgpool_forward(*blocks.back().out, avg_out);
+    ops.fc_forward(avg_out, fc_w, fc_b, cfg.num_classes, logits);
+    ops.softmax_xent(cfg.batch, cfg.num_classes, logits, labels, grad_scale, loss, dlogits);
+    if (train) ++batches_tracked;
+  }
+
+  // --- Backward
+
+  // Marks a layer's gradients final and reports the newly final suffix of the buffer.
+  void unit_ready(int u) {
+    unit_done[size_t(u)] = 1;
+    // The frontier is the start of the longest run of finished layers at the end of the buffer
+    // (a block's downsample branch finishes before its main branch, so runs can have gaps).
+    size_t frontier = ready_begin;
+    for (int i = int(units.size()) - 1; i >= 0 && unit_done[size_t(i)]; --i)
+      frontier = units[size_t(i)].begin;
+    if (frontier < ready_begin) {
+      if (on_grads_ready) on_grads_ready(frontier, ready_begin);
+      ready_begin = frontier;
+    }
+  }
+
+  void conv_bwd(ConvL& l, const Act& x, const Act& dy, Act* dx, bool accumulate) {
+    ops.conv_backward(l.d, x, l.w, dy, dx, accumulate, l.w);
+    unit_ready(l.unit);
+  }
+
+  void bn_bwd(BnL& l, const Act& x, const Act& dy, bool relu, Act& dx, Act* dres) {
+    ops.bn_backward(l.d, x, l.out, dy, l.gamma, l.save_mean, l.save_invstd, relu, dx, dres,
+                    l.gamma, l.beta);
+    unit_ready(l.unit);
+  }
+
+  // dout_s holds the gradient of the block's output; din_s receives the gradient of its input.
+  // Three scratch tensors suffice: once the last BN's backward has read dout, dout_s is free
+  // and ping-pongs with t1 through the block's layers.
+  void backward_block(Block& b, Act& dout_s, Act& din_s) {
+    const Act dout = like(dout_s, *b.out);
+    Act din = like(din_s, *b.in);
+    BnL& last = b.bottleneck ? b.b3 : b.b2;
+    ConvL& last_conv = b.bottleneck ? b.c3 : b.c2;
+    Act d_last = like(t1, last_conv.out);
+    // The residual branch's gradient goes to din's buffer: without a downsample it IS din's
+    // first term; with one, the downsample's backward consumes it before conv_bwd overwrites din.
+    Act dres = b.has_ds ? like(din_s, b.bd.out) : din;
+    bn_bwd(last, last_conv.out, dout, true, d_last, &dres);
+    if (b.has_ds) {
+      Act dd = like(dout_s, b.cd.out);
+      bn_bwd(b.bd, b.cd.out, dres, false, dd, nullptr);
+      conv_bwd(b.cd, *b.in, dd, &din, false);
+    }
+    if (b.bottleneck) {
+      Act db2 = like(dout_s, b.b2.out);
+      conv_bwd(b.c3, b.b2.out, d_last, &db2, false);
+      Act dc2 = like(t1, b.c2.out);
+      bn_bwd(b.b2, b.c2.out, db2, true, dc2, nullptr);
+      d_last = dc2;
+    }
+    Act db1 = like(dout_s, b.b1.out);
+    conv_bwd(b.c2, b.b1.out, d_last, &db1, false);
+    Act dc1 = like(t1, b.c1.out);
+    bn_bwd(b.b1, b.c1.out, db1, true, dc1, nullptr);
+    conv_bwd(b.c1, *b.in, dc1, &din, true);
+  }
+
+  void backward() {
+    std::fill(unit_done.begin(), unit_done.end(), 0);
+    ready_begin = nparams;
+    ops.fc_backward(avg_out, fc_w, dlogits, cfg.num_classes, d_avg, fc_w, fc_b);
+    unit_ready(fc_unit);
+    Act* gout = &g_a;
+    Act* gin = &g_b;
+    Act top = like(*gout, *blocks.back().out);
+    ops.avgpool_backward(d_avg, top);
+    for (size_t i = blocks.size(); i-- > 0;) {
+      backward_block(blocks[i], *gout, *gin);
+      std::swap(gout, gin);
+    }
+    Act dbn1 = like(t1, bn1.out);
+    ops.maxpool_backward(pool_d, bn1.out, pool_out, like(*gout, pool_out), dbn1);
+    Act dc1 = like(*gin, conv1.out);
+    bn_bwd(bn1, conv1.out, dbn1, true, dc1, nullptr);
+    conv_bwd(conv1, input, dc1, nullptr, false);
+  }
+
+  std::function<void(size_t, size_t)> on_grads_ready;
+};
+
+// --- Model
+
+Model::Model(const ModelConfig& cfg, Ops& ops) : impl_(std::make_unique<Impl>(cfg, ops)) {
+  impl_->build();
+}
+Model::~Model() = default;
+
+const ModelConfig& Model::config() const { return impl_->cfg; }
+const std::vector<StateEntry>& Model::state_entries() const { return impl_->entries; }
+size_t Model::num_params() const { return impl_->nparams; }
+size_t Model::num_buffers() const { return impl_->nbuffers; }
+float* Model::params() { return impl_->params; }
+float* Model::grads() { return impl_->grads; }
+float* Model::buffers() { return impl_->buffers; }
+Act& Model::input() { return impl_->input; }
+int32_t* Model::labels() { return impl_->labels; }
+int64_t Model::num_batches_tracked() const { return impl_->batches_tracked; }
+
+void Model::init(uint64_t seed) {
+  Impl& m = *impl_;
+  HostRng rng(seed);
+  ModelState s;
+  s.params.assign(m.nparams, 0.0f);
+  s.buffers.assign(m.nbuffers, 0.0f);
+  std::vector<float> tmp;
+  for (size_t i = 0; i < m.entries.size(); ++i) {
+    const StateEntry& e = m.entries[i];
+    if (e.kind == StateKind::RunningVar) {
+      std::fill_n(s.buffers.begin() + long(e.offset), e.count, 1.0f);
+    } else if (e.kind != StateKind::Param) {
+      continue;
+    } else if (e.conv_weight) {
+      // kaiming_normal_(mode="fan_out", nonlinearity="relu"): std = sqrt(2 / (C_out * kH * kW)),
+      // drawn in PyTorch's OIHW order, stored OHWI.
+      const int o = int(e.shape[0]), ci = int(e.shape[1]), kh = int(e.shape[2]),
+                kw = int(e.shape[3]);
+      const double sd = std::sqrt(2.0 / double(o * kh * kw));
+      tmp.resize(e.count);
+      for (float& v : tmp) v = float(sd * rng.normal());
+      oihw_to_ohwi(tmp.data(), s.params.data() + e.offset, o, ci, kh, kw);
+    } else if (e.name == "fc.weight" || e.name == "fc.bias") {
+      // nn.Linear's default: kaiming_uniform_(a=sqrt(5)) == U(-1/sqrt(in), 1/sqrt(in)); bias same.
+      const double bound = 1.0 / std::sqrt(double(m.fc_in));
+      for (size_t k = 0; k < e.count; ++k)
+        s.params[e.offset + k] = float((2.0 * rng.uniform() - 1.0) * bound);
+    } else {
+      // BN: weight 1, bias 0.
+      const bool is_weight = e.name.size() > 7 && e.name.compare(e.name.size() - 7, 7, ".weight") == 0;
+      std::fill_n(s.params.begin() + long(e.offset), e.count, is_weight ? 1.0f : 0.0f);
+    }
+  }
+  s.num_batches_tracked = 0;
+  set_state(s);
+}
+
+void Model::forward_backward(float grad_scale) {
+  impl_->on_grads_ready = on_grads_ready;
+  impl_->forward(true, grad_scale);
+  impl_->backward();
+}
+
+void Model::forward_eval() { impl_->forward(false, 1.0f); }
+
+float Model::last_loss() {
+  float v = 0;
+  impl_->ops.synchronize();
+  impl_->ops.download(&v, impl_->loss, sizeof(float));
+  return v;
+}
+
+std::vector<float> Model::last_logits() {
+  std::vector<float> v(size_t(impl_->cfg.batch) * size_t(impl_->cfg.num_classes));
+  impl_->ops.synchronize();
+  impl_->ops.download(v.data(), impl_->logits, v.size() * sizeof(float));
+  return v;
+}
+
+ModelState Model::get_state() {
+  Impl& m = *impl_;
+  ModelState s;
+  s.params.resize(m.nparams);
+  s.buffers.resize(m.nbuffers);
+  m.ops.synchronize();
+  m.ops.download(s.params.data(), m.params, m.nparams * sizeof(float));
+  m.ops.download(s.buffers.data(), m.buffers, m.nbuffers * sizeof(float));
+  s.num_batches_tracked = m.batches_tracked;
+  return s;
+}
+
+void Model::set_state(const ModelState& s) {
+  Impl& m = *impl_;
+  if (s.params.size() != m.nparams || s.buffers.size() != m.nbuffers)
+    throw std::invalid_argument("model: state has " + std::to_string(s.params.size()) +
+                                " parameters and " + std::to_string(s.buffers.size()) +
+                                " buffer values, the model " + std::to_string(m.nparams) +
+                                " and " + std::to_string(m.nbuffers));
+  m.ops.upload(m.params, s.params.data(), m.nparams * sizeof(float));
+  m.ops.upload(m.buffers, s.buffers.data(), m.nbuffers * sizeof(float));
+  m.batches_tracked = s.num_batches_tracked;
+  m.ops.params_updated();
+}
+
+// --- Layout conversion
+
+void oihw_to_ohwi(const float* src, float* dst, int o, int i, int kh, int kw) {
+  for (int a = 0; a < o; ++a)
+    for (int b = 0; b < i; ++b)
+      for (int y = 0; y < kh; ++y)
+        for (int x = 0; x < kw; ++x)
+          dst[((size_t(a) * kh + y) * kw + x) * i + b] = src[((size_t(a) * i + b) * kh + y) * kw + x];
+}
+
+void ohwi_to_oihw(const float* src, float* dst, int o, int i, int kh, int kw) {
+  for (int a = 0; a < o; ++a)
+    for (int b = 0; b < i; ++b)
+      for (int y = 0; y < kh; ++y)
+        for (int x = 0; x < kw; ++x)
+          dst[((size_t(a) * i + b) * kh + y) * kw + x] = src[((size_t(a) * kh + y) * kw + x) * i + b];
+}
+
+}  // namespace worker

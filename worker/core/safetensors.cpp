@@ -1,0 +1,328 @@
+// safetensors reading and writing, and the model state <-> torchvision state_dict mapping.
+//
+// Format: u64 little-endian N, then N bytes of JSON {"name": {"dtype", "shape",
+// "data_offsets": [begin, end]}, "__metadata__": {str: str}}, then the data; offsets are
+// relative to the start of the data. The header is padded with spaces to a multiple of 8 bytes
+// so the data stays aligned (as the reference writer does).
+#include "worker/core/safetensors.h"
+
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstring>
+#include <fstream>
+#include <stdexcept>
+
+#include <nlohmann/json.hpp>
+
+namespace worker {
+
+namespace {
+
+// Headers larger than this are refused before allocating (the reference reader uses 100 MB).
+constexpr uint64_t kMaxHeaderBytes = 100ull << 20;
+
+std::runtime_error st_error(const std::string& path, const std::string& msg) {
+  return std::runtime_error("safetensors file '" + path + "': " + msg);
+}
+
+size_t st_dtype_size(const std::string& d) {
+  if (d == "F64" || d == "I64" || d == "U64") return 8;
+  if (d == "F32" || d == "I32" || d == "U32") return 4;
+  if (d == "F16" || d == "BF16" || d == "I16" || d == "U16") return 2;
+  if (d == "I8" || d == "U8" || d == "BOOL" || d == "F8_E4M3" || d == "F8_E5M2") return 1;
+  return 0;
+}
+
+std::string shape_str(const std::vector<int64_t>& s) {
+  std::string r = "[";
+  for (size_t i = 0; i < s.size(); ++i) r += (i ? ", " : "") + std::to_string(s[i]);
+  return r + "]";
+}
+
+uint64_t numel(const std::vector<int64_t>& shape) {
+  uint64_t n = 1;
+  for (int64_t s : shape) n *= uint64_t(s);
+  return n;
+}
+
+// Writes all of buf to fd, or throws.
+void write_all(int fd, const void* buf, size_t len, const std::string& path) {
+  const char* p = static_cast<const char*>(buf);
+  while (len > 0) {
+    const ssize_t w = ::write(fd, p, len);
+    if (w < 0) {
+      if (errno == EINTR) continue;
+      throw st_error(path, std::string("write failed: ") + std::strerror(errno));
+    }
+    p += w;
+    len -= size_t(w);
+  }
+}
+
+std::string dir_of(const std::string& path) {
+  const size_t s = path.find_last_of('/');
+  if (s == std::string::npos) return ".";
+  return s == 0 ? "/" : path.substr(0, s);
+}
+
+}  // namespace
+
+// --- Writing
+
+void write_safetensors(const std::string& path, const std::vector<StTensor>& tensors,
+                       const std::map<std::string, std::string>& metadata) {
+  nlohmann::json header = nlohmann::json::object();
+  if (!metadata.empty()) header["__metadata__"] = metadata;
+  uint64_t offset = 0;
+  for (const StTensor& t : tensors) {
+    const size_t es = st_dtype_size(t.dtype);
+    if (es == 0) throw st_error(path, "tensor '" + t.name + "' has unknown dtype '" + t.dtype + "'");
+    if (t.name.empty() || t.name == "__metadata__")
+      throw st_error(path, "invalid tensor name '" + t.name + "'");
+    if (header.contains(t.name)) throw st_error(path, "duplicate tensor '" + t.name + "'");
+    for (int64_t s : t.shape)
+      if (s < 0) throw st_error(path, "tensor '" + t.name + "' has a negative dimension");
+    if (numel(t.shape) * es != t.data.size())
+      throw st_error(path, "tensor '" + t.name + "' has " + std::to_string(t.data.size()) +
+                               " bytes, its shape " + shape_str(t.shape) + " needs " +
+                               std::to_string(numel(t.shape) * es));
+    header[t.name] = {{"dtype", t.dtype},
+                      {"shape", t.shape},
+                      {"data_offsets", {offset, offset + t.data.size()}}};
+    offset += t.data.size();
+  }
+  std::string h = header.dump();
+  h.append((8 - h.size() % 8) % 8, ' ');
+  uint8_t len[8];
+  for (int i = 0; i < 8; ++i) len[i] = uint8_t(uint64_t(h.size()) >> (8 * i));
+
+  // Temporary name in the same folder (rename is atomic only within one file system).
+  std::string tmpl = path + ".tmp.XXXXXX";
+  std::vector<char> name(tmpl.begin(), tmpl.end());
+  name.push_back('\0');
+  const int fd = ::mkstemp(name.data());
+  if (fd < 0)
+    throw st_error(path, std::string("cannot create a temporary file in '") + dir_of(path) +
+                             "': " + std::strerror(errno));
+  const std::string tmp(name.data());
+  try {
+    write_all(fd, len, 8, path);
+    write_all(fd, h.data(), h.size(), path);
+    for (const StTensor& t : tensors) write_all(fd, t.data.data(), t.data.size(), path);
+    if (::fchmod(fd, 0644) != 0 || ::fsync(fd) != 0)
+      throw st_error(path, std::string("fsync failed: ") + std::strerror(errno));
+    if (::close(fd) != 0) {
+      throw st_error(path, std::string("close failed: ") + std::strerror(errno));
+    }
+  } catch (...) {
+    ::close(fd);
+    ::unlink(tmp.c_str());
+    throw;
+  }
+  if (::rename(tmp.c_str(), path.c_str()) != 0) {
+    const int e = errno;
+    ::unlink(tmp.c_str());
+    throw st_error(path, std::string("rename failed: ") + std::strerror(e));
+  }
+  // Make the rename itself durable.
+  const int dfd = ::open(dir_of(path).c_str(), O_RDONLY | O_DIRECTORY);
+  if (dfd >= 0) {
+    ::fsync(dfd);
+    ::close(dfd);
+  }
+}
+
+// --- Reading
+
+std::vector<StTensor> read_safetensors(const std::string& path,
+                                       std::map<std::string, std::string>* metadata) {
+  std::ifstream f(path, std::ios::binary);
+  if (!f) throw st_error(path, std::string("cannot open: ") + std::strerror(errno));
+  f.seekg(0, std::ios::end);
+  const uint64_t file_size = uint64_t(f.tellg());
+  f.seekg(0);
+  if (file_size < 8) throw st_error(path, "truncated: shorter than the 8-byte header length");
+  uint8_t len[8];
+  f.read(reinterpret_cast<char*>(len), 8);
+  uint64_t hlen = 0;
+  for (int i = 0; i < 8; ++i) hlen |= uint64_t(len[i]) << (8 * i);
+  if (hlen > kMaxHeaderBytes)
+    throw st_error(path, "header length " + std::to_string(hlen) + " exceeds the limit of " +
+                             std::to_string(kMaxHeaderBytes) + " bytes");
+  if (hlen > file_size - 8)
+    throw st_error(path, "truncated: header length " + std::to_string(hlen) +
+                             " goes beyond the end of the file (" + std::to_string(file_size) +
+                             " bytes)");
+  std::string h(size_t(hlen), '\0');
+  f.read(h.data(), std::streamsize(hlen));
+  if (!f) throw st_error(path, "read error in the header");
+  nlohmann::json header;
+  try {
+    header = nlohmann::json::parse(h);
+  } catch (const std::exception& e) {
+    throw st_error(path, std::string("header is not valid JSON: ") + e.what());
+  }
+  if (!header.is_object()) throw st_error(path, "header is not a JSON object");
+  const uint64_t data_size = file_size - 8 - hlen;
+
+  struct Pending {
+    StTensor t;
+    uint64_t begin = 0, end = 0;
+  };
+  std::vector<Pending> pend;
+  for (auto it = header.begin(); it != header.end(); ++it) {
+    if (it.key() == "__metadata__") {
+      if (!it->is_object()) throw st_error(path, "__metadata__ is not an object");
+      for (auto m = it->begin(); m != it->end(); ++m) {
+        if (!m->is_string()) throw st_error(path, "__metadata__ value '" + m.key() + "' is not a string");
+        if (metadata) (*metadata)[m.key()] = m->get<std::string>();
+      }
+      continue;
+    }
+    const std::string& name = it.key();
+    const nlohmann::json& e = *it;
+    auto bad = [&](const std::string& msg) { return st_error(path, "tensor '" + name + "': " + msg); };
+    if (!e.is_object() || !e.contains("dtype") || !e.contains("shape") || !e.contains("data_offsets"))
+      throw bad("entry needs dtype, shape and data_offsets");
+    if (!e["dtype"].is_string()) throw bad("dtype is not a string");
+    Pending p;
+    p.t.name = name;
+    p.t.dtype = e["dtype"].get<std::string>();
+    const size_t es = st_dtype_size(p.t.dtype);
+    if (es == 0) throw bad("unknown dtype '" + p.t.dtype + "'");
+    if (!e["shape"].is_array()) throw bad("shape is not an array");
+    for (const auto& s : e["shape"]) {
+      if (!s.is_number_unsigned()) throw bad("shape has a non-integer or negative dimension");
+      p.t.shape.push_back(s.get<int64_t>());
+    }
+    const auto& off = e["data_offsets"];
+    if (!off.is_array() || off.size() != 2 || !off[0].is_number_unsigned() || !off[1].is_number_unsigned())
+      throw bad("data_offsets is not a pair of non-negative integers");
+    p.begin = off[0].get<uint64_t>();
+    p.end = off[1].get<uint64_t>();
+    if (p.begin > p.end || p.end > data_size)
+      throw bad("data_offsets [" + std::to_string(p.begin) + ", " + std::to_string(p.end) +
+                "] out of range (data section is " + std::to_string(data_size) +
+                " bytes; truncated file?)");
+    if (numel(p.t.shape) * es != p.end - p.begin)
+      throw bad("shape " + shape_str(p.t.shape) + " of " + p.t.dtype + " needs " +
+                std::to_string(numel(p.t.shape) * es) + " bytes, data_offsets span " +
+                std::to_string(p.end - p.begin));
+    pend.push_back(std::move(p));
+  }
+  // The tensors must tile the data section exactly (no overlaps, holes or trailing bytes).
+  std::sort(pend.begin(), pend.end(), [](const Pending& a, const Pending& b) {
+    return a.begin != b.begin ? a.begin < b.begin : a.end < b.end;
+  });
+  uint64_t at = 0;
+  for (const Pending& p : pend) {
+    if (p.begin != at)
+      throw st_error(path, "tensor '" + p.t.name + "': data_offsets overlap or leave a gap at byte " +
+                               std::to_string(at));
+    at = p.end;
+  }
+  if (at != data_size)
+    throw st_error(path, "data section has " + std::to_string(data_size) + " bytes, tensors cover " +
+                             std::to_string(at));
+
+  std::vector<StTensor> out;
+  out.reserve(pend.size());
+  for (Pending& p : pend) {
+    p.t.data.resize(size_t(p.end - p.begin));
+    if (!p.t.data.empty()) f.read(reinterpret_cast<char*>(p.t.data.data()), std::streamsize(p.t.data.size()));
+    if (!f) throw st_error(path, "tensor '" + p.t.name + "': read error");
+    out.push_back(std::move(p.t));
+  }
+  return out;
+}
+
+// --- Model state <-> tensors
+
+std::vector<StTensor> model_state_to_tensors(const Model& model, const ModelState& state) {
+  if (state.params.size() != model.num_params() || state.buffers.size() != model.num_buffers())
+    throw std::invalid_argument("model_state_to_tensors: state does not match the model");
+  std::vector<StTensor> out;
+  for (const StateEntry& e : model.state_entries()) {
+    StTensor t;
+    t.name = e.name;
+    t.shape = e.shape;
+    if (e.kind == StateKind::NumBatchesTracked) {
+      t.dtype = "I64";
+      t.data.resize(8);
+      const uint64_t v = uint64_t(state.num_batches_tracked);
+      for (int i = 0; i < 8; ++i) t.data[size_t(i)] = uint8_t(v >> (8 * i));
+    } else {
+      t.dtype = "F32";
+      t.data.resize(e.count * sizeof(float));
+      const float* src = (e.kind == StateKind::Param ? state.params.data() : state.buffers.data()) + e.offset;
+      if (e.conv_weight) {
+        ohwi_to_oihw(src, reinterpret_cast<float*>(t.data.data()), int(e.shape[0]), int(e.shape[1]),
+                     int(e.shape[2]), int(e.shape[3]));
+      } else {
+        std::memcpy(t.data.data(), src, t.data.size());
+      }
+    }
+    out.push_back(std::move(t));
+  }
+  return out;
+}
+
+ModelState model_state_from_tensors(const Model& model, const std::vector<StTensor>& tensors,
+                                    const std::string& what) {
+  std::map<std::string, const StTensor*> by_name;
+  for (const StTensor& t : tensors) by_name[t.name] = &t;
+  ModelState s;
+  s.params.assign(model.num_params(), 0.0f);
+  s.buffers.assign(model.num_buffers(), 0.0f);
+  bool have_nbt = false;
+  for (const StateEntry& e : model.state_entries()) {
+    auto it = by_name.find(e.name);
+    if (it == by_name.end())
+      throw std::runtime_error(what + ": missing tensor '" + e.name + "' (shape " + shape_str(e.shape) +
+                               "); was it saved from a ResNet of the same depth?");
+    const StTensor& t = *it->second;
+    if (t.shape != e.shape)
+      throw std::runtime_error(what + ": tensor '" + e.name + "' has shape " + shape_str(t.shape) +
+                               ", the model needs " + shape_str(e.shape) +
+                               " (check --depth, --width, --num-classes)");
+    if (e.kind == StateKind::NumBatchesTracked) {
+      if (t.dtype != "I64")
+        throw std::runtime_error(what + ": tensor '" + e.name + "' has dtype " + t.dtype + ", expected I64");
+      uint64_t v = 0;
+      for (int i = 0; i < 8; ++i) v |= uint64_t(t.data[size_t(i)]) << (8 * i);
+      // One counter for the whole model: every BN sees the same number of batches.
+      if (!have_nbt || int64_t(v) > s.num_batches_tracked) s.num_batches_tracked = int64_t(v);
+      have_nbt = true;
+      continue;
+    }
+    if (t.dtype != "F32")
+      throw std::runtime_error(what + ": tensor '" + e.name + "' has dtype " + t.dtype + ", expected F32");
+    float* dst = (e.kind == StateKind::Param ? s.params.data() : s.buffers.data()) + e.offset;
+    const float* src = reinterpret_cast<const float*>(t.data.data());
+    if (e.conv_weight) {
+      oihw_to_ohwi(src, dst, int(e.shape[0]), int(e.shape[1]), int(e.shape[2]), int(e.shape[3]));
+    } else {
+      std::memcpy(dst, src, e.count * sizeof(float));
+    }
+  }
+  if (by_name.size() != tensors.size()) {
+    for (size_t i = 0; i < tensors.size(); ++i)
+      for (size_t j = i + 1; j < tensors.size(); ++j)
+        if (tensors[i].name == tensors[j].name)
+          throw std::runtime_error(what + ": duplicate tensor '" + tensors[i].name + "'");
+  }
+  for (const StTensor& t : tensors) {
+    bool known = false;
+    for (const StateEntry& e : model.state_entries()) known = known || e.name == t.name;
+    if (!known)
+      throw std::runtime_error(what + ": unexpected tensor '" + t.name +
+                               "' (not part of this model; check --depth)");
+  }
+  return s;
+}
+
+}  // namespace worker
