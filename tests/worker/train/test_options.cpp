@@ -1,0 +1,100 @@
+#include <catch2/catch.hpp>
+
+#include "worker/train/options.h"
+
+using worker::parse_options;
+using worker::TrainOptions;
+using worker::UsageError;
+
+namespace {
+
+std::string usage_error(const std::vector<std::string>& args) {
+  try {
+    parse_options(args);
+  } catch (const UsageError& e) {
+    return e.what();
+  }
+  return "";
+}
+
+}  // namespace
+
+TEST_CASE("defaults are the paddle guide's", "[train][options]") {
+  const auto o = parse_options(std::vector<std::string>{});
+  REQUIRE(o);
+  CHECK(o->depth == 50);
+  CHECK(o->num_classes == 1000);
+  CHECK(o->image_size == 224);
+  CHECK(o->batch_size == 32);
+  CHECK(o->num_samples == 1000);
+  CHECK(o->epochs == 3);
+  CHECK(o->optimizer == "adam");
+  CHECK(o->lr == 1e-3);
+  CHECK(o->log_every == 10);
+  CHECK(o->data == "random");
+  CHECK(o->device == "auto");
+  CHECK(worker::resolve_precision(*o, true) == "bf16");
+  CHECK(worker::resolve_precision(*o, false) == "fp32");
+}
+
+TEST_CASE("every option is parsed", "[train][options]") {
+  const auto o = parse_options(std::vector<std::string>{
+      "--depth", "18", "--width", "16", "--num-classes", "10", "--image-size", "32", "--batch-size", "8",
+      "--num-samples", "64", "--epochs", "2", "--max-steps", "5", "--optimizer", "sgd", "--lr", "0.1",
+      "--momentum", "0.5", "--weight-decay", "1e-4", "--accum-steps", "2", "--seed", "9", "--data", "learnable",
+      "--save", "c.safetensors", "--save-every", "3", "--dump-batch", "b.safetensors", "--metrics-file", "m.jsonl",
+      "--log-every", "1", "--device", "cpu", "--precision", "fp32", "--threads", "2"});
+  REQUIRE(o);
+  CHECK(o->depth == 18);
+  CHECK(o->width == 16);
+  CHECK(o->max_steps == 5);
+  CHECK(o->optimizer == "sgd");
+  CHECK(o->momentum == 0.5);
+  CHECK(o->weight_decay == 1e-4);
+  CHECK(o->accum_steps == 2);
+  CHECK(o->seed == 9);
+  CHECK(o->save_every == 3);
+  CHECK(o->threads == 2);
+  CHECK(parse_options(std::vector<std::string>{"--resume", "auto", "--save", "x"})->resume == "auto");
+}
+
+TEST_CASE("bad values are usage errors naming the option", "[train][options]") {
+  const std::vector<std::pair<std::vector<std::string>, std::string>> cases = {
+      {{"--depth", "20"}, "--depth 20"},
+      {{"--depth", "x"}, "--depth"},
+      {{"--width", "0"}, "--width"},
+      {{"--num-classes", "0"}, "--num-classes"},
+      {{"--image-size", "4"}, "--image-size"},
+      {{"--batch-size", "0"}, "--batch-size"},
+      {{"--batch-size", "-3"}, "--batch-size"},
+      {{"--num-samples", "0"}, "--num-samples"},
+      {{"--epochs", "0"}, "--epochs"},
+      {{"--max-steps", "-1"}, "--max-steps"},
+      {{"--optimizer", "rmsprop"}, "--optimizer"},
+      {{"--lr", "0"}, "--lr"},
+      {{"--lr", "nan"}, "--lr"},
+      {{"--momentum", "1"}, "--momentum"},
+      {{"--weight-decay", "-1"}, "--weight-decay"},
+      {{"--accum-steps", "0"}, "--accum-steps"},
+      {{"--data", "imagenet"}, "--data"},
+      {{"--save-every", "5"}, "--save-every"},
+      {{"--resume", "auto"}, "--resume auto"},
+      {{"--init", "a", "--resume", "b"}, "--init"},
+      {{"--log-every", "0"}, "--log-every"},
+      {{"--device", "tpu"}, "--device"},
+      {{"--precision", "fp8"}, "--precision"},
+      {{"--device", "cpu", "--precision", "bf16"}, "fp32 only"},
+      {{"--threads", "-1"}, "--threads"},
+      {{"--no-such-flag"}, "--no-such-flag"},
+      {{"extra"}, "extra"},
+  };
+  for (const auto& [args, needle] : cases) {
+    const std::string err = usage_error(args);
+    INFO(args[0] << " -> '" << err << "'");
+    CHECK(err.find(needle) != std::string::npos);
+    CHECK(err.find('\n') == std::string::npos);
+  }
+  TrainOptions o;
+  o.precision = "fp16";
+  CHECK_THROWS_AS(worker::resolve_precision(o, false), UsageError);  // auto picked the CPU
+}

@@ -1,0 +1,263 @@
+// The TCP ring on 127.0.0.1 with every rank a thread of this process; the rendezvous is a map.
+#include <catch2/catch.hpp>
+
+#include <chrono>
+#include <condition_variable>
+#include <cstring>
+#include <functional>
+#include <future>
+#include <map>
+#include <mutex>
+#include <random>
+#include <thread>
+
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include "worker/train/ring_comm.h"
+
+using namespace worker;
+using namespace std::chrono_literals;
+
+namespace {
+
+class MapRendezvous : public Rendezvous {
+ public:
+  void publish(const std::string& key, const std::string& value) override {
+    std::lock_guard<std::mutex> lk(mu_);
+    kv_[key] = value;
+    cv_.notify_all();
+  }
+  std::string lookup(const std::string& key, std::chrono::milliseconds timeout, const std::string& writer) override {
+    std::unique_lock<std::mutex> lk(mu_);
+    if (!cv_.wait_for(lk, timeout, [&] { return kv_.count(key) > 0; })) {
+      throw CommError("timed out waiting for " + writer + " to publish " + key);
+    }
+    return kv_[key];
+  }
+
+ private:
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::map<std::string, std::string> kv_;
+};
+
+RingConfig config(int rank, int world, size_t chunk_bytes = size_t(4) << 20) {
+  RingConfig c;
+  c.rank = rank;
+  c.world = world;
+  c.job_id = "test";
+  c.timeout = 20s;
+  c.chunk_bytes = chunk_bytes;
+  return c;
+}
+
+// Runs body(rank, comm) on `world` threads, each with its own ring comm. Rethrows the first error.
+void run_ranks(int world, size_t chunk, const std::function<void(int, Comm&)>& body) {
+  MapRendezvous rdv;
+  std::vector<std::future<void>> fs;
+  for (int r = 0; r < world; ++r) {
+    fs.push_back(std::async(std::launch::async, [&, r] {
+      auto comm = make_ring_comm(config(r, world, chunk), rdv);
+      body(r, *comm);
+    }));
+  }
+  for (auto& f : fs) f.get();
+}
+
+std::vector<float> rank_data(int rank, size_t n) {
+  std::mt19937 gen(1234u + unsigned(rank));
+  std::uniform_real_distribution<float> u(-1.0f, 1.0f);
+  std::vector<float> v(n);
+  for (auto& x : v) x = u(gen) * float(1 + rank * 7);  // different magnitudes: rounding shows
+  return v;
+}
+
+}  // namespace
+
+TEST_CASE("ring all-reduce: every rank ends with the same bits, close to the exact sum", "[train][ring]") {
+  for (int world : {1, 2, 3, 5}) {
+    for (size_t n : {size_t(0), size_t(1), size_t(3), size_t(1001), size_t(300007)}) {
+      for (size_t chunk : {size_t(64), size_t(4) << 20}) {
+        if (n > 5000 && chunk == 64) continue;  // thousands of tiny frames: slow, no new coverage
+        INFO("world " << world << ", count " << n << ", chunk " << chunk);
+        std::vector<std::vector<float>> out(static_cast<size_t>(world));
+        run_ranks(world, chunk, [&](int r, Comm& comm) {
+          auto v = rank_data(r, n);
+          comm.allreduce_sum(v.data(), n);
+          comm.allreduce_sum(v.data(), 0);  // empty collectives keep the ranks in step
+          out[size_t(r)] = std::move(v);
+        });
+        for (int r = 1; r < world; ++r) {
+          REQUIRE(std::memcmp(out[0].data(), out[size_t(r)].data(), n * sizeof(float)) == 0);
+        }
+        std::vector<double> exact(n, 0.0);
+        for (int r = 0; r < world; ++r) {
+          const auto v = rank_data(r, n);
+          for (size_t i = 0; i < n; ++i) exact[i] += v[i];
+        }
+        for (size_t i = 0; i < n; ++i) REQUIRE(out[0][i] == Approx(exact[i]).margin(1e-4));
+      }
+    }
+  }
+}
+
+TEST_CASE("ring broadcast and all-gather", "[train][ring]") {
+  for (int world : {2, 3, 5}) {
+    for (int root = 0; root < world; ++root) {
+      INFO("world " << world << ", root " << root);
+      run_ranks(world, 1000, [&](int r, Comm& comm) {
+        std::vector<uint8_t> buf(12345, uint8_t(r));
+        if (r == root) {
+          for (size_t i = 0; i < buf.size(); ++i) buf[i] = uint8_t(i * 31 + 7);
+        }
+        comm.broadcast(buf.data(), buf.size(), root);
+        for (size_t i = 0; i < buf.size(); ++i) REQUIRE(buf[i] == uint8_t(i * 31 + 7));
+
+        const double mine = 10.0 * r + 0.5;
+        std::vector<double> all(static_cast<size_t>(world));
+        comm.allgather_host(&mine, all.data(), sizeof(double));
+        for (int q = 0; q < world; ++q) REQUIRE(all[size_t(q)] == 10.0 * q + 0.5);
+      });
+    }
+  }
+}
+
+TEST_CASE("a rank that dies mid-job: the others fail fast with an error naming a rank", "[train][ring]") {
+  const int world = 3;
+  MapRendezvous rdv;
+  std::vector<std::future<std::string>> fs;
+  const auto t0 = std::chrono::steady_clock::now();
+  for (int r = 0; r < world; ++r) {
+    fs.push_back(std::async(std::launch::async, [&, r]() -> std::string {
+      auto comm = make_ring_comm(config(r, world), rdv);
+      std::vector<float> v(100000, 1.0f);
+      comm->allreduce_sum(v.data(), v.size());  // everybody healthy once
+      if (r == 2) return "died";                // rank 2 exits: its sockets close
+      try {
+        comm->allreduce_sum(v.data(), v.size());
+      } catch (const CommError& e) {
+        return e.what();
+      }
+      return "no error";
+    }));
+  }
+  const std::string e0 = fs[0].get(), e1 = fs[1].get();
+  CHECK(fs[2].get() == "died");
+  INFO(e0 << "\n" << e1);
+  // Each survivor fails naming a neighbour; which one notices first is a race (rank 1 may see
+  // rank 2 gone, fail and close, so rank 0 then sees rank 1 gone), but rank 2 is always named.
+  CHECK(e0.find("rank 0: ring all-reduce: rank ") == 0);
+  CHECK(e1.find("rank 1: ring all-reduce: rank ") == 0);
+  CHECK((e0.find("rank 2 (") != std::string::npos || e1.find("rank 2 (") != std::string::npos));
+  CHECK(std::chrono::steady_clock::now() - t0 < 10s);  // well below the 20 s timeout: no hang
+}
+
+TEST_CASE("a silent rank: the waiting rank times out naming it", "[train][ring]") {
+  MapRendezvous rdv;
+  std::promise<void> done;
+  auto silent = std::async(std::launch::async, [&] {
+    auto cfg = config(1, 2);
+    auto comm = make_ring_comm(cfg, rdv);
+    done.get_future().wait_for(30s);  // alive but never joins the collective
+  });
+  auto cfg = config(0, 2);
+  cfg.timeout = 300ms;
+  std::string err;
+  {
+    auto comm = make_ring_comm(cfg, rdv);
+    std::vector<float> v(10, 1.0f);
+    try {
+      comm->allreduce_sum(v.data(), v.size());
+    } catch (const CommError& e) {
+      err = e.what();
+    }
+  }
+  done.set_value();
+  silent.get();
+  INFO(err);
+  CHECK(err.find("no progress") != std::string::npos);
+  CHECK(err.find("rank 1") != std::string::npos);
+}
+
+TEST_CASE("ranks of different jobs refuse to form a ring", "[train][ring]") {
+  MapRendezvous rdv;
+  auto a = std::async(std::launch::async, [&]() -> std::string {
+    auto cfg = config(0, 2);
+    cfg.timeout = 5s;
+    try {
+      make_ring_comm(cfg, rdv);
+    } catch (const CommError& e) {
+      return e.what();
+    }
+    return "";
+  });
+  auto cfg = config(1, 2);
+  cfg.job_id = "other";
+  cfg.timeout = 5s;
+  std::string eb;
+  try {
+    make_ring_comm(cfg, rdv);
+  } catch (const CommError& e) {
+    eb = e.what();
+  }
+  const std::string ea = a.get();
+  INFO(ea << "\n" << eb);
+  CHECK((ea.find("job") != std::string::npos || eb.find("job") != std::string::npos));
+  CHECK(!ea.empty());
+  CHECK(!eb.empty());
+}
+
+namespace {
+
+// A port that was free a moment ago (the kernel's choice; the race with other programs on this
+// machine is accepted in a test).
+uint16_t free_port() {
+  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  ::bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a);
+  socklen_t len = sizeof a;
+  ::getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len);
+  ::close(fd);
+  return ntohs(a.sin_port);
+}
+
+}  // namespace
+
+TEST_CASE("without a store: fixed endpoints, connections retried until the peer listens", "[train][ring]") {
+  const int world = 3;
+  std::vector<std::string> eps;
+  std::vector<uint16_t> ports;
+  for (int r = 0; r < world; ++r) {
+    ports.push_back(free_port());
+    eps.push_back("127.0.0.1:" + std::to_string(ports.back()));
+  }
+  std::vector<std::future<std::vector<float>>> fs;
+  // Rank 0 starts alone: its first connection attempts to rank 1 are refused, then retried.
+  std::promise<void> first_started;
+  auto first = first_started.get_future().share();
+  for (int r = 0; r < world; ++r) {
+    fs.push_back(std::async(std::launch::async, [&, r] {
+      if (r > 0) first.wait();
+      auto rdv = make_endpoint_rendezvous(eps, "ring/t");
+      auto cfg = config(r, world);
+      cfg.bind_port = ports[size_t(r)];
+      cfg.retry_connect = true;
+      cfg.key_prefix = "ring/t";
+      cfg.timeout = 10s;
+      if (r == 0) first_started.set_value();
+      auto comm = make_ring_comm(cfg, *rdv);
+      std::vector<float> v(1000, float(r + 1));
+      comm->allreduce_sum(v.data(), v.size());
+      return v;
+    }));
+  }
+  for (auto& f : fs) {
+    const auto v = f.get();
+    CHECK(v.front() == 6.0f);
+    CHECK(v.back() == 6.0f);
+  }
+}

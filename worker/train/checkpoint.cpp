@@ -1,0 +1,164 @@
+#include "worker/train/checkpoint.h"
+
+#include <sys/stat.h>
+
+#include <cstring>
+#include <filesystem>
+#include <map>
+#include <stdexcept>
+
+#include "worker/core/safetensors.h"
+
+namespace worker {
+
+namespace {
+
+constexpr const char* kFormat = "train_resnet.train_state.v1";
+
+bool ends_with(const std::string& s, const std::string& suffix) {
+  return s.size() >= suffix.size() && s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
+}
+
+bool file_exists(const std::string& p) {
+  struct stat st;
+  return ::stat(p.c_str(), &st) == 0 && S_ISREG(st.st_mode);
+}
+
+StTensor f32_tensor(const std::string& name, const std::vector<float>& v) {
+  StTensor t;
+  t.name = name;
+  t.dtype = "F32";
+  t.shape = {int64_t(v.size())};
+  t.data.resize(v.size() * sizeof(float));
+  if (!v.empty()) std::memcpy(t.data.data(), v.data(), t.data.size());
+  return t;
+}
+
+std::vector<float> f32_from(const std::vector<StTensor>& ts, const std::string& name, size_t count,
+                            const std::string& path) {
+  for (const auto& t : ts) {
+    if (t.name != name) continue;
+    if (t.dtype != "F32" || t.shape.size() != 1 || size_t(t.shape[0]) != count) {
+      throw std::runtime_error("training state '" + path + "': tensor '" + name + "' is not F32 [" +
+                               std::to_string(count) + "] (a checkpoint of a different model?)");
+    }
+    std::vector<float> v(count);
+    if (count) std::memcpy(v.data(), t.data.data(), count * sizeof(float));
+    return v;
+  }
+  throw std::runtime_error("training state '" + path + "': tensor '" + name + "' is missing");
+}
+
+const std::string& meta(const std::map<std::string, std::string>& m, const std::string& key,
+                        const std::string& path) {
+  auto it = m.find(key);
+  if (it == m.end()) throw std::runtime_error("training state '" + path + "': metadata '" + key + "' is missing");
+  return it->second;
+}
+
+int64_t meta_int(const std::map<std::string, std::string>& m, const std::string& key, const std::string& path) {
+  const std::string& v = meta(m, key, path);
+  try {
+    size_t used = 0;
+    const long long x = std::stoll(v, &used);
+    if (used == v.size()) return x;
+  } catch (const std::exception&) {
+  }
+  throw std::runtime_error("training state '" + path + "': metadata '" + key + "'='" + v + "' is not an integer");
+}
+
+}  // namespace
+
+std::string train_state_path(const std::string& weights_path) {
+  const std::string ext = ".safetensors";
+  if (ends_with(weights_path, ext)) {
+    return weights_path.substr(0, weights_path.size() - ext.size()) + ".train" + ext;
+  }
+  return weights_path + ".train" + ext;
+}
+
+void ensure_parent_dir(const std::string& path) {
+  const std::filesystem::path parent = std::filesystem::path(path).parent_path();
+  if (parent.empty()) return;
+  std::error_code ec;
+  std::filesystem::create_directories(parent, ec);
+  if (ec) throw std::runtime_error("cannot create the folder '" + parent.string() + "' for '" + path + "': " + ec.message());
+}
+
+bool checkpoint_exists(const std::string& weights_path) {
+  return file_exists(weights_path) && file_exists(train_state_path(weights_path));
+}
+
+void save_checkpoint(const std::string& path, const Model& model, const ModelState& state,
+                     const TrainState& train) {
+  const std::string step = std::to_string(train.step);
+  ensure_parent_dir(path);
+  std::vector<StTensor> ts;
+  if (train.optimizer == "adam") {
+    ts.push_back(f32_tensor("optimizer.exp_avg", train.slot_a));
+    ts.push_back(f32_tensor("optimizer.exp_avg_sq", train.slot_b));
+  } else {
+    ts.push_back(f32_tensor("optimizer.momentum_buffer", train.slot_a));
+  }
+  const std::map<std::string, std::string> tmeta = {
+      {"format", kFormat},
+      {"step", step},
+      {"epoch", std::to_string(train.epoch)},
+      {"batch", std::to_string(train.batch)},
+      {"seed", std::to_string(train.seed)},
+      {"optimizer", train.optimizer},
+      {"data", train.data},
+      {"num_samples", std::to_string(train.num_samples)},
+      {"global_batch", std::to_string(train.global_batch)},
+      {"num_params", std::to_string(model.num_params())},
+  };
+  write_safetensors(train_state_path(path), ts, tmeta);
+  write_safetensors(path, model_state_to_tensors(model, state), {{"format", "pt"}, {"step", step}});
+}
+
+ModelState load_weights(const std::string& path, const Model& model) {
+  if (!file_exists(path)) throw std::runtime_error("checkpoint '" + path + "' does not exist");
+  return model_state_from_tensors(model, read_safetensors(path), path);
+}
+
+void load_checkpoint(const std::string& path, const Model& model, ModelState* state, TrainState* train) {
+  const std::string tpath = train_state_path(path);
+  if (!file_exists(path)) throw std::runtime_error("checkpoint '" + path + "' does not exist");
+  if (!file_exists(tpath)) {
+    throw std::runtime_error("checkpoint '" + path + "' has no training state '" + tpath +
+                             "' beside it (use --init to start from weights alone)");
+  }
+  std::map<std::string, std::string> wmeta, tmeta;
+  const auto wts = read_safetensors(path, &wmeta);
+  *state = model_state_from_tensors(model, wts, path);
+  const auto tts = read_safetensors(tpath, &tmeta);
+  if (meta(tmeta, "format", tpath) != kFormat) {
+    throw std::runtime_error("training state '" + tpath + "' has format '" + tmeta["format"] + "', expected " + kFormat);
+  }
+  TrainState t;
+  t.step = meta_int(tmeta, "step", tpath);
+  t.epoch = meta_int(tmeta, "epoch", tpath);
+  t.batch = meta_int(tmeta, "batch", tpath);
+  t.seed = uint64_t(std::stoull(meta(tmeta, "seed", tpath)));
+  t.optimizer = meta(tmeta, "optimizer", tpath);
+  t.data = meta(tmeta, "data", tpath);
+  t.num_samples = meta_int(tmeta, "num_samples", tpath);
+  t.global_batch = meta_int(tmeta, "global_batch", tpath);
+  if (wmeta.count("step") == 0 || wmeta["step"] != std::to_string(t.step)) {
+    throw std::runtime_error("checkpoint '" + path + "' (step " + (wmeta.count("step") ? wmeta["step"] : "?") +
+                             ") and its training state '" + tpath + "' (step " + std::to_string(t.step) +
+                             ") do not belong together");
+  }
+  const size_t n = model.num_params();
+  if (t.optimizer == "adam") {
+    t.slot_a = f32_from(tts, "optimizer.exp_avg", n, tpath);
+    t.slot_b = f32_from(tts, "optimizer.exp_avg_sq", n, tpath);
+  } else if (t.optimizer == "sgd") {
+    t.slot_a = f32_from(tts, "optimizer.momentum_buffer", n, tpath);
+  } else {
+    throw std::runtime_error("training state '" + tpath + "': unknown optimizer '" + t.optimizer + "'");
+  }
+  *train = std::move(t);
+}
+
+}  // namespace worker

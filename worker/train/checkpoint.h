@@ -1,0 +1,46 @@
+// Checkpoints of a training run: two safetensors files written by rank 0.
+//   PATH                      the model's weights and batch-norm buffers, torchvision's names
+//                             (loads into torchvision.models.resnetNN() with strict=True);
+//   PATH minus ".safetensors" plus ".train.safetensors" (or PATH + ".train.safetensors")
+//                             the optimizer state (flat fp32, the internal layout), the step,
+//                             the epoch and batch to continue from, and the settings the data
+//                             order depends on (seed, data, sample count, global batch).
+// Both carry the step in their metadata; the training state is written first and the weights
+// last, each atomically (temporary file + rename), so a pair whose steps agree is complete.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "worker/core/model.h"
+
+namespace worker {
+
+struct TrainState {
+  int64_t step = 0;      // optimizer steps taken
+  int64_t epoch = 0;     // where to continue: epoch ...
+  int64_t batch = 0;     // ... and step index within it
+  uint64_t seed = 0;
+  std::string optimizer; // "adam" (exp_avg, exp_avg_sq) or "sgd" (momentum_buffer)
+  std::string data;      // "random" / "learnable"
+  int64_t num_samples = 0;
+  int64_t global_batch = 0;  // world * batch * accum
+  std::vector<float> slot_a; // adam: exp_avg; sgd: momentum_buffer
+  std::vector<float> slot_b; // adam: exp_avg_sq; sgd: empty
+};
+
+std::string train_state_path(const std::string& weights_path);
+// Creates the folder that will hold `path` (mkdir -p), so `--save ckpt/run1` works from a fresh
+// directory; throws naming the folder when it cannot.
+void ensure_parent_dir(const std::string& path);
+bool checkpoint_exists(const std::string& weights_path);  // both files present
+
+void save_checkpoint(const std::string& path, const Model& model, const ModelState& state,
+                     const TrainState& train);
+// Weights only (--init). Errors name the file and the tensor.
+ModelState load_weights(const std::string& path, const Model& model);
+// Weights and training state (--resume). Errors name the file and the tensor.
+void load_checkpoint(const std::string& path, const Model& model, ModelState* state, TrainState* train);
+
+}  // namespace worker

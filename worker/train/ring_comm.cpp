@@ -1,0 +1,544 @@
+#include "worker/train/ring_comm.h"
+
+#include <arpa/inet.h>
+#include <fcntl.h>
+#include <netdb.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <poll.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstring>
+#include <thread>
+#include <vector>
+
+#include "proto/client.h"
+
+namespace worker {
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+using ms = std::chrono::milliseconds;
+
+constexpr uint32_t kHelloMagic = 0x31474e52u;  // "RNG1" on the wire
+constexpr uint32_t kFrameMagic = 0x46474e52u;  // "RNGF"
+constexpr uint32_t kVersion = 1;
+constexpr size_t kFrameHeader = 16;            // magic u32 | seq u32 | length u64
+constexpr size_t kMaxJobId = 1024;             // a job id is a name, never a payload
+
+std::string errno_text(int err) { return std::strerror(err); }
+
+// --- Little-endian integers (explicit, whatever the host order)
+
+void put_u32(uint8_t* p, uint32_t v) {
+  for (int i = 0; i < 4; ++i) p[i] = uint8_t(v >> (8 * i));
+}
+void put_u64(uint8_t* p, uint64_t v) {
+  for (int i = 0; i < 8; ++i) p[i] = uint8_t(v >> (8 * i));
+}
+uint32_t get_u32(const uint8_t* p) {
+  uint32_t v = 0;
+  for (int i = 0; i < 4; ++i) v |= uint32_t(p[i]) << (8 * i);
+  return v;
+}
+uint64_t get_u64(const uint8_t* p) {
+  uint64_t v = 0;
+  for (int i = 0; i < 8; ++i) v |= uint64_t(p[i]) << (8 * i);
+  return v;
+}
+
+// --- Sockets
+
+class Fd {
+ public:
+  Fd() = default;
+  explicit Fd(int fd) : fd_(fd) {}
+  ~Fd() { reset(); }
+  Fd(Fd&& o) noexcept : fd_(o.fd_) { o.fd_ = -1; }
+  Fd& operator=(Fd&& o) noexcept {
+    if (this != &o) {
+      reset();
+      fd_ = o.fd_;
+      o.fd_ = -1;
+    }
+    return *this;
+  }
+  int get() const { return fd_; }
+  void reset() {
+    if (fd_ >= 0) ::close(fd_);
+    fd_ = -1;
+  }
+
+ private:
+  int fd_ = -1;
+};
+
+void set_socket_options(int fd) {
+  const int one = 1;
+  ::setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+  const int flags = ::fcntl(fd, F_GETFL, 0);
+  ::fcntl(fd, F_SETFL, flags | O_NONBLOCK);
+}
+
+sockaddr_in resolve(const std::string& host, uint16_t port, const std::string& what) {
+  addrinfo hints{};
+  hints.ai_family = AF_INET;
+  hints.ai_socktype = SOCK_STREAM;
+  addrinfo* res = nullptr;
+  const int rc = ::getaddrinfo(host.c_str(), nullptr, &hints, &res);
+  if (rc != 0 || res == nullptr) {
+    throw CommError(what + ": cannot resolve host '" + host + "': " + gai_strerror(rc));
+  }
+  sockaddr_in addr = *reinterpret_cast<sockaddr_in*>(res->ai_addr);
+  ::freeaddrinfo(res);
+  addr.sin_port = htons(port);
+  return addr;
+}
+
+std::string format_addr(const sockaddr_in& a) {
+  char buf[INET_ADDRSTRLEN] = {};
+  ::inet_ntop(AF_INET, &a.sin_addr, buf, sizeof buf);
+  return std::string(buf) + ":" + std::to_string(ntohs(a.sin_port));
+}
+
+std::pair<std::string, uint16_t> split_addr(const std::string& addr, const std::string& what) {
+  const size_t colon = addr.rfind(':');
+  if (colon == std::string::npos || colon == 0) throw CommError(what + ": bad address '" + addr + "'");
+  const std::string port = addr.substr(colon + 1);
+  bool ok = !port.empty() && port.size() <= 5;
+  for (char ch : port) ok = ok && ch >= '0' && ch <= '9';
+  if (!ok || std::stoi(port) > 65535) throw CommError(what + ": bad address '" + addr + "'");
+  return {addr.substr(0, colon), uint16_t(std::stoi(port))};
+}
+
+int remaining_ms(Clock::time_point deadline) {
+  const auto left = std::chrono::duration_cast<ms>(deadline - Clock::now()).count();
+  return int(std::clamp<long long>(left, 0, 1 << 30));
+}
+
+// Waits for `events` on fd until the deadline; throws naming `peer` on timeout.
+void wait_fd(int fd, short events, Clock::time_point deadline, const std::string& peer,
+             const std::string& what) {
+  while (true) {
+    pollfd p{fd, events, 0};
+    const int rc = ::poll(&p, 1, remaining_ms(deadline));
+    if (rc > 0) return;
+    if (rc < 0 && errno == EINTR) continue;
+    if (rc < 0) throw CommError(what + ": poll: " + errno_text(errno));
+    throw CommError(what + ": timed out waiting for " + peer);
+  }
+}
+
+void send_all(int fd, const uint8_t* p, size_t n, Clock::time_point deadline,
+              const std::string& peer, const std::string& what) {
+  while (n > 0) {
+    const ssize_t k = ::send(fd, p, n, MSG_NOSIGNAL);
+    if (k > 0) {
+      p += k;
+      n -= size_t(k);
+    } else if (k < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
+      wait_fd(fd, POLLOUT, deadline, peer, what);
+    } else if (k < 0 && errno != EINTR) {
+      throw CommError(what + ": sending to " + peer + ": " + errno_text(errno));
+    }
+  }
+}
+
+void recv_all(int fd, uint8_t* p, size_t n, Clock::time_point deadline, const std::string& peer,
+              const std::string& what) {
+  while (n > 0) {
+    const ssize_t k = ::recv(fd, p, n, 0);
+    if (k > 0) {
+      p += k;
+      n -= size_t(k);
+    } else if (k == 0) {
+      throw CommError(what + ": " + peer + " closed the connection");
+    } else if (errno == EAGAIN || errno == EWOULDBLOCK) {
+      wait_fd(fd, POLLIN, deadline, peer, what);
+    } else if (errno != EINTR) {
+      throw CommError(what + ": receiving from " + peer + ": " + errno_text(errno));
+    }
+  }
+}
+
+// --- Handshake: magic, version, world, rank, job id (length-prefixed).
+
+std::vector<uint8_t> encode_hello(int rank, int world, const std::string& job) {
+  std::vector<uint8_t> b(20 + job.size());
+  put_u32(&b[0], kHelloMagic);
+  put_u32(&b[4], kVersion);
+  put_u32(&b[8], uint32_t(world));
+  put_u32(&b[12], uint32_t(rank));
+  put_u32(&b[16], uint32_t(job.size()));
+  std::memcpy(b.data() + 20, job.data(), job.size());
+  return b;
+}
+
+struct Hello {
+  uint32_t world = 0, rank = 0;
+  std::string job;
+};
+
+// Reads a hello; throws CommError naming what was wrong (bad magic, version, size).
+Hello read_hello(int fd, Clock::time_point deadline, const std::string& peer, const std::string& what) {
+  uint8_t h[20];
+  recv_all(fd, h, sizeof h, deadline, peer, what);
+  if (get_u32(h) != kHelloMagic) throw CommError(what + ": " + peer + " is not a ring peer (bad magic)");
+  if (get_u32(h + 4) != kVersion) {
+    throw CommError(what + ": " + peer + " speaks ring protocol version " + std::to_string(get_u32(h + 4)) +
+                    ", this worker " + std::to_string(kVersion));
+  }
+  Hello out;
+  out.world = get_u32(h + 8);
+  out.rank = get_u32(h + 12);
+  const uint32_t len = get_u32(h + 16);
+  if (len > kMaxJobId) throw CommError(what + ": " + peer + " sent a job id of " + std::to_string(len) + " bytes");
+  out.job.resize(len);
+  recv_all(fd, reinterpret_cast<uint8_t*>(out.job.data()), len, deadline, peer, what);
+  return out;
+}
+
+// --- The ring
+
+class RingComm final : public Comm {
+ public:
+  RingComm(const RingConfig& cfg, Rendezvous& rdv) : cfg_(cfg) {
+    left_ = (cfg.rank + cfg.world - 1) % cfg.world;
+    right_ = (cfg.rank + 1) % cfg.world;
+    connect_ring(rdv);
+    chunk_elems_ = std::max<size_t>(1, cfg_.chunk_bytes / sizeof(float));
+    tmp_.resize(chunk_elems_ + 1);
+  }
+
+  int rank() const override { return cfg_.rank; }
+  int size() const override { return cfg_.world; }
+  void wait() override {}
+
+  void allreduce_sum(float* data, size_t count) override {
+    const int w = cfg_.world;
+    const std::string what = "ring all-reduce";
+    const size_t nchunks = std::max<size_t>(1, ((count + w - 1) / w + chunk_elems_ - 1) / chunk_elems_);
+    auto seg_begin = [&](int j) { return size_t(j) * count / size_t(w); };
+    // Sub-range c of segment j: the same split on every rank, whatever the segment.
+    auto sub = [&](int j, size_t c) {
+      const size_t b = seg_begin(j), len = seg_begin(j + 1) - b;
+      return std::make_pair(b + c * len / nchunks, b + (c + 1) * len / nchunks);
+    };
+    for (int s = 0; s + 1 < w; ++s) {  // reduce-scatter
+      const int send_seg = (cfg_.rank - s + 2 * w) % w;
+      const int recv_seg = (cfg_.rank - s - 1 + 2 * w) % w;
+      for (size_t c = 0; c < nchunks; ++c) {
+        const auto [sb, se] = sub(send_seg, c);
+        const auto [rb, re] = sub(recv_seg, c);
+        exchange(data + sb, (se - sb) * sizeof(float), tmp_.data(), (re - rb) * sizeof(float), what);
+        float* dst = data + rb;
+        const float* src = tmp_.data();
+        for (size_t i = 0, n = re - rb; i < n; ++i) dst[i] = src[i] + dst[i];
+      }
+    }
+    for (int s = 0; s + 1 < w; ++s) {  // all-gather of the reduced segments
+      const int send_seg = (cfg_.rank + 1 - s + 2 * w) % w;
+      const int recv_seg = (cfg_.rank - s + 2 * w) % w;
+      for (size_t c = 0; c < nchunks; ++c) {
+        const auto [sb, se] = sub(send_seg, c);
+        const auto [rb, re] = sub(recv_seg, c);
+        exchange(data + sb, (se - sb) * sizeof(float), data + rb, (re - rb) * sizeof(float), what);
+      }
+    }
+  }
+
+  // Pipelined along the ring from root: each rank receives chunk c while forwarding c - 1.
+  void broadcast(void* data, size_t bytes, int root) override {
+    if (root < 0 || root >= cfg_.world) throw CommError("broadcast: root " + std::to_string(root) + " out of range");
+    auto* p = static_cast<uint8_t*>(data);
+    const size_t chunk = cfg_.chunk_bytes;
+    const size_t nch = std::max<size_t>(1, (bytes + chunk - 1) / chunk);
+    auto range = [&](size_t c) {
+      const size_t b = c * chunk;
+      return std::make_pair(b, std::min(bytes, b + chunk));
+    };
+    const bool forward = right_ != root;
+    for (size_t c = 0; c <= nch; ++c) {
+      const uint8_t* send = nullptr;
+      size_t send_len = 0;
+      uint8_t* recv = nullptr;
+      size_t recv_len = 0;
+      if (cfg_.rank == root) {
+        if (c == nch) break;
+        const auto [b, e] = range(c);
+        send = p + b;
+        send_len = e - b;
+      } else {
+        if (c > 0 && forward) {
+          const auto [b, e] = range(c - 1);
+          send = p + b;
+          send_len = e - b;
+        }
+        if (c < nch) {
+          const auto [b, e] = range(c);
+          recv = p + b;
+          recv_len = e - b;
+        }
+      }
+      transfer(send, send_len, send != nullptr, recv, recv_len, recv != nullptr, "ring broadcast");
+    }
+  }
+
+  void allgather_host(const void* send, void* recv, size_t bytes) override {
+    auto* out = static_cast<uint8_t*>(recv);
+    const int w = cfg_.world;
+    if (bytes > 0) std::memmove(out + size_t(cfg_.rank) * bytes, send, bytes);
+    for (int s = 0; s + 1 < w; ++s) {
+      const int send_blk = (cfg_.rank - s + 2 * w) % w;
+      const int recv_blk = (cfg_.rank - s - 1 + 2 * w) % w;
+      exchange(out + size_t(send_blk) * bytes, bytes, out + size_t(recv_blk) * bytes, bytes,
+               "ring all-gather");
+    }
+  }
+
+ private:
+  std::string peer_name(int r) const {
+    const std::string& addr = r == right_ ? right_addr_ : left_addr_;
+    return "rank " + std::to_string(r) + (addr.empty() ? "" : " (" + addr + ")");
+  }
+  std::string context(const std::string& what) const {
+    return "rank " + std::to_string(cfg_.rank) + ": " + what;
+  }
+
+  void connect_ring(Rendezvous& rdv) {
+    const auto deadline = Clock::now() + cfg_.timeout;
+    const std::string what = context("ring setup");
+    // Listen on an ephemeral port of our own host; publish it.
+    Fd lst(::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0));
+    if (lst.get() < 0) throw CommError(what + ": socket: " + errno_text(errno));
+    sockaddr_in addr = resolve(cfg_.bind_host, cfg_.bind_port, what);
+    const int one = 1;
+    if (cfg_.bind_port != 0) ::setsockopt(lst.get(), SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
+    if (::bind(lst.get(), reinterpret_cast<sockaddr*>(&addr), sizeof addr) != 0) {
+      throw CommError(what + ": cannot bind " + cfg_.bind_host + ":" + std::to_string(cfg_.bind_port) + ": " +
+                      errno_text(errno));
+    }
+    if (::listen(lst.get(), 16) != 0) throw CommError(what + ": listen: " + errno_text(errno));
+    socklen_t len = sizeof addr;
+    ::getsockname(lst.get(), reinterpret_cast<sockaddr*>(&addr), &len);
+    set_socket_options(lst.get());
+    rdv.publish(cfg_.key_prefix + "/addr/" + std::to_string(cfg_.rank), format_addr(addr));
+
+    // Connect to the right neighbour and introduce ourselves.
+    right_addr_ = rdv.lookup(cfg_.key_prefix + "/addr/" + std::to_string(right_), cfg_.timeout,
+                             "rank " + std::to_string(right_));
+    const auto [host, port] = split_addr(right_addr_, what);
+    sockaddr_in raddr = resolve(host, port, what);
+    connect_right(raddr, deadline, what);
+    const auto hello = encode_hello(cfg_.rank, cfg_.world, cfg_.job_id);
+    send_all(send_fd_.get(), hello.data(), hello.size(), deadline, peer_name(right_), what);
+
+    // Accept the left neighbour; connections that are not it are dropped.
+    while (recv_fd_.get() < 0) {
+      wait_fd(lst.get(), POLLIN, deadline, peer_name(left_) + " to connect", what);
+      Fd c(::accept4(lst.get(), nullptr, nullptr, SOCK_CLOEXEC));
+      if (c.get() < 0) continue;
+      set_socket_options(c.get());
+      Hello h;
+      try {
+        h = read_hello(c.get(), deadline, "a connecting peer", what);
+      } catch (const CommError&) {
+        continue;  // not a ring peer (or it gave up): keep waiting for the real one
+      }
+      if (h.job != cfg_.job_id) {
+        throw CommError(what + ": a peer of job '" + h.job + "' connected, this is job '" + cfg_.job_id + "'");
+      }
+      if (int(h.world) != cfg_.world || int(h.rank) != left_) {
+        throw CommError(what + ": expected rank " + std::to_string(left_) + " of " + std::to_string(cfg_.world) +
+                        ", rank " + std::to_string(h.rank) + " of " + std::to_string(h.world) + " connected");
+      }
+      recv_fd_ = std::move(c);
+    }
+    send_all(recv_fd_.get(), hello.data(), hello.size(), deadline, peer_name(left_), what);
+
+    // The right neighbour's answer proves we reached the process we meant to.
+    const Hello reply = read_hello(send_fd_.get(), deadline, peer_name(right_), what);
+    if (reply.job != cfg_.job_id || int(reply.rank) != right_ || int(reply.world) != cfg_.world) {
+      throw CommError(what + ": " + right_addr_ + " answered as rank " + std::to_string(reply.rank) + " of job '" +
+                      reply.job + "', expected rank " + std::to_string(right_));
+    }
+    // Already published (the left rank published before connecting): names it in errors.
+    left_addr_ = rdv.lookup(cfg_.key_prefix + "/addr/" + std::to_string(left_), cfg_.timeout,
+                            "rank " + std::to_string(left_));
+  }
+
+  // Connects send_fd_ to the right neighbour. With fixed endpoints (no store to say when the
+  // peer listens) a refused connection is retried, with a growing pause, until the deadline.
+  void connect_right(const sockaddr_in& raddr, Clock::time_point deadline, const std::string& what) {
+    auto pause = ms(10);
+    while (true) {
+      send_fd_ = Fd(::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0));
+      if (send_fd_.get() < 0) throw CommError(what + ": socket: " + errno_text(errno));
+      set_socket_options(send_fd_.get());
+      int err = 0;
+      if (::connect(send_fd_.get(), reinterpret_cast<const sockaddr*>(&raddr), sizeof raddr) != 0) {
+        err = errno;
+        if (err == EINPROGRESS) {
+          wait_fd(send_fd_.get(), POLLOUT, deadline, peer_name(right_), what);
+          socklen_t elen = sizeof err;
+          ::getsockopt(send_fd_.get(), SOL_SOCKET, SO_ERROR, &err, &elen);
+        }
+      }
+      if (err == 0) return;
+      if (!cfg_.retry_connect || err != ECONNREFUSED || Clock::now() + pause >= deadline) {
+        throw CommError(what + ": cannot connect to " + peer_name(right_) + ": " + errno_text(err));
+      }
+      std::this_thread::sleep_for(pause);  // a retry's back-off, bounded by the deadline
+      pause = std::min(pause * 2, ms(500));
+    }
+  }
+
+  void exchange(const void* send, size_t send_len, void* recv, size_t recv_len, const std::string& what) {
+    transfer(static_cast<const uint8_t*>(send), send_len, true, static_cast<uint8_t*>(recv), recv_len, true,
+             what);
+  }
+
+  // Sends one framed message to the right (when do_send) while receiving one from the left
+  // (when do_recv), interleaved by poll so that neither direction waits on the other.
+  void transfer(const uint8_t* send, size_t send_len, bool do_send, uint8_t* recv, size_t recv_len,
+                bool do_recv, const std::string& what_op) {
+    const std::string what = context(what_op);
+    uint8_t shdr[kFrameHeader], rhdr[kFrameHeader];
+    put_u32(shdr, kFrameMagic);
+    put_u32(shdr + 4, send_seq_);
+    put_u64(shdr + 8, send_len);
+    size_t sent = 0, got = 0;
+    const size_t send_total = do_send ? kFrameHeader + send_len : 0;
+    const size_t recv_total = do_recv ? kFrameHeader + recv_len : 0;
+    auto last_progress = Clock::now();
+    while (sent < send_total || got < recv_total) {
+      pollfd fds[2];
+      int n = 0, si = -1, ri = -1;
+      if (sent < send_total) {
+        si = n;
+        fds[n++] = pollfd{send_fd_.get(), POLLOUT, 0};
+      }
+      if (got < recv_total) {
+        ri = n;
+        fds[n++] = pollfd{recv_fd_.get(), POLLIN, 0};
+      }
+      const int rc = ::poll(fds, nfds_t(n), remaining_ms(last_progress + cfg_.timeout));
+      if (rc < 0 && errno == EINTR) continue;
+      if (rc < 0) throw CommError(what + ": poll: " + errno_text(errno));
+      if (rc == 0) {
+        const int peer = got < recv_total ? left_ : right_;
+        throw CommError(what + ": no progress for " + std::to_string(cfg_.timeout.count()) +
+                        " ms waiting for " + peer_name(peer) + " (hung or stopped)");
+      }
+      if (si >= 0 && fds[si].revents) {
+        while (sent < send_total) {
+          const uint8_t* p = sent < kFrameHeader ? shdr + sent : send + (sent - kFrameHeader);
+          const size_t n_left = sent < kFrameHeader ? kFrameHeader - sent : send_total - sent;
+          const ssize_t k = ::send(send_fd_.get(), p, n_left, MSG_NOSIGNAL);
+          if (k > 0) {
+            sent += size_t(k);
+            last_progress = Clock::now();
+          } else if (k < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
+            break;
+          } else if (k < 0 && errno != EINTR) {
+            throw CommError(what + ": " + peer_name(right_) + " is gone (" + errno_text(errno) + ")");
+          }
+        }
+      }
+      if (ri >= 0 && fds[ri].revents) {
+        while (got < recv_total) {
+          uint8_t* p = got < kFrameHeader ? rhdr + got : recv + (got - kFrameHeader);
+          const size_t n_left = got < kFrameHeader ? kFrameHeader - got : recv_total - got;
+          const ssize_t k = ::recv(recv_fd_.get(), p, n_left, 0);
+          if (k > 0) {
+            got += size_t(k);
+            last_progress = Clock::now();
+            if (got == kFrameHeader) check_header(rhdr, recv_len, what);
+          } else if (k == 0) {
+            throw CommError(what + ": " + peer_name(left_) + " closed the connection (exited or failed)");
+          } else if (errno == EAGAIN || errno == EWOULDBLOCK) {
+            break;
+          } else if (errno != EINTR) {
+            throw CommError(what + ": receiving from " + peer_name(left_) + ": " + errno_text(errno));
+          }
+        }
+      }
+    }
+    if (do_send) ++send_seq_;
+    if (do_recv) ++recv_seq_;
+  }
+
+  void check_header(const uint8_t* h, size_t expected_len, const std::string& what) {
+    if (get_u32(h) != kFrameMagic) throw CommError(what + ": " + peer_name(left_) + " sent a malformed frame");
+    if (get_u32(h + 4) != recv_seq_ || get_u64(h + 8) != expected_len) {
+      throw CommError(what + ": " + peer_name(left_) + " is out of step (message " + std::to_string(get_u32(h + 4)) +
+                      " of " + std::to_string(get_u64(h + 8)) + " bytes, expected message " +
+                      std::to_string(recv_seq_) + " of " + std::to_string(expected_len) +
+                      " bytes): ranks called different collectives");
+    }
+  }
+
+  RingConfig cfg_;
+  int left_ = 0, right_ = 0;
+  std::string left_addr_, right_addr_;
+  Fd send_fd_, recv_fd_;
+  uint32_t send_seq_ = 0, recv_seq_ = 0;
+  size_t chunk_elems_ = 1;
+  std::vector<float> tmp_;
+};
+
+class StoreRendezvous final : public Rendezvous {
+ public:
+  explicit StoreRendezvous(proto::Client& c) : client_(c) {}
+  void publish(const std::string& key, const std::string& value) override { client_.set(key, value); }
+  std::string lookup(const std::string& key, ms timeout, const std::string& writer) override {
+    return client_.get(key, timeout, writer);
+  }
+
+ private:
+  proto::Client& client_;
+};
+
+// Fixed endpoints (PADDLE_TRAINER_ENDPOINTS): nothing to publish, every address is known.
+class EndpointRendezvous final : public Rendezvous {
+ public:
+  EndpointRendezvous(std::vector<std::string> endpoints, std::string prefix)
+      : endpoints_(std::move(endpoints)), prefix_(std::move(prefix) + "/addr/") {}
+  void publish(const std::string&, const std::string&) override {}
+  std::string lookup(const std::string& key, ms, const std::string& writer) override {
+    if (key.compare(0, prefix_.size(), prefix_) == 0) {
+      const size_t r = size_t(std::stoul(key.substr(prefix_.size())));
+      if (r < endpoints_.size()) return endpoints_[r];
+    }
+    throw CommError("no endpoint for " + writer);
+  }
+
+ private:
+  std::vector<std::string> endpoints_;
+  std::string prefix_;
+};
+
+}  // namespace
+
+std::unique_ptr<Rendezvous> make_endpoint_rendezvous(const std::vector<std::string>& endpoints,
+                                                     const std::string& key_prefix) {
+  return std::make_unique<EndpointRendezvous>(endpoints, key_prefix);
+}
+
+std::unique_ptr<Rendezvous> make_store_rendezvous(proto::Client& client) {
+  return std::make_unique<StoreRendezvous>(client);
+}
+
+std::unique_ptr<Comm> make_ring_comm(const RingConfig& cfg, Rendezvous& rendezvous) {
+  if (cfg.world < 1 || cfg.rank < 0 || cfg.rank >= cfg.world) {
+    throw CommError("ring: rank " + std::to_string(cfg.rank) + " of " + std::to_string(cfg.world) + " is invalid");
+  }
+  if (cfg.world == 1) return make_single_process_comm();
+  return std::make_unique<RingComm>(cfg, rendezvous);
+}
+
+}  // namespace worker

@@ -1,0 +1,154 @@
+#include "worker/train/run.h"
+
+#include <atomic>
+#include <csignal>
+#include <iostream>
+#include <memory>
+#include <optional>
+#include <string>
+
+#include "proto/client.h"
+#include "worker/core/backend.h"
+#include "worker/train/env.h"
+#include "worker/train/options.h"
+#include "worker/train/ring_comm.h"
+#include "worker/train/trainer.h"
+
+namespace worker {
+
+namespace {
+
+// Set by the checkpoint signal's handler, read by the training loop at step boundaries.
+std::atomic<bool> g_save_request{false};
+static_assert(std::atomic<bool>::is_always_lock_free, "the signal handler needs a lock-free flag");
+
+extern "C" void on_checkpoint_signal(int) { g_save_request.store(true); }
+
+void install_checkpoint_signal(int sig) {
+  struct sigaction sa{};
+  sa.sa_handler = on_checkpoint_signal;
+  sigemptyset(&sa.sa_mask);
+  sa.sa_flags = SA_RESTART;
+  ::sigaction(sig, &sa, nullptr);
+}
+
+struct Device {
+  bool gpu = false;
+  int ordinal = 0;
+};
+
+Device choose_device(const TrainOptions& o, const WorkerEnv& env) {
+  Device d;
+  if (o.device == "cpu") return d;
+  if (o.device == "gpu") {
+    if (!gpu_backend_built()) {
+      throw UsageError("--device gpu: this train_resnet was built without the GPU backend (CUDA, cuDNN, NCCL)");
+    }
+    d.gpu = true;
+  } else {
+    d.gpu = env.selected_gpus.has_value() && gpu_backend_built();
+  }
+  if (d.gpu) d.ordinal = env.selected_gpus ? gpu_ordinal(*env.selected_gpus, env.cuda_visible_devices) : 0;
+  return d;
+}
+
+#ifdef WORKER_HAVE_GPU
+DType dtype_of(const std::string& p) {
+  if (p == "bf16") return DType::BF16;
+  if (p == "fp16") return DType::F16;
+  return DType::F32;
+}
+#endif
+
+std::unique_ptr<Ops> make_backend(const TrainOptions& opt, const Device& dev) {
+  const std::string precision = resolve_precision(opt, dev.gpu);  // throws on CPU + bf16/fp16
+#ifdef WORKER_HAVE_GPU
+  if (dev.gpu) return make_gpu_ops(dev.ordinal, dtype_of(precision));
+#endif
+  return make_cpu_ops(opt.threads);
+}
+
+// The communicator of the job: none for one rank; NCCL on GPUs; else the TCP ring, whose ranks
+// meet through the launcher's store or, without one, on the endpoints the launcher assigned.
+// `store` receives the store client, which must outlive the communicator (NCCL's watches the
+// job's status through it).
+std::unique_ptr<Comm> make_comm(const WorkerEnv& env, const Device& dev, Ops& ops,
+                                std::optional<proto::Client>& store) {
+  if (env.world == 1) return make_single_process_comm();
+  if (env.store_addr) {
+    store.emplace(proto::Client::from_env());
+  } else if (dev.gpu || env.endpoints.empty()) {
+    throw EnvError("PADDLE_TRAINERS_NUM=" + std::to_string(env.world) + " but LAUNCH_STORE_ADDR is not set" +
+                   (dev.gpu ? "" : " (nor PADDLE_TRAINER_ENDPOINTS)") +
+                   ": run the ranks under `launch`, whose store they meet in");
+  }
+#ifdef WORKER_HAVE_GPU
+  if (dev.gpu) return make_nccl_comm(ops, &*store, env.rank, env.world, "world", env.restart_count);
+#endif
+  RingConfig rc;
+  rc.rank = env.rank;
+  rc.world = env.world;
+  rc.job_id = env.job_id;
+  if (!env.current_host().empty()) rc.bind_host = env.current_host();
+  rc.key_prefix = "ring/world/" + std::to_string(env.restart_count);  // a restart meets anew
+  std::unique_ptr<Rendezvous> rdv;
+  if (store) {
+    rdv = make_store_rendezvous(*store);
+  } else {  // a launcher without our store (e.g. paddle's): the endpoints it assigned
+    const std::string& me = env.endpoints[size_t(env.rank)];
+    rc.bind_port = uint16_t(std::stoi(me.substr(me.rfind(':') + 1)));
+    rc.retry_connect = true;
+    rdv = make_endpoint_rendezvous(env.endpoints, rc.key_prefix);
+  }
+  return make_ring_comm(rc, *rdv);
+}
+
+int run(const TrainOptions& opt, const WorkerEnv& env) {
+  if (env.checkpoint_signal != 0) {
+    if (opt.save.empty()) {
+      throw UsageError("LAUNCH_CHECKPOINT_SIGNAL is set but there is no --save PATH to write the checkpoint to");
+    }
+    install_checkpoint_signal(env.checkpoint_signal);
+  }
+  const Device dev = choose_device(opt, env);
+  std::unique_ptr<Ops> ops = make_backend(opt, dev);
+  std::optional<proto::Client> store;
+  std::unique_ptr<Comm> comm = make_comm(env, dev, *ops, store);
+  const TrainResult r = train(opt, env, *ops, *comm, std::cout, &g_save_request);
+  if (!r.checksums_agree) {
+    std::cerr << "train_resnet: error: the ranks' parameters differ at the end of training" << std::endl;
+    return 1;
+  }
+  return 0;
+}
+
+}  // namespace
+
+int run_train(int argc, const char* const* argv) {
+  std::optional<TrainOptions> opt;
+  WorkerEnv env;
+  try {
+    opt = parse_options(argc, argv);
+    if (!opt) return 0;  // --help
+    env = read_worker_env(process_env());
+  } catch (const std::exception& e) {  // UsageError, EnvError
+    std::cerr << "train_resnet: error: " << e.what() << std::endl;
+    return 2;
+  }
+  const std::string who = env.world > 1 ? "rank " + std::to_string(env.rank) + ": " : "";
+  try {
+    return run(*opt, env);
+  } catch (const UsageError& e) {
+    std::cerr << "train_resnet: error: " << who << e.what() << std::endl;
+    return 2;
+  } catch (const EnvError& e) {
+    std::cerr << "train_resnet: error: " << who << e.what() << std::endl;
+    return 2;
+  } catch (const std::exception& e) {
+    const std::string msg = e.what();
+    std::cerr << "train_resnet: error: " << (msg.rfind("rank ", 0) == 0 ? "" : who) << msg << std::endl;
+    return 1;
+  }
+}
+
+}  // namespace worker
