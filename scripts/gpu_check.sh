@@ -1,0 +1,162 @@
+#!/usr/bin/env bash
+# The one command run on the GPU machine (through the device tool), with binaries built
+# elsewhere and carried (GPU_BIN, default .gpu/bin, else build-gpu/bin): the [gpu] tests, the
+# comparisons with torchvision on the same GPU, the 2-GPU runs (identical parameters across
+# ranks, 2 x B vs 1 x 2B, a learnable run whose loss must fall), the kill-one-rank test, and
+# scripts/bench_gpu.sh. Logs go under $OUT; a short table is printed last.
+#   GPU_CHECK_ONLY=tests,compare,multi,kill,bench  selects parts (default: all).
+set -uo pipefail
+root="$(cd "$(dirname "$0")/.." && pwd)"
+BIN="${GPU_BIN:-$root/.gpu/bin}"
+[ -x "$BIN/test_worker_gpu" ] || BIN="$root/build-gpu/bin"
+export GPU_BIN="$BIN"
+OUT="${OUT:-$root/out/gpu}"
+export OUT
+mkdir -p "$OUT"
+SP="$(python3 -c 'import site; print(site.getsitepackages()[0])')"
+# Last: libraries carried beside the binaries (libgomp, libfmt) only where the machine lacks them.
+export LD_LIBRARY_PATH="$SP/nvidia/cu13/lib:$SP/nvidia/cudnn/lib:$SP/nvidia/nccl/lib:${LD_LIBRARY_PATH:-}:$BIN/../lib"
+# NVLink multicast must stay off on the shared machine (../shared/DEVICE.md).
+export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
+ONLY="${GPU_CHECK_ONLY:-tests,compare,multi,kill,bench}"
+has() { [[ ",$ONLY," == *",$1,"* ]]; }
+rows=()
+row() {
+  rows+=("$(printf '%-46s %-5s %s' "$1" "$2" "$3")")
+  echo "[$(date +%T)] ${rows[-1]}"  # progress, in case the run is cut short
+}
+verdict() { [ "$1" -eq 0 ] && echo PASS || echo FAIL; }
+
+ngpu="$(nvidia-smi -L 2>/dev/null | grep -c '^GPU' || true)"
+{ nvidia-smi; python3 -c 'import torch; print("torch", torch.__version__, torch.cuda.device_count(), "GPUs")'; ls -l "$BIN"; } \
+  > "$OUT/machine.log" 2>&1
+echo "gpu_check: $ngpu GPU(s), binaries from $BIN, logs in $OUT"
+
+# --- [gpu] tests: every layer and a small model against the CPU backend
+if has tests; then
+  timeout 240 "$BIN/test_worker_gpu" > "$OUT/gpu_tests.log" 2>&1
+  rc=$?
+  row "[gpu] tests (layers, small models vs CPU)" "$(verdict $rc)" "$(grep -E 'test cases|All tests passed' "$OUT/gpu_tests.log" | tail -1)"
+fi
+
+# --- Whole ResNet-50 against torchvision on the same GPU
+if has compare; then
+  for p in fp32 bf16; do
+    timeout 150 python3 "$root/tests/worker/gpu/compare_torch_gpu.py" --driver "$BIN/gpu_model_driver" \
+      --precision "$p" > "$OUT/compare_torch_$p.log" 2>&1
+    rc=$?
+    row "ResNet-50 224px b16 vs torchvision, $p" "$(verdict $rc)" "$(grep 'worst rel err' "$OUT/compare_torch_$p.log" | sed 's/^ *worst rel err: //' | tail -1)"
+  done
+  # The CPU backend's own check against PyTorch uses this size: a second, smaller point.
+  timeout 150 python3 "$root/tests/worker/gpu/compare_torch_gpu.py" --driver "$BIN/gpu_model_driver" \
+    --precision fp32 --depth 18 --image-size 64 --batch 4 --classes 10 > "$OUT/compare_torch_fp32_r18.log" 2>&1
+  rc=$?
+  row "ResNet-18 64px b4 vs torchvision, fp32" "$(verdict $rc)" "$(grep 'worst rel err' "$OUT/compare_torch_fp32_r18.log" | sed 's/^ *worst rel err: //' | tail -1)"
+fi
+
+train() {  # log, then launch arguments
+  local logf=$1; shift
+  timeout 150 "$BIN/launch" "$@" > "$logf" 2>&1
+}
+
+# --- Two GPUs through the launcher
+if has multi && [ "$ngpu" -ge 2 ]; then
+  small=(--depth 18 --width 32 --image-size 64 --num-classes 10 --optimizer sgd --lr 0.05 --momentum 0.9)
+  # 200 bf16 steps on learnable data: the loss must fall; every rank ends with identical params.
+  train "$OUT/multi_learnable.log" --gpus 0,1 "$BIN/train_resnet" "${small[@]}" --precision bf16 \
+    --batch-size 64 --data learnable --num-samples 4096 --epochs 1000 --max-steps 200 --log-every 20 \
+    --metrics-file "$OUT/multi_learnable.metrics.jsonl"
+  rc=$?
+  fall=$(python3 - "$OUT/multi_learnable.metrics.jsonl" <<'PY'
+import json, sys
+try:
+    r = [json.loads(l) for l in open(sys.argv[1]) if l.strip()]
+    print(f"loss {r[0]['loss']:.3f} -> {r[-1]['loss']:.3f}", "FELL" if r[-1]["loss"] < 0.5 * r[0]["loss"] else "DID-NOT-FALL")
+except Exception as e:
+    print("no metrics:", e)
+PY
+)
+  agree=$(grep -o 'Checksums: .*' "$OUT/multi_learnable.log" | tail -1)
+  ok=1; [ $rc -eq 0 ] && [[ "$fall" == *FELL* ]] && [[ "$agree" == *agree* ]] && ok=0
+  row "2 GPUs: 200 bf16 steps, learnable data" "$(verdict $ok)" "$fall; $agree"
+
+  # Data parallel on 2 GPUs (NCCL) against data parallel on 2 CPU processes (the CPU backend's
+  # ring all-reduce), fp32, same shards, same per-rank batch norm: equal up to rounding.
+  # (2 x B against 1 x 2B is printed too: per-rank batch-norm statistics make it differ.)
+  # (64x64 images: at 32x32 layer4's batch norms see 8 values each and amplify rounding.)
+  dp=(--depth 18 --width 16 --image-size 64 --num-classes 10 --optimizer sgd --lr 0.05 --momentum 0.9
+      --data learnable --num-samples 1024 --max-steps 2 --seed 3 --precision fp32)
+  train "$OUT/dp_gpu.log" --gpus 0,1 "$BIN/train_resnet" "${dp[@]}" --batch-size 8 --save "$OUT/dp_gpu.safetensors"
+  rc1=$?
+  OMP_NUM_THREADS=8 train "$OUT/dp_cpu.log" --devices cpu --nproc_per_node 2 "$BIN/train_resnet" "${dp[@]}" \
+    --batch-size 8 --device cpu --save "$OUT/dp_cpu.safetensors"
+  rc2=$?
+  train "$OUT/dp_gpu1.log" --gpus 0 "$BIN/train_resnet" "${dp[@]}" --batch-size 16 --save "$OUT/dp_gpu1.safetensors"
+  cmpf() {
+    python3 - "$1" "$2" "$root/tests/worker/python" <<'PY'
+import sys
+sys.path.insert(0, sys.argv[3])
+import numpy as np, st
+try:
+    a, b = st.load(sys.argv[1]), st.load(sys.argv[2])
+    # per tensor: ||a-b|| / ||b|| (L2), over tensors whose scale is not ~0 (BN biases start at 0)
+    worst = max((float(np.linalg.norm(a[k].astype(np.float64) - b[k]) / np.linalg.norm(b[k])), k)
+                for k in b if b[k].dtype == np.float32 and np.abs(b[k]).max() > 1e-3)
+    print(f"max L2 rel diff {worst[0]:.2e} ({worst[1]})", "OK" if worst[0] < 1e-3 else "DIFFER")
+except Exception as e:
+    print("cannot compare:", e)
+PY
+  }
+  cmp=$(cmpf "$OUT/dp_gpu.safetensors" "$OUT/dp_cpu.safetensors")
+  ok=1; [ $rc1 -eq 0 ] && [ $rc2 -eq 0 ] && [[ "$cmp" == *OK ]] && ok=0
+  row "2 GPUs vs 2 CPU ranks, fp32, 2 steps" "$(verdict $ok)" "$cmp"
+  row "  (info) 2 GPUs x B8 vs 1 GPU x B16" "info" "$(cmpf "$OUT/dp_gpu.safetensors" "$OUT/dp_gpu1.safetensors")"
+fi
+
+# --- Kill one rank mid-run: the other must exit within 5 s, nothing left on the GPUs
+if has kill && [ "$ngpu" -ge 2 ]; then
+  klog="$OUT/kill_rank.log"
+  "$BIN/launch" --gpus 0,1 "$BIN/train_resnet" --depth 50 --batch-size 64 --num-samples 1000000 \
+    --max-steps 100000 --log-every 5 > "$klog" 2>&1 &
+  lpid=$!
+  for _ in $(seq 1200); do grep -q 'Epoch\[' "$klog" && break; kill -0 $lpid 2>/dev/null || break; sleep 0.1; done
+  victim=""
+  for p in $(pgrep -f "$BIN/train_resnet"); do
+    if tr '\0' '\n' < "/proc/$p/environ" 2>/dev/null | grep -qx 'PADDLE_TRAINER_ID=1'; then victim=$p; fi
+  done
+  if [ -z "$victim" ]; then
+    row "kill rank 1 mid-run" "FAIL" "could not find rank 1 (see $klog)"
+    kill $lpid 2>/dev/null; wait $lpid 2>/dev/null
+  else
+    t0=$(date +%s.%N)
+    kill -9 "$victim"
+    for _ in $(seq 300); do kill -0 $lpid 2>/dev/null || break; sleep 0.05; done
+    t1=$(date +%s.%N)
+    alive=0; kill -0 $lpid 2>/dev/null && alive=1
+    [ $alive -eq 1 ] && { kill $lpid; sleep 1; kill -9 $lpid 2>/dev/null; }
+    wait $lpid; lrc=$?
+    dt=$(python3 -c "print(f'{$t1 - $t0:.1f}')")
+    sleep 1
+    left=$(nvidia-smi --query-compute-apps=pid --format=csv,noheader | grep -c . || true)
+    ok=1; [ $alive -eq 0 ] && [ "$left" -eq 0 ] && python3 -c "import sys; sys.exit(0 if $dt <= 5.0 else 1)" && ok=0
+    row "kill -9 rank 1 mid-run" "$(verdict $ok)" "launch exit $lrc after $dt s; $left process(es) on GPUs; $(grep -m1 -io 'rank 1[^;]*' "$klog" | head -c 80)"
+  fi
+fi
+
+# --- Benchmark
+if has bench; then
+  bash "$root/scripts/bench_gpu.sh" > "$OUT/bench.log" 2>&1
+  row "benchmark (table below, logs in bench/)" "$([ -s "$OUT/bench/results.jsonl" ] && echo done || echo FAIL)" ""
+fi
+
+# The device tool returns a limited number of files: pack the logs into one archive.
+( cd "$OUT" && tar czf logs.tgz --exclude=logs.tgz --exclude='*.safetensors' . 2>/dev/null \
+  && find . -mindepth 1 ! -name logs.tgz ! -name gpu_tests.log ! -name 'compare_torch_*.log' ! -name bench.log -delete )
+
+echo
+echo "=== gpu_check summary ($(date -u +%Y-%m-%dT%H:%MZ), $ngpu GPU(s)) ==="
+for r in "${rows[@]}"; do echo "$r"; done
+if has bench && [ -f "$OUT/bench.log" ]; then
+  echo
+  sed -n '/^bench (images/,$p' "$OUT/bench.log"
+fi

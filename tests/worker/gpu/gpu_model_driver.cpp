@@ -1,0 +1,235 @@
+// Driver of the GPU checks on the GPU machine (scripts/gpu_check.sh, scripts/bench_gpu.sh):
+//   gpu_model_driver step  --depth D --width W --classes C --image-size S --batch N --seed K
+//                          --precision fp32|bf16 --out DIR [--init WEIGHTS]
+//     writes, as safetensors in DIR: init, batch (images NHWC as fp32, labels), grads (loss and
+//     every gradient, OIHW), fwd (state after one training forward), sgd and adam (state after
+//     one step of each from the same start): the files compare_torch_gpu.py checks.
+//   gpu_model_driver bench --depth D --batch N --precision P [--steps-per-window 10 --windows 5]
+//     trains on synthetic data (SGD momentum) and prints images/s (median of timed windows after
+//     warm-up), the time to the first finished step and the pool's peak bytes, as JSON.
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <iostream>
+#include <map>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include <cuda_runtime.h>
+
+#include "worker/core/backend.h"
+#include "worker/core/model.h"
+#include "worker/core/safetensors.h"
+#include "worker/gpu/gpu_ops.h"
+
+namespace {
+
+using namespace worker;
+using Clock = std::chrono::steady_clock;
+
+// Must match compare_torch_gpu.py.
+constexpr float kSgdLr = 0.1f, kSgdMomentum = 0.9f, kSgdWd = 1e-4f;
+constexpr float kAdamLr = 1e-3f, kAdamWd = 1e-4f;
+
+std::map<std::string, std::string> parse(int argc, char** argv) {
+  std::map<std::string, std::string> a;
+  for (int i = 2; i < argc; i += 2) {
+    if (std::strncmp(argv[i], "--", 2) != 0 || i + 1 >= argc)
+      throw std::invalid_argument(std::string("expected --key value, got ") + argv[i]);
+    a[argv[i] + 2] = argv[i + 1];
+  }
+  return a;
+}
+
+int geti(const std::map<std::string, std::string>& a, const std::string& k, int def) {
+  auto it = a.find(k);
+  return it == a.end() ? def : std::stoi(it->second);
+}
+
+DType precision(const std::map<std::string, std::string>& a) {
+  const std::string p = a.count("precision") ? a.at("precision") : "bf16";
+  if (p == "fp32") return DType::F32;
+  if (p == "bf16") return DType::BF16;
+  if (p == "fp16") return DType::F16;
+  throw std::invalid_argument("--precision " + p + ": expected fp32, bf16 or fp16");
+}
+
+StTensor f32_tensor(const std::string& name, std::vector<int64_t> shape, const float* p, size_t n) {
+  StTensor t{name, "F32", std::move(shape), {}};
+  t.data.resize(n * 4);
+  std::memcpy(t.data.data(), p, n * 4);
+  return t;
+}
+
+std::vector<float> act_to_f32(Ops& ops, const Act& a) {
+  std::vector<float> v(a.numel());
+  if (a.dtype == DType::F32) {
+    ops.download(v.data(), a.data, v.size() * 4);
+    return v;
+  }
+  std::vector<uint16_t> h(v.size());
+  ops.download(h.data(), a.data, h.size() * 2);
+  for (size_t i = 0; i < v.size(); ++i) {
+    uint32_t u = 0;
+    if (a.dtype == DType::BF16) {
+      u = uint32_t(h[i]) << 16;
+      std::memcpy(&v[i], &u, 4);
+    } else {
+      // fp16 -> fp32 (normal and subnormal numbers; the generator makes no inf/NaN)
+      const uint32_t s = (h[i] >> 15) & 1, e = (h[i] >> 10) & 31, m = h[i] & 1023;
+      float f = e == 0 ? std::ldexp(float(m), -24) : std::ldexp(float(m | 1024), int(e) - 25);
+      v[i] = s ? -f : f;
+    }
+  }
+  return v;
+}
+
+void save_state(Model& m, const std::string& path) {
+  write_safetensors(path, model_state_to_tensors(m, m.get_state()));
+}
+
+int step(const std::map<std::string, std::string>& a) {
+  ModelConfig cfg;
+  cfg.depth = geti(a, "depth", 50);
+  cfg.width = geti(a, "width", 64);
+  cfg.num_classes = geti(a, "classes", 1000);
+  cfg.image_size = geti(a, "image-size", 224);
+  cfg.batch = geti(a, "batch", 8);
+  const std::string out = a.count("out") ? a.at("out") : ".";
+  auto ops = make_gpu_ops(0, precision(a));
+  Model m(cfg, *ops);
+  if (a.count("init"))  // weights written by torch (compare_torch_gpu.py)
+    m.set_state(model_state_from_tensors(m, read_safetensors(a.at("init")), a.at("init")));
+  else
+    m.init(uint64_t(geti(a, "seed", 1)));
+  const ModelState init = m.get_state();
+  save_state(m, out + "/init.safetensors");
+
+  std::vector<int64_t> idx(static_cast<size_t>(cfg.batch));
+  for (int i = 0; i < cfg.batch; ++i) idx[size_t(i)] = 1000 + i;
+  ops->make_batch(DataKind::Learnable, 7, idx.data(), cfg.batch, cfg.image_size, cfg.num_classes,
+                  m.input(), m.labels());
+  {
+    std::vector<int32_t> lab(size_t(cfg.batch));
+    ops->download(lab.data(), m.labels(), lab.size() * 4);
+    const std::vector<float> img = act_to_f32(*ops, m.input());
+    StTensor lt{"labels", "I64", {cfg.batch}, {}};
+    for (int32_t l : lab) {
+      const int64_t v = l;
+      const auto* b = reinterpret_cast<const uint8_t*>(&v);
+      lt.data.insert(lt.data.end(), b, b + 8);
+    }
+    write_safetensors(out + "/batch.safetensors",
+                      {f32_tensor("images", {cfg.batch, cfg.image_size, cfg.image_size, 3},
+                                  img.data(), img.size()),
+                       lt});
+  }
+  auto one_step = [&]() {
+    m.set_state(init);
+    ops->zero(m.grads(), m.num_params() * 4);
+    m.forward_backward();
+  };
+  one_step();
+  const float loss = m.last_loss();
+  save_state(m, out + "/fwd.safetensors");
+  {
+    ModelState g = m.get_state();
+    ops->download(g.params.data(), m.grads(), m.num_params() * 4);
+    std::vector<StTensor> ts;
+    for (StTensor& t : model_state_to_tensors(m, g))
+      for (const StateEntry& e : m.state_entries())
+        if (e.name == t.name && e.kind == StateKind::Param) ts.push_back(std::move(t));
+    ts.push_back(f32_tensor("loss", {}, &loss, 1));
+    write_safetensors(out + "/grads.safetensors", ts);
+  }
+  float* mom = static_cast<float*>(ops->alloc(m.num_params() * 4));
+  ops->sgd_step(kSgdLr, kSgdMomentum, kSgdWd, mom, true);
+  ops->params_updated();
+  save_state(m, out + "/sgd.safetensors");
+  one_step();
+  float* am = static_cast<float*>(ops->alloc(m.num_params() * 4));
+  float* av = static_cast<float*>(ops->alloc(m.num_params() * 4));
+  ops->adam_step(kAdamLr, 0.9f, 0.999f, 1e-8f, kAdamWd, 1, am, av);
+  ops->params_updated();
+  save_state(m, out + "/adam.safetensors");
+  std::printf("loss %.8f\n", double(loss));
+  return 0;
+}
+
+int bench(const std::map<std::string, std::string>& a, Clock::time_point t_start) {
+  ModelConfig cfg;
+  cfg.depth = geti(a, "depth", 50);
+  cfg.width = geti(a, "width", 64);
+  cfg.num_classes = geti(a, "classes", 1000);
+  cfg.image_size = geti(a, "image-size", 224);
+  cfg.batch = geti(a, "batch", 256);
+  const int per_window = geti(a, "steps-per-window", 10), windows = geti(a, "windows", 5);
+  auto ops = make_gpu_ops(0, precision(a));
+  Model m(cfg, *ops);
+  m.init(1);
+  float* mom = static_cast<float*>(ops->alloc(m.num_params() * 4));
+  std::vector<int64_t> idx(static_cast<size_t>(cfg.batch));
+  int64_t next = 0;
+  auto train_step = [&](bool first) {
+    for (auto& i : idx) i = next++;
+    ops->make_batch(DataKind::Random, 1, idx.data(), cfg.batch, cfg.image_size, cfg.num_classes,
+                    m.input(), m.labels());
+    ops->zero(m.grads(), m.num_params() * 4);
+    m.forward_backward();
+    ops->sgd_step(0.1f, 0.9f, 1e-4f, mom, first);
+    ops->params_updated();
+  };
+  train_step(true);
+  const float first_loss = m.last_loss();  // synchronizes: the first step is finished
+  // From the shell's start time when the benchmark gives it (BENCH_T0, epoch seconds), so
+  // process start-up counts as it does for PyTorch; else from main().
+  double first_step_s = std::chrono::duration<double>(Clock::now() - t_start).count();
+  if (const char* t0 = std::getenv("BENCH_T0"))
+    first_step_s = std::chrono::duration<double>(
+                       std::chrono::system_clock::now().time_since_epoch()).count() - std::atof(t0);
+  for (int i = 0; i < 5; ++i) train_step(false);  // warm-up
+  ops->synchronize();
+  std::vector<double> rates;
+  for (int w = 0; w < windows; ++w) {
+    const auto t0 = Clock::now();
+    for (int i = 0; i < per_window; ++i) train_step(false);
+    ops->synchronize();
+    const double s = std::chrono::duration<double>(Clock::now() - t0).count();
+    rates.push_back(double(per_window) * cfg.batch / s);
+  }
+  std::sort(rates.begin(), rates.end());
+  const auto* g = dynamic_cast<const gpu::GpuOps*>(ops.get());
+  const float last_loss = m.last_loss();
+  std::printf(
+      "{\"what\": \"ours\", \"depth\": %d, \"batch\": %d, \"precision\": \"%s\", "
+      "\"images_per_s\": %.1f, \"min\": %.1f, \"max\": %.1f, \"first_step_s\": %.2f, "
+      "\"peak_bytes\": %zu, \"workspace_bytes\": %zu, \"reserved_bytes\": %zu, \"algo_search_s\": %.2f, "
+      "\"first_loss\": %.4f, \"last_loss\": %.4f, \"backend\": \"%s\"}\n",
+      cfg.depth, cfg.batch, dtype_name(ops->compute_dtype()), rates[rates.size() / 2], rates.front(),
+      rates.back(), first_step_s, ops->peak_bytes(), g ? g->workspace_bytes() : size_t(0),
+      g ? g->reserved_bytes() : size_t(0), g ? g->algo_search_seconds() : 0.0, double(first_loss),
+      double(last_loss),
+      ops->describe().c_str());
+  return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  const auto t_start = Clock::now();
+  try {
+    if (argc < 2) throw std::invalid_argument("usage: gpu_model_driver step|bench --key value ...");
+    const std::string cmd = argv[1];
+    const auto a = parse(argc, argv);
+    if (cmd == "step") return step(a);
+    if (cmd == "bench") return bench(a, t_start);
+    throw std::invalid_argument("unknown command " + cmd + " (step, bench)");
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "gpu_model_driver: %s\n", e.what());
+    return 1;
+  }
+}

@@ -1,0 +1,144 @@
+// Helpers of the GPU tests: the same layer run on the CPU backend (the oracle) and on the GPU
+// backend, from the same host data; bf16/fp16 conversions on the host; the error measure
+// max|ours - ref| / max|ref| with the worst element for the failure message.
+#pragma once
+
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <memory>
+#include <random>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "worker/core/backend.h"
+#include "worker/core/ops.h"
+
+namespace gputest {
+
+using namespace worker;
+
+inline uint16_t f32_to_bf16(float f) {
+  uint32_t u;
+  std::memcpy(&u, &f, 4);
+  if ((u & 0x7fffffffu) > 0x7f800000u) return uint16_t((u >> 16) | 0x40);  // NaN stays NaN
+  u += 0x7fffu + ((u >> 16) & 1u);  // round to nearest even
+  return uint16_t(u >> 16);
+}
+inline float bf16_to_f32(uint16_t h) {
+  const uint32_t u = uint32_t(h) << 16;
+  float f;
+  std::memcpy(&f, &u, 4);
+  return f;
+}
+inline float round_to(DType t, float f) { return t == DType::BF16 ? bf16_to_f32(f32_to_bf16(f)) : f; }
+
+inline std::vector<float> randn(size_t n, uint64_t seed, float scale = 1.f, float mean = 0.f) {
+  std::mt19937_64 g(seed);
+  std::normal_distribution<float> d(mean, scale);
+  std::vector<float> v(n);
+  for (float& x : v) x = d(g);
+  return v;
+}
+
+// The values a tensor of dtype t can hold (so CPU and GPU start from identical inputs).
+inline std::vector<float> rounded(std::vector<float> v, DType t) {
+  for (float& x : v) x = round_to(t, x);
+  return v;
+}
+
+// One backend with its bound flat parameter/gradient buffers.
+struct Side {
+  std::unique_ptr<Ops> ops;
+  float* params = nullptr;
+  float* grads = nullptr;
+  size_t count = 0;
+  DType dt() const { return ops->compute_dtype(); }
+
+  Side(std::unique_ptr<Ops> o, const std::vector<float>& host_params,
+       const std::vector<float>& host_grads)
+      : ops(std::move(o)), count(host_params.size()) {
+    params = static_cast<float*>(ops->alloc(count * 4));
+    grads = static_cast<float*>(ops->alloc(count * 4));
+    ops->upload(params, host_params.data(), count * 4);
+    ops->upload(grads, host_grads.data(), count * 4);
+    ops->bind_params(params, grads, count);
+    ops->params_updated();
+  }
+
+  Act act(int n, int h, int w, int c) {
+    Act a;
+    a.dtype = dt();
+    a.n = n, a.h = h, a.w = w, a.c = c;
+    a.data = ops->alloc(a.bytes());
+    return a;
+  }
+  Act act(int n, int h, int w, int c, const std::vector<float>& v) {
+    Act a = act(n, h, w, c);
+    put(a, v);
+    return a;
+  }
+  void put(Act& a, const std::vector<float>& v) {
+    if (a.dtype == DType::F32) {
+      ops->upload(a.data, v.data(), v.size() * 4);
+    } else {
+      std::vector<uint16_t> h(v.size());
+      for (size_t i = 0; i < v.size(); ++i) h[i] = f32_to_bf16(v[i]);
+      ops->upload(a.data, h.data(), h.size() * 2);
+    }
+  }
+  std::vector<float> get(const Act& a) {
+    std::vector<float> v(a.numel());
+    if (a.dtype == DType::F32) {
+      ops->download(v.data(), a.data, v.size() * 4);
+    } else {
+      std::vector<uint16_t> h(v.size());
+      ops->download(h.data(), a.data, h.size() * 2);
+      for (size_t i = 0; i < v.size(); ++i) v[i] = bf16_to_f32(h[i]);
+    }
+    return v;
+  }
+  float* floats(const std::vector<float>& v) {
+    float* p = static_cast<float*>(ops->alloc(v.size() * 4));
+    ops->upload(p, v.data(), v.size() * 4);
+    return p;
+  }
+  std::vector<float> get_f(const float* p, size_t n) {
+    std::vector<float> v(n);
+    ops->download(v.data(), p, n * 4);
+    return v;
+  }
+  std::vector<float> get_grads() { return get_f(grads, count); }
+  std::vector<float> get_params() { return get_f(params, count); }
+};
+
+struct Err {
+  double rel = 0;
+  std::string where;
+};
+
+inline Err rel_err(const std::vector<float>& ours, const std::vector<float>& ref, size_t begin = 0,
+                   size_t end = SIZE_MAX) {
+  end = std::min(end, ref.size());
+  double dmax = 0, rmax = 0;
+  size_t worst = begin;
+  bool nan = ours.size() != ref.size();
+  for (size_t i = begin; i < end && !nan; ++i) {
+    if (!std::isfinite(ours[i])) nan = true;
+    const double d = std::fabs(double(ours[i]) - double(ref[i]));
+    if (d > dmax) dmax = d, worst = i;
+    rmax = std::max(rmax, std::fabs(double(ref[i])));
+  }
+  Err e;
+  e.rel = nan ? INFINITY : dmax / std::max(rmax, 1e-30);
+  std::ostringstream s;
+  if (ours.size() != ref.size())
+    s << "sizes differ: " << ours.size() << " vs " << ref.size();
+  else
+    s << "rel " << e.rel << ", worst [" << worst << "]: gpu " << ours[worst] << " cpu " << ref[worst];
+  e.where = s.str();
+  return e;
+}
+
+}  // namespace gputest

@@ -1,0 +1,80 @@
+// Host-side parts of the GPU backend that need no GPU (they run in CI): the error messages of
+// the check macros and the validation of the backend's environment variables.
+#include <catch2/catch.hpp>
+
+#include <cstdlib>
+#include <string>
+
+#include "worker/gpu/check.h"
+#include "worker/gpu/gpu_ops.h"
+
+using worker::gpu::GpuError;
+
+namespace {
+
+std::string message_of(void (*f)()) {
+  try {
+    f();
+  } catch (const GpuError& e) {
+    return e.what();
+  }
+  return "";
+}
+
+}  // namespace
+
+TEST_CASE("check macros name the call, the place, the rank and the host", "[gpu_host]") {
+  setenv("PADDLE_TRAINER_ID", "3", 1);  // where() reads it once, at the first error
+  const std::string m = message_of([] { CUDA_CHECK(cudaErrorInvalidValue); });
+  CHECK_THAT(m, Catch::Contains("cudaErrorInvalidValue"));
+  CHECK_THAT(m, Catch::Contains("test_gpu_check.cpp:"));
+  CHECK_THAT(m, Catch::Contains("rank 3 on host "));
+  CHECK_THAT(message_of([] { CUDNN_CHECK(CUDNN_STATUS_BAD_PARAM); }),
+             Catch::Contains("cuDNN error") && Catch::Contains("CUDNN_STATUS_BAD_PARAM"));
+  CHECK_THAT(message_of([] { CUBLAS_CHECK(CUBLAS_STATUS_INVALID_VALUE); }),
+             Catch::Contains("CUBLAS_STATUS_INVALID_VALUE"));
+  CHECK_THAT(message_of([] { NCCL_CHECK(ncclInvalidArgument); }),
+             Catch::Contains("NCCL error") && Catch::Contains("ncclInvalidArgument"));
+  // ncclInProgress is how a non-blocking communicator says "not yet": not an error.
+  CHECK(message_of([] { NCCL_CHECK(ncclInProgress); }).empty());
+}
+
+TEST_CASE("out of memory says how much was asked for and what to do", "[gpu_host]") {
+  try {
+    worker::gpu::throw_oom(size_t(3) << 30, size_t(1) << 30, "pool.cpp", 7);
+    FAIL("no exception");
+  } catch (const GpuError& e) {
+    CHECK(e.kind() == GpuError::Kind::OutOfMemory);
+    CHECK_THAT(e.what(), Catch::Contains("3072.0 MiB") && Catch::Contains("--batch-size") &&
+                             Catch::Contains("1024.0 MiB already in the pool"));
+  }
+  const std::string m = message_of([] { CUDA_CHECK(cudaErrorMemoryAllocation); });
+  CHECK_THAT(m, Catch::Contains("out of memory") && Catch::Contains("--batch-size"));
+}
+
+TEST_CASE("the backend's environment variables are validated", "[gpu_host]") {
+  unsetenv("WORKER_CUDNN_SEARCH");
+  unsetenv("WORKER_CUDNN_WORKSPACE_MB");
+  unsetenv("WORKER_GPU_TF32");
+  auto o = worker::gpu::gpu_options_from_env(1, worker::DType::F32);
+  CHECK(o.device == 1);
+  CHECK(o.search == worker::gpu::AlgoSearch::Heuristic);
+  CHECK_FALSE(o.allow_tf32);
+  setenv("WORKER_CUDNN_SEARCH", "find", 1);
+  setenv("WORKER_CUDNN_WORKSPACE_MB", "64", 1);
+  setenv("WORKER_GPU_TF32", "1", 1);
+  o = worker::gpu::gpu_options_from_env(0, worker::DType::F32);
+  CHECK(o.search == worker::gpu::AlgoSearch::Find);
+  CHECK(o.workspace_limit == size_t(64) << 20);
+  CHECK(o.allow_tf32);
+  setenv("WORKER_CUDNN_SEARCH", "fastest", 1);
+  CHECK_THROWS_WITH(worker::gpu::gpu_options_from_env(0, worker::DType::BF16),
+                    Catch::Contains("WORKER_CUDNN_SEARCH='fastest'") && Catch::Contains("find, heuristic"));
+  setenv("WORKER_CUDNN_SEARCH", "find", 1);
+  setenv("WORKER_CUDNN_WORKSPACE_MB", "12abc", 1);
+  CHECK_THROWS_WITH(worker::gpu::gpu_options_from_env(0, worker::DType::BF16),
+                    Catch::Contains("WORKER_CUDNN_WORKSPACE_MB='12abc'"));
+  unsetenv("WORKER_CUDNN_SEARCH");
+  unsetenv("WORKER_CUDNN_WORKSPACE_MB");
+  unsetenv("WORKER_GPU_TF32");
+}

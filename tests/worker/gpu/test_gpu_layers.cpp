@@ -1,0 +1,276 @@
+// Every layer of the GPU backend against the CPU backend on random inputs: fp32 (TF32 off)
+// within 1e-5 and bf16 within 1e-2 of max|cpu|, forward and backward, including the
+// accumulate-into-gradients contract. The bf16 runs start from bf16-representable inputs, so
+// the error measured is the GPU's arithmetic, not the input rounding.
+#include <catch2/catch.hpp>
+
+#include <cstdlib>
+
+#include "tests/worker/gpu/gpu_test_util.h"
+
+using namespace gputest;
+
+namespace {
+
+double tol(DType t) { return t == DType::F32 ? 1e-5 : 1e-2; }
+
+#define CHECK_CLOSE(what, ours, ref, t)      \
+  do {                                       \
+    const Err e_ = rel_err(ours, ref);       \
+    INFO(what << ": " << e_.where);          \
+    CHECK(e_.rel < (t));                     \
+  } while (0)
+
+struct Pair {
+  Side cpu, gpu;
+  Pair(DType t, const std::vector<float>& params, const std::vector<float>& grads)
+      : cpu(make_cpu_ops(2), params, grads), gpu(make_gpu_ops(0, t), params, grads) {}
+};
+
+const DType kTypes[] = {DType::F32, DType::BF16};
+
+}  // namespace
+
+TEST_CASE("conv forward and backward match the CPU backend", "[gpu]") {
+  struct Shape {
+    int n, h, w, cin, cout, k, stride, pad;
+  };
+  const Shape shapes[] = {{2, 9, 9, 8, 16, 3, 1, 1},  {2, 10, 10, 16, 8, 3, 2, 1},
+                          {2, 7, 7, 16, 32, 1, 1, 0}, {2, 8, 8, 16, 32, 1, 2, 0},
+                          {2, 17, 17, 3, 16, 7, 2, 3}};
+  for (DType t : kTypes) {
+    for (const Shape& s : shapes) {
+      ConvDesc d{s.n, s.h, s.w, s.cin, s.cout, s.k, s.k, s.stride, s.pad, 0, 0};
+      d.ho = (s.h + 2 * s.pad - s.k) / s.stride + 1;
+      d.wo = (s.w + 2 * s.pad - s.k) / s.stride + 1;
+      const size_t wn = size_t(s.cout) * s.k * s.k * s.cin;
+      const uint64_t seed = uint64_t(s.cin * 131 + s.k * 7 + s.stride);
+      const auto params = rounded(randn(wn + 8, seed, 0.2f), t);
+      const auto grads0 = randn(wn + 8, seed + 1, 0.5f);  // backward must ADD to these
+      Pair p(t, params, grads0);
+      const ParamView w{8, wn};  // 16-byte aligned in bf16, as every ResNet view
+      const auto xv = rounded(randn(size_t(s.n) * s.h * s.w * s.cin, seed + 2), t);
+      const auto dyv = rounded(randn(size_t(s.n) * d.ho * d.wo * s.cout, seed + 3), t);
+      const auto dx0 = rounded(randn(xv.size(), seed + 4), t);
+      INFO("dtype " << dtype_name(t) << ", conv " << s.cin << "->" << s.cout << " k" << s.k
+                    << " s" << s.stride << " on " << s.h << "x" << s.w);
+      std::vector<float> y[2], dx[2], dxa[2], g[2];
+      Side* sides[2] = {&p.gpu, &p.cpu};
+      for (int i = 0; i < 2; ++i) {
+        Side& sd = *sides[i];
+        sd.ops->register_conv(d, w);
+        Act x = sd.act(s.n, s.h, s.w, s.cin, xv), ya = sd.act(s.n, d.ho, d.wo, s.cout);
+        Act dy = sd.act(s.n, d.ho, d.wo, s.cout, dyv), dxt = sd.act(s.n, s.h, s.w, s.cin, dx0);
+        sd.ops->conv_forward(d, x, w, ya);
+        y[i] = sd.get(ya);
+        sd.ops->conv_backward(d, x, w, dy, &dxt, true, w);  // accumulate into dx0
+        dxa[i] = sd.get(dxt);
+        sd.ops->conv_backward(d, x, w, dy, &dxt, false, w);  // overwrite; dw accumulated twice
+        dx[i] = sd.get(dxt);
+        g[i] = sd.get_grads();
+      }
+      CHECK_CLOSE("y", y[0], y[1], tol(t));
+      CHECK_CLOSE("dx (accumulated)", dxa[0], dxa[1], tol(t));
+      CHECK_CLOSE("dx", dx[0], dx[1], tol(t));
+      CHECK_CLOSE("grads (dw added twice)", g[0], g[1], tol(t));
+      CHECK(g[0][0] == grads0[0]);  // outside the view: untouched
+    }
+  }
+}
+
+TEST_CASE("batch norm train/eval forward and backward match the CPU backend", "[gpu]") {
+  struct Shape {
+    int n, h, w, c;
+    bool residual, relu;
+  };
+  const Shape shapes[] = {{4, 6, 5, 16, false, true}, {3, 7, 7, 64, true, true},
+                          {2, 3, 3, 24, false, false}, {8, 1, 1, 8, true, false},
+                          {2, 5, 5, 12, true, true}};  // 12: not a multiple of 8 (scalar path)
+  for (DType t : kTypes) {
+    for (const Shape& s : shapes) {
+      BnDesc d{s.n, s.h, s.w, s.c, 1e-5f, 0.1f};
+      const size_t c = size_t(s.c), numel = size_t(s.n) * s.h * s.w * s.c;
+      const uint64_t seed = uint64_t(s.c * 17 + s.h);
+      auto params = randn(2 * c, seed, 0.5f, 1.0f);
+      const auto grads0 = randn(2 * c, seed + 1);
+      Pair p(t, params, grads0);
+      const ParamView gamma{0, c}, beta{c, c};
+      // A mean far from zero checks the variance's accuracy.
+      const auto xv = rounded(randn(numel, seed + 2, 2.f, 3.f), t);
+      const auto rv = rounded(randn(numel, seed + 3), t);
+      const auto dyv = rounded(randn(numel, seed + 4), t);
+      const auto rm0 = randn(c, seed + 5), rvar0 = randn(c, seed + 6, 0.1f, 1.f);
+      INFO("dtype " << dtype_name(t) << ", bn " << s.n << "x" << s.h << "x" << s.w << "x" << s.c
+                    << (s.residual ? " +residual" : "") << (s.relu ? " relu" : ""));
+      std::vector<float> y[2], st[2], dx[2], dr[2], g[2], ye[2];
+      Side* sides[2] = {&p.gpu, &p.cpu};
+      for (int i = 0; i < 2; ++i) {
+        Side& sd = *sides[i];
+        Act x = sd.act(s.n, s.h, s.w, s.c, xv), res = sd.act(s.n, s.h, s.w, s.c, rv);
+        Act ya = sd.act(s.n, s.h, s.w, s.c), dy = sd.act(s.n, s.h, s.w, s.c, dyv);
+        Act dxa = sd.act(s.n, s.h, s.w, s.c), dra = sd.act(s.n, s.h, s.w, s.c);
+        float* rm = sd.floats(rm0);
+        float* rvv = sd.floats(rvar0);
+        float* sm = sd.floats(std::vector<float>(c));
+        float* si = sd.floats(std::vector<float>(c));
+        sd.ops->bn_forward_train(d, x, gamma, beta, rm, rvv, sm, si, s.residual ? &res : nullptr,
+                                 s.relu, ya);
+        y[i] = sd.get(ya);
+        st[i] = sd.get_f(rm, c);
+        for (float v : sd.get_f(rvv, c)) st[i].push_back(v);
+        for (float v : sd.get_f(sm, c)) st[i].push_back(v);
+        for (float v : sd.get_f(si, c)) st[i].push_back(v);
+        sd.ops->bn_backward(d, x, ya, dy, gamma, sm, si, s.relu, dxa, s.residual ? &dra : nullptr,
+                            gamma, beta);
+        dx[i] = sd.get(dxa);
+        if (s.residual) dr[i] = sd.get(dra);
+        g[i] = sd.get_grads();
+        sd.ops->bn_forward_eval(d, x, gamma, beta, rm, rvv, s.residual ? &res : nullptr, s.relu, ya);
+        ye[i] = sd.get(ya);
+      }
+      CHECK_CLOSE("y", y[0], y[1], tol(t));
+      // Statistics are fp32 from the same inputs in both precisions.
+      CHECK_CLOSE("running/saved statistics", st[0], st[1], 1e-5);
+      CHECK_CLOSE("dx", dx[0], dx[1], tol(t));
+      if (s.residual) CHECK_CLOSE("dresidual", dr[0], dr[1], tol(t));
+      CHECK_CLOSE("dgamma, dbeta (added)", g[0], g[1], t == DType::F32 ? 1e-5 : 1e-2);
+      CHECK_CLOSE("eval y", ye[0], ye[1], tol(t));
+    }
+  }
+}
+
+TEST_CASE("max-pool, average pool, fc and softmax cross-entropy match the CPU backend", "[gpu]") {
+  for (DType t : kTypes) {
+    INFO("dtype " << dtype_name(t));
+    const int n = 4, h = 11, w = 10, c = 16, classes = 37;
+    PoolDesc pd{n, h, w, c, 3, 2, 1, 0, 0};
+    pd.ho = (h + 2 - 3) / 2 + 1;
+    pd.wo = (w + 2 - 3) / 2 + 1;
+    const size_t wn = size_t(classes) * c;
+    auto params = rounded(randn(wn + classes, 11, 0.3f), t);
+    const auto grads0 = randn(wn + classes, 12);
+    Pair p(t, params, grads0);
+    const ParamView fw{0, wn}, fb{wn, size_t(classes)};
+    // ReLU-like input with many exact zeros: ties inside pooling windows must resolve alike.
+    auto xv = rounded(randn(size_t(n) * h * w * c, 13), t);
+    for (float& v : xv) v = v < 0 ? 0.f : v;
+    const auto dyv = rounded(randn(size_t(n) * pd.ho * pd.wo * c, 14), t);
+    std::vector<int32_t> labels(n);
+    for (int i = 0; i < n; ++i) labels[i] = (i * 7 + 3) % classes;
+
+    std::vector<float> mp[2], mpb[2], ap[2], apb[2], lg[2], dl[2], loss[2], fdx[2], g[2];
+    Side* sides[2] = {&p.gpu, &p.cpu};
+    for (int i = 0; i < 2; ++i) {
+      Side& sd = *sides[i];
+      Act x = sd.act(n, h, w, c, xv), y = sd.act(n, pd.ho, pd.wo, c);
+      Act dy = sd.act(n, pd.ho, pd.wo, c, dyv), dx = sd.act(n, h, w, c);
+      sd.ops->maxpool_forward(pd, x, y);
+      mp[i] = sd.get(y);
+      sd.ops->maxpool_backward(pd, x, y, dy, dx);
+      mpb[i] = sd.get(dx);
+      Act pooled = sd.act(n, 1, 1, c), dp = sd.act(n, 1, 1, c, rounded(randn(size_t(n) * c, 15), t));
+      sd.ops->avgpool_forward(y, pooled);
+      ap[i] = sd.get(pooled);
+      Act dyy = sd.act(n, pd.ho, pd.wo, c);
+      sd.ops->avgpool_backward(dp, dyy);
+      apb[i] = sd.get(dyy);
+      // fc + loss on the pooled features
+      Act feat = sd.act(n, 1, 1, c, rounded(randn(size_t(n) * c, 16), t));
+      float* logits = sd.floats(std::vector<float>(size_t(n) * classes));
+      float* dlog = sd.floats(std::vector<float>(size_t(n) * classes));
+      float* l = sd.floats(std::vector<float>(1));
+      auto* lab = static_cast<int32_t*>(sd.ops->alloc(size_t(n) * 4));
+      sd.ops->upload(lab, labels.data(), size_t(n) * 4);
+      sd.ops->fc_forward(feat, fw, fb, classes, logits);
+      lg[i] = sd.get_f(logits, size_t(n) * classes);
+      sd.ops->softmax_xent(n, classes, logits, lab, 2.f, l, dlog);
+      dl[i] = sd.get_f(dlog, size_t(n) * classes);
+      loss[i] = sd.get_f(l, 1);
+      Act fdxa = sd.act(n, 1, 1, c);
+      sd.ops->fc_backward(feat, fw, dlog, classes, fdxa, fw, fb);
+      fdx[i] = sd.get(fdxa);
+      g[i] = sd.get_grads();
+    }
+    CHECK_CLOSE("maxpool y", mp[0], mp[1], 1e-6);  // a selection: exact
+    // Overlapping windows add gradients: exact in fp32, rounded once to bf16 on the GPU.
+    CHECK_CLOSE("maxpool dx", mpb[0], mpb[1], t == DType::F32 ? 1e-6 : tol(t));
+    CHECK_CLOSE("avgpool y", ap[0], ap[1], tol(t));
+    CHECK_CLOSE("avgpool dx", apb[0], apb[1], tol(t));
+    CHECK_CLOSE("fc logits", lg[0], lg[1], tol(t));
+    CHECK_CLOSE("loss", loss[0], loss[1], tol(t));
+    CHECK_CLOSE("dlogits", dl[0], dl[1], tol(t));
+    CHECK_CLOSE("fc dx", fdx[0], fdx[1], tol(t));
+    CHECK_CLOSE("fc dW, db (added)", g[0], g[1], tol(t));
+  }
+}
+
+TEST_CASE("synthetic batches are bit-identical to the CPU backend's", "[gpu]") {
+  const int n = 5, size = 12, classes = 10;
+  const int64_t idx[n] = {0, 7, 123456789, 42, 999};
+  for (DataKind kind : {DataKind::Random, DataKind::Learnable}) {
+    Pair p(DType::F32, {0.f}, {0.f});
+    std::vector<float> img[2];
+    std::vector<int32_t> lab[2];
+    Side* sides[2] = {&p.gpu, &p.cpu};
+    for (int i = 0; i < 2; ++i) {
+      Side& sd = *sides[i];
+      Act a = sd.act(n, size, size, 3);
+      auto* l = static_cast<int32_t*>(sd.ops->alloc(n * 4));
+      sd.ops->make_batch(kind, 99, idx, n, size, classes, a, l);
+      img[i] = sd.get(a);
+      lab[i].resize(n);
+      sd.ops->download(lab[i].data(), l, n * 4);
+    }
+    CHECK(img[0] == img[1]);
+    CHECK(lab[0] == lab[1]);
+  }
+  // bf16 images are the fp32 generator's values rounded.
+  Pair p(DType::BF16, {0.f}, {0.f});
+  Side* sides[2] = {&p.gpu, &p.cpu};
+  std::vector<float> img[2];
+  for (int i = 0; i < 2; ++i) {
+    Act a = sides[i]->act(n, size, size, 3);
+    auto* l = static_cast<int32_t*>(sides[i]->ops->alloc(n * 4));
+    sides[i]->ops->make_batch(DataKind::Learnable, 5, idx, n, size, classes, a, l);
+    img[i] = sides[i]->get(a);
+  }
+  CHECK(img[0] == rounded(img[1], DType::BF16));
+}
+
+TEST_CASE("optimizers, gradient scaling and the finiteness check match the CPU backend", "[gpu]") {
+  const size_t count = 100003;  // not a multiple of any vector width
+  const auto params = randn(count, 21), grads = randn(count, 22, 0.1f);
+  Pair p(DType::F32, params, grads);
+  std::vector<float> sgd[2], adam[2];
+  Side* sides[2] = {&p.gpu, &p.cpu};
+  for (int i = 0; i < 2; ++i) {
+    Side& sd = *sides[i];
+    float* mom = sd.floats(std::vector<float>(count));
+    sd.ops->scale_grads(0.5f);
+    sd.ops->sgd_step(0.1f, 0.9f, 1e-4f, mom, true);
+    sd.ops->sgd_step(0.1f, 0.9f, 1e-4f, mom, false);
+    sgd[i] = sd.get_params();
+    float* m = sd.floats(std::vector<float>(count));
+    float* v = sd.floats(std::vector<float>(count));
+    for (int64_t step = 1; step <= 3; ++step) sd.ops->adam_step(1e-3f, 0.9f, 0.999f, 1e-8f, 1e-4f, step, m, v);
+    adam[i] = sd.get_params();
+    CHECK(sd.ops->grads_finite());
+    std::vector<float> bad = grads;
+    bad[count - 1] = INFINITY;
+    sd.ops->upload(sd.grads, bad.data(), count * 4);
+    CHECK_FALSE(sd.ops->grads_finite());
+    bad[count - 1] = NAN;
+    sd.ops->upload(sd.grads, bad.data(), count * 4);
+    CHECK_FALSE(sd.ops->grads_finite());
+  }
+  CHECK_CLOSE("params after 2 SGD steps", sgd[0], sgd[1], 1e-6);
+  CHECK_CLOSE("params after 3 Adam steps", adam[0], adam[1], 1e-6);
+}
+
+TEST_CASE("the GPU backend reports misuse and impossible requests clearly", "[gpu]") {
+  REQUIRE_THROWS_WITH(make_gpu_ops(4096, DType::BF16), Catch::Contains("GPU 4096 requested"));
+  auto ops = make_gpu_ops(0, DType::BF16);
+  REQUIRE_THROWS_WITH(ops->alloc(size_t(1) << 50), Catch::Contains("--batch-size"));
+  ops->alloc(1024);  // still usable afterwards
+  CHECK(ops->peak_bytes() >= 1024);
+}

@@ -1,0 +1,119 @@
+// Element-wise kernels over the flat parameter/gradient buffers: the half-precision shadow of
+// the master weights, gradient accumulation from half precision, scaling, the finiteness check
+// of fp16 loss scaling, and the fused optimizers (PyTorch's SGD and Adam formulas exactly).
+#include <cmath>
+#include <cstdint>
+
+#include "worker/gpu/check.h"
+#include "worker/gpu/dtype.cuh"
+#include "worker/gpu/kernels.h"
+
+namespace worker {
+namespace gpu {
+namespace {
+
+constexpr int kThreads = 256;
+
+unsigned grid_for(size_t n) {
+  // Grid-stride loops: a few waves over 132 SMs are enough for memory-bound work.
+  const size_t want = (n + kThreads - 1) / kThreads;
+  return unsigned(want < 132 * 16 ? (want ? want : 1) : 132 * 16);
+}
+
+#define GRID_STRIDE(i, n)                                                        \
+  for (size_t i = size_t(blockIdx.x) * blockDim.x + threadIdx.x; i < (n);        \
+       i += size_t(gridDim.x) * blockDim.x)
+
+template <typename T>
+__global__ void cast_kernel(const float* __restrict__ src, T* __restrict__ dst, size_t n) {
+  GRID_STRIDE(i, n) dst[i] = from_f<T>(src[i]);
+}
+
+template <typename T>
+__global__ void add_kernel(const T* __restrict__ src, float* __restrict__ dst, size_t n) {
+  GRID_STRIDE(i, n) dst[i] += to_f(src[i]);
+}
+
+__global__ void scale_kernel(float* p, float a, size_t n) { GRID_STRIDE(i, n) p[i] *= a; }
+
+__global__ void nonfinite_kernel(const float* __restrict__ p, size_t n, int* flag) {
+  bool bad = false;
+  GRID_STRIDE(i, n) bad |= !isfinite(p[i]);
+  if (__any_sync(0xffffffffu, bad) && (threadIdx.x & 31) == 0) *flag = 1;
+}
+
+__global__ void sgd_kernel(float* __restrict__ p, const float* __restrict__ g,
+                           float* __restrict__ buf, size_t n, float lr, float momentum, float wd,
+                           bool first) {
+  GRID_STRIDE(i, n) {
+    float d = g[i];
+    if (wd != 0.f) d += wd * p[i];
+    if (momentum != 0.f) {
+      d = first ? d : momentum * buf[i] + d;
+      buf[i] = d;
+    }
+    p[i] -= lr * d;
+  }
+}
+
+__global__ void adam_kernel(float* __restrict__ p, const float* __restrict__ g,
+                            float* __restrict__ m, float* __restrict__ v, size_t n, float lr,
+                            float beta1, float beta2, float eps, float wd, float bc1,
+                            float bc2_sqrt) {
+  const float step_size = lr / bc1;
+  GRID_STRIDE(i, n) {
+    float d = g[i];
+    if (wd != 0.f) d += wd * p[i];
+    const float mi = beta1 * m[i] + (1.f - beta1) * d;
+    const float vi = beta2 * v[i] + (1.f - beta2) * d * d;
+    m[i] = mi;
+    v[i] = vi;
+    const float denom = sqrtf(vi) / bc2_sqrt + eps;
+    p[i] -= step_size * (mi / denom);
+  }
+}
+
+}  // namespace
+
+void cast_from_f32(DType t, const float* src, void* dst, size_t n, cudaStream_t s) {
+  WK_DISPATCH(t, {
+    cast_kernel<T><<<grid_for(n), kThreads, 0, s>>>(src, static_cast<T*>(dst), n);
+    KERNEL_CHECK();
+  });
+}
+
+void add_to_f32(DType t, const void* src, float* dst, size_t n, cudaStream_t s) {
+  WK_DISPATCH(t, {
+    add_kernel<T><<<grid_for(n), kThreads, 0, s>>>(static_cast<const T*>(src), dst, n);
+    KERNEL_CHECK();
+  });
+}
+
+void scale_f32(float* p, float a, size_t n, cudaStream_t s) {
+  scale_kernel<<<grid_for(n), kThreads, 0, s>>>(p, a, n);
+  KERNEL_CHECK();
+}
+
+void find_nonfinite(const float* p, size_t n, int* flag, cudaStream_t s) {
+  nonfinite_kernel<<<grid_for(n), kThreads, 0, s>>>(p, n, flag);
+  KERNEL_CHECK();
+}
+
+void sgd_step(float* p, const float* g, float* buf, size_t n, float lr, float momentum, float wd,
+              bool first, cudaStream_t s) {
+  sgd_kernel<<<grid_for(n), kThreads, 0, s>>>(p, g, buf, n, lr, momentum, wd, first);
+  KERNEL_CHECK();
+}
+
+void adam_step(float* p, const float* g, float* m, float* v, size_t n, float lr, float beta1,
+               float beta2, float eps, float wd, int64_t step, cudaStream_t s) {
+  // Bias corrections in double on the host, as torch.optim.Adam computes them in Python floats.
+  const double bc1 = 1.0 - std::pow(double(beta1), double(step));
+  const double bc2 = 1.0 - std::pow(double(beta2), double(step));
+  adam_kernel<<<grid_for(n), kThreads, 0, s>>>(p, g, m, v, n, lr, beta1, beta2, eps, wd,
+                                                float(bc1), float(std::sqrt(bc2)));
+  KERNEL_CHECK();
+}
+
+}  // namespace gpu
+}  // namespace worker

@@ -1,0 +1,557 @@
+// worker::Ops on one GPU: cuDNN convolutions (legacy API, NHWC, algorithms chosen once per
+// shape), cuBLAS for the fully connected layer, the backend's kernels (kernels.h) for the rest.
+#include "worker/gpu/gpu_ops.h"
+
+#include <algorithm>
+#include <chrono>
+#include <cstdlib>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "worker/core/backend.h"
+#include "worker/gpu/check.h"
+#include "worker/gpu/kernels.h"
+
+namespace worker {
+namespace gpu {
+
+// --- Options
+
+namespace {
+
+size_t env_mb(const char* name, size_t def) {
+  const char* v = std::getenv(name);
+  if (!v || !*v) return def;
+  char* end = nullptr;
+  const unsigned long long mb = std::strtoull(v, &end, 10);
+  if (*end != '\0' || mb == 0)
+    throw GpuError(GpuError::Kind::Invalid, std::string(name) + "='" + v +
+                                                "' is not a positive number of MiB; unset it or "
+                                                "give e.g. 512");
+  return size_t(mb) << 20;
+}
+
+cudnnDataType_t cudnn_type(DType t) {
+  switch (t) {
+    case DType::F32: return CUDNN_DATA_FLOAT;
+    case DType::BF16: return CUDNN_DATA_BFLOAT16;
+    case DType::F16: return CUDNN_DATA_HALF;
+  }
+  return CUDNN_DATA_FLOAT;
+}
+
+cudaDataType_t cuda_type(DType t) {
+  switch (t) {
+    case DType::F32: return CUDA_R_32F;
+    case DType::BF16: return CUDA_R_16BF;
+    case DType::F16: return CUDA_R_16F;
+  }
+  return CUDA_R_32F;
+}
+
+double seconds_since(std::chrono::steady_clock::time_point t0) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+}
+
+const float kOne = 1.f, kZero = 0.f;
+
+}  // namespace
+
+GpuOptions gpu_options_from_env(int device, DType precision) {
+  GpuOptions o;
+  o.device = device;
+  o.precision = precision;
+  if (const char* v = std::getenv("WORKER_GPU_TF32")) o.allow_tf32 = std::strcmp(v, "1") == 0;
+  if (const char* v = std::getenv("WORKER_CUDNN_SEARCH"); v && *v) {
+    if (std::strcmp(v, "find") == 0)
+      o.search = AlgoSearch::Find;
+    else if (std::strcmp(v, "heuristic") == 0)
+      o.search = AlgoSearch::Heuristic;
+    else
+      throw GpuError(GpuError::Kind::Invalid, std::string("WORKER_CUDNN_SEARCH='") + v +
+                                                  "' is not one of: find, heuristic");
+  }
+  o.workspace_limit = env_mb("WORKER_CUDNN_WORKSPACE_MB", o.workspace_limit);
+  o.pool_chunk = env_mb("WORKER_GPU_POOL_CHUNK_MB", o.pool_chunk);
+  return o;
+}
+
+// --- Convolution plans
+
+struct GpuOps::ConvPlan {
+  cudnnTensorDescriptor_t x = nullptr, y = nullptr;
+  cudnnFilterDescriptor_t w = nullptr;
+  // One descriptor per direction: each carries the math type of the algorithm chosen for it.
+  cudnnConvolutionDescriptor_t cf = nullptr, cd = nullptr, cw = nullptr;
+  cudnnConvolutionFwdAlgo_t fwd{};
+  cudnnConvolutionBwdDataAlgo_t bwd_data{};
+  cudnnConvolutionBwdFilterAlgo_t bwd_filter{};
+  size_t ws_fwd = 0, ws_data = 0, ws_filter = 0;
+
+  ~ConvPlan() {
+    if (x) cudnnDestroyTensorDescriptor(x);
+    if (y) cudnnDestroyTensorDescriptor(y);
+    if (w) cudnnDestroyFilterDescriptor(w);
+    if (cf) cudnnDestroyConvolutionDescriptor(cf);
+    if (cd) cudnnDestroyConvolutionDescriptor(cd);
+    if (cw) cudnnDestroyConvolutionDescriptor(cw);
+  }
+};
+
+namespace {
+
+// Temporary device buffers for the timed search (setup only; freed right after).
+struct SearchBuffers {
+  void* x = nullptr;
+  void* y = nullptr;
+  void* w = nullptr;
+  void* ws = nullptr;
+  size_t ws_bytes = 0;
+  ~SearchBuffers() {
+    cudaFree(x);
+    cudaFree(y);
+    cudaFree(w);
+    cudaFree(ws);
+  }
+};
+
+// The fastest successful result within the workspace limit; results come sorted by time.
+// With `fma_only` (fp32 without TF32) tensor-core results are refused.
+template <typename Perf>
+const Perf* choose(const Perf* res, int n, size_t limit, bool fma_only) {
+  for (int i = 0; i < n; ++i) {
+    if (res[i].status != CUDNN_STATUS_SUCCESS || res[i].memory > limit) continue;
+    if (fma_only && res[i].mathType != CUDNN_FMA_MATH && res[i].mathType != CUDNN_DEFAULT_MATH)
+      continue;
+    return &res[i];
+  }
+  return nullptr;
+}
+
+}  // namespace
+
+GpuOps::ConvPlan& GpuOps::plan(const ConvDesc& d) {
+  const ConvKey key{d.n, d.h, d.w, d.cin, d.cout, d.kh, d.kw, d.stride, d.pad};
+  auto it = plans_.find(key);
+  if (it != plans_.end()) return *it->second;
+
+  const auto t0 = std::chrono::steady_clock::now();
+  auto p = std::make_unique<ConvPlan>();
+  const cudnnDataType_t dt = cudnn_type(opt_.precision);
+  const bool fp32 = opt_.precision == DType::F32;
+  const bool fma_only = fp32 && !opt_.allow_tf32;
+  const cudnnMathType_t math =
+      fp32 ? (opt_.allow_tf32 ? CUDNN_DEFAULT_MATH : CUDNN_FMA_MATH) : CUDNN_TENSOR_OP_MATH;
+
+  CUDNN_CHECK(cudnnCreateTensorDescriptor(&p->x));
+  CUDNN_CHECK(cudnnCreateTensorDescriptor(&p->y));
+  CUDNN_CHECK(cudnnCreateFilterDescriptor(&p->w));
+  CUDNN_CHECK(cudnnSetTensor4dDescriptor(p->x, CUDNN_TENSOR_NHWC, dt, d.n, d.cin, d.h, d.w));
+  CUDNN_CHECK(cudnnSetTensor4dDescriptor(p->y, CUDNN_TENSOR_NHWC, dt, d.n, d.cout, d.ho, d.wo));
+  CUDNN_CHECK(cudnnSetFilter4dDescriptor(p->w, dt, CUDNN_TENSOR_NHWC, d.cout, d.cin, d.kh, d.kw));
+  for (cudnnConvolutionDescriptor_t* c : {&p->cf, &p->cd, &p->cw}) {
+    CUDNN_CHECK(cudnnCreateConvolutionDescriptor(c));
+    CUDNN_CHECK(cudnnSetConvolution2dDescriptor(*c, d.pad, d.pad, d.stride, d.stride, 1, 1,
+                                                CUDNN_CROSS_CORRELATION, CUDNN_DATA_FLOAT));
+    CUDNN_CHECK(cudnnSetConvolutionMathType(*c, math));
+  }
+  int on = 0, oc = 0, oh = 0, ow = 0;
+  CUDNN_CHECK(cudnnGetConvolution2dForwardOutputDim(p->cf, p->x, p->w, &on, &oc, &oh, &ow));
+  if (oh != d.ho || ow != d.wo || on != d.n || oc != d.cout)
+    throw GpuError(GpuError::Kind::Invalid,
+                   "convolution descriptor is inconsistent: output " + std::to_string(d.ho) + "x" +
+                       std::to_string(d.wo) + " declared, cuDNN computes " + std::to_string(oh) +
+                       "x" + std::to_string(ow) + " (" + where() + ")");
+
+  const size_t limit = opt_.workspace_limit;
+  cudnnConvolutionFwdAlgoPerf_t fr[CUDNN_CONVOLUTION_FWD_ALGO_COUNT];
+  cudnnConvolutionBwdDataAlgoPerf_t dr[CUDNN_CONVOLUTION_BWD_DATA_ALGO_COUNT];
+  cudnnConvolutionBwdFilterAlgoPerf_t wr[CUDNN_CONVOLUTION_BWD_FILTER_ALGO_COUNT];
+  int nf = 0, nd = 0, nw = 0;
+  if (opt_.search == AlgoSearch::Find) {
+    const size_t es = dtype_size(opt_.precision);
+    SearchBuffers b;
+    CUDA_CHECK(cudaMalloc(&b.x, size_t(d.n) * d.h * d.w * d.cin * es));
+    CUDA_CHECK(cudaMalloc(&b.y, size_t(d.n) * d.ho * d.wo * d.cout * es));
+    CUDA_CHECK(cudaMalloc(&b.w, size_t(d.cout) * d.kh * d.kw * d.cin * es));
+    // As large a workspace as the device allows, up to the limit.
+    for (b.ws_bytes = limit; b.ws_bytes >= (size_t(1) << 20); b.ws_bytes /= 2) {
+      if (cudaMalloc(&b.ws, b.ws_bytes) == cudaSuccess) break;
+      cudaGetLastError();
+      b.ws = nullptr;
+    }
+    if (!b.ws) b.ws_bytes = 0;
+    CUDNN_CHECK(cudnnFindConvolutionForwardAlgorithmEx(cudnn_, p->x, b.x, p->w, b.w, p->cf, p->y,
+                                                       b.y, CUDNN_CONVOLUTION_FWD_ALGO_COUNT, &nf,
+                                                       fr, b.ws, b.ws_bytes));
+    CUDNN_CHECK(cudnnFindConvolutionBackwardDataAlgorithmEx(
+        cudnn_, p->w, b.w, p->y, b.y, p->cd, p->x, b.x, CUDNN_CONVOLUTION_BWD_DATA_ALGO_COUNT, &nd,
+        dr, b.ws, b.ws_bytes));
+    CUDNN_CHECK(cudnnFindConvolutionBackwardFilterAlgorithmEx(
+        cudnn_, p->x, b.x, p->y, b.y, p->cw, p->w, b.w, CUDNN_CONVOLUTION_BWD_FILTER_ALGO_COUNT,
+        &nw, wr, b.ws, b.ws_bytes));
+    CUDA_CHECK(cudaStreamSynchronize(stream_));
+  } else {
+    CUDNN_CHECK(cudnnGetConvolutionForwardAlgorithm_v7(cudnn_, p->x, p->w, p->cf, p->y,
+                                                       CUDNN_CONVOLUTION_FWD_ALGO_COUNT, &nf, fr));
+    CUDNN_CHECK(cudnnGetConvolutionBackwardDataAlgorithm_v7(
+        cudnn_, p->w, p->y, p->cd, p->x, CUDNN_CONVOLUTION_BWD_DATA_ALGO_COUNT, &nd, dr));
+    CUDNN_CHECK(cudnnGetConvolutionBackwardFilterAlgorithm_v7(
+        cudnn_, p->x, p->y, p->cw, p->w, CUDNN_CONVOLUTION_BWD_FILTER_ALGO_COUNT, &nw, wr));
+  }
+  const auto* f = choose(fr, nf, limit, fma_only);
+  const auto* bd = choose(dr, nd, limit, fma_only);
+  const auto* bw = choose(wr, nw, limit, fma_only);
+  if (!f || !bd || !bw)
+    throw GpuError(GpuError::Kind::Cudnn,
+                   "cuDNN offers no algorithm for convolution " + std::to_string(d.cin) + "->" +
+                       std::to_string(d.cout) + " " + std::to_string(d.kh) + "x" +
+                       std::to_string(d.kw) + "/" + std::to_string(d.stride) + " on " +
+                       std::to_string(d.h) + "x" + std::to_string(d.w) + " within a " +
+                       std::to_string(limit >> 20) + " MiB workspace (" + where() +
+                       "): raise WORKER_CUDNN_WORKSPACE_MB");
+  p->fwd = f->algo;
+  p->bwd_data = bd->algo;
+  p->bwd_filter = bw->algo;
+  if (!fma_only) {
+    CUDNN_CHECK(cudnnSetConvolutionMathType(p->cf, f->mathType));
+    CUDNN_CHECK(cudnnSetConvolutionMathType(p->cd, bd->mathType));
+    CUDNN_CHECK(cudnnSetConvolutionMathType(p->cw, bw->mathType));
+  }
+  // The exact sizes for the chosen algorithms and math types.
+  CUDNN_CHECK(cudnnGetConvolutionForwardWorkspaceSize(cudnn_, p->x, p->w, p->cf, p->y, p->fwd,
+                                                      &p->ws_fwd));
+  CUDNN_CHECK(cudnnGetConvolutionBackwardDataWorkspaceSize(cudnn_, p->w, p->y, p->cd, p->x,
+                                                           p->bwd_data, &p->ws_data));
+  CUDNN_CHECK(cudnnGetConvolutionBackwardFilterWorkspaceSize(cudnn_, p->x, p->y, p->cw, p->w,
+                                                             p->bwd_filter, &p->ws_filter));
+  search_seconds_ += seconds_since(t0);
+  ConvPlan& ref = *p;
+  plans_.emplace(key, std::move(p));
+  return ref;
+}
+
+void* GpuOps::workspace(size_t bytes) {
+  if (bytes == 0) return nullptr;
+  if (bytes > ws_bytes_) {
+    // Size for every plan known so far at once, so the workspace is carved once.
+    size_t need = bytes;
+    for (const auto& kv : plans_) {
+      need = std::max({need, kv.second->ws_fwd, kv.second->ws_data, kv.second->ws_filter});
+    }
+    ws_ = pool_.alloc(need);
+    ws_bytes_ = need;
+  }
+  return ws_;
+}
+
+float* GpuOps::scratch_f32(size_t count) {
+  if (count > f32_scratch_count_) {
+    const size_t c = std::max(count, f32_scratch_count_ * 2);
+    f32_scratch_ = static_cast<float*>(pool_.alloc(c * sizeof(float)));
+    f32_scratch_count_ = c;
+  }
+  return f32_scratch_;
+}
+
+void* GpuOps::scratch_half(size_t bytes) {
+  if (bytes > half_scratch_bytes_) {
+    const size_t b = std::max(bytes, half_scratch_bytes_ * 2);
+    half_scratch_ = pool_.alloc(b);
+    half_scratch_bytes_ = b;
+  }
+  return half_scratch_;
+}
+
+// --- Set-up
+
+GpuOps::GpuOps(const GpuOptions& opt) : opt_(opt), pool_(opt.pool_chunk) {
+  int count = 0;
+  const cudaError_t e = cudaGetDeviceCount(&count);
+  if (e != cudaSuccess || count == 0)
+    throw GpuError(GpuError::Kind::Cuda,
+                   std::string("no usable GPU (") + (e == cudaSuccess ? "none visible" : cudaGetErrorString(e)) +
+                       ", " + where() + "): use --device cpu, or check CUDA_VISIBLE_DEVICES / FLAGS_selected_gpus");
+  if (opt.device < 0 || opt.device >= count)
+    throw GpuError(GpuError::Kind::Invalid, "GPU " + std::to_string(opt.device) +
+                                                " requested but this process sees " +
+                                                std::to_string(count) + " (" + where() + ")");
+  CUDA_CHECK(cudaSetDevice(opt.device));
+  cudaDeviceProp prop{};
+  CUDA_CHECK(cudaGetDeviceProperties(&prop, opt.device));
+  device_name_ = prop.name;
+  CUDA_CHECK(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
+  CUDNN_CHECK(cudnnCreate(&cudnn_));
+  CUDNN_CHECK(cudnnSetStream(cudnn_, stream_));
+  CUBLAS_CHECK(cublasCreate(&cublas_));
+  CUBLAS_CHECK(cublasSetStream(cublas_, stream_));
+  // cuBLAS's workspace from the pool: nothing allocated behind our back later.
+  constexpr size_t kCublasWs = size_t(32) << 20;
+  CUBLAS_CHECK(cublasSetWorkspace(cublas_, pool_.alloc(kCublasWs), kCublasWs));
+  CUBLAS_CHECK(cublasSetMathMode(cublas_, CUBLAS_DEFAULT_MATH));
+  flag_ = static_cast<int*>(pool_.alloc(sizeof(int)));
+}
+
+GpuOps::~GpuOps() {
+  if (stream_) cudaStreamSynchronize(stream_);
+  plans_.clear();
+  if (cublas_) cublasDestroy(cublas_);
+  if (cudnn_) cudnnDestroy(cudnn_);
+  if (stream_) cudaStreamDestroy(stream_);
+}
+
+std::string GpuOps::describe() const {
+  const size_t v = cudnnGetVersion();
+  return "gpu " + std::to_string(opt_.device) + " (" + device_name_ + ", " +
+         dtype_name(opt_.precision) +
+         (opt_.precision == DType::F32 ? (opt_.allow_tf32 ? ", TF32 on" : ", TF32 off") : "") +
+         ", cuDNN " + std::to_string(v / 10000) + "." + std::to_string(v / 100 % 100) + "." +
+         std::to_string(v % 100) + ", conv algorithms by " +
+         (opt_.search == AlgoSearch::Find ? "timed search" : "heuristics") + ")";
+}
+
+// --- Memory
+
+void* GpuOps::alloc(size_t bytes) {
+  void* p = pool_.alloc(bytes);
+  CUDA_CHECK(cudaMemsetAsync(p, 0, bytes, stream_));
+  return p;
+}
+
+void GpuOps::upload(void* dst, const void* host_src, size_t bytes) {
+  CUDA_CHECK(cudaMemcpyAsync(dst, host_src, bytes, cudaMemcpyHostToDevice, stream_));
+  CUDA_CHECK(cudaStreamSynchronize(stream_));  // the caller may free host_src on return
+}
+
+void GpuOps::download(void* host_dst, const void* src, size_t bytes) {
+  CUDA_CHECK(cudaMemcpyAsync(host_dst, src, bytes, cudaMemcpyDeviceToHost, stream_));
+  CUDA_CHECK(cudaStreamSynchronize(stream_));
+}
+
+void GpuOps::zero(void* dst, size_t bytes) {
+  CUDA_CHECK(cudaMemsetAsync(dst, 0, bytes, stream_));
+}
+
+void GpuOps::synchronize() { CUDA_CHECK(cudaStreamSynchronize(stream_)); }
+
+// --- Parameters
+
+void GpuOps::bind_params(float* params, float* grads, size_t count) {
+  params_ = params;
+  grads_ = grads;
+  count_ = count;
+  if (opt_.precision != DType::F32) {
+    shadow_ = pool_.alloc(count * dtype_size(opt_.precision));
+    params_updated();
+  }
+}
+
+void GpuOps::register_conv(const ConvDesc& d, ParamView) { plan(d); }
+
+void GpuOps::params_updated() {
+  if (shadow_) cast_from_f32(opt_.precision, params_, shadow_, count_, stream_);
+}
+
+const void* GpuOps::weight_ptr(ParamView w) const {
+  if (!params_)
+    throw GpuError(GpuError::Kind::Invalid, "GPU backend used before bind_params (" + where() + ")");
+  if (opt_.precision == DType::F32) return params_ + w.offset;
+  return static_cast<const char*>(shadow_) + w.offset * dtype_size(opt_.precision);
+}
+
+void GpuOps::check_act(const Act& a, const char* what) const {
+  if (a.dtype != opt_.precision || (a.data == nullptr && a.numel() != 0))
+    throw GpuError(GpuError::Kind::Invalid,
+                   std::string(what) + ": tensor is " + dtype_name(a.dtype) + ", backend computes in " +
+                       dtype_name(opt_.precision) + " (" + where() + ")");
+}
+
+// --- Convolution
+
+void GpuOps::conv_forward(const ConvDesc& d, const Act& x, ParamView w, Act& y) {
+  check_act(x, "conv_forward input");
+  check_act(y, "conv_forward output");
+  ConvPlan& p = plan(d);
+  void* ws = workspace(p.ws_fwd);
+  CUDNN_CHECK(cudnnConvolutionForward(cudnn_, &kOne, p.x, x.data, p.w, weight_ptr(w), p.cf, p.fwd,
+                                      ws, p.ws_fwd, &kZero, p.y, y.data));
+}
+
+void GpuOps::conv_backward(const ConvDesc& d, const Act& x, ParamView w, const Act& dy, Act* dx,
+                           bool accumulate_dx, ParamView dw) {
+  check_act(x, "conv_backward input");
+  check_act(dy, "conv_backward output gradient");
+  ConvPlan& p = plan(d);
+  if (dx) {
+    check_act(*dx, "conv_backward input gradient");
+    void* ws = workspace(p.ws_data);
+    CUDNN_CHECK(cudnnConvolutionBackwardData(cudnn_, &kOne, p.w, weight_ptr(w), p.y, dy.data,
+                                             p.cd, p.bwd_data, ws, p.ws_data,
+                                             accumulate_dx ? &kOne : &kZero, p.x, dx->data));
+  }
+  void* ws = workspace(p.ws_filter);
+  if (opt_.precision == DType::F32) {
+    CUDNN_CHECK(cudnnConvolutionBackwardFilter(cudnn_, &kOne, p.x, x.data, p.y, dy.data, p.cw,
+                                               p.bwd_filter, ws, p.ws_filter, &kOne, p.w,
+                                               grads_ + dw.offset));
+  } else {
+    // dW in the compute dtype (as autocast's weight gradient), then added to the fp32 grads.
+    void* tmp = scratch_half(dw.count * dtype_size(opt_.precision));
+    CUDNN_CHECK(cudnnConvolutionBackwardFilter(cudnn_, &kOne, p.x, x.data, p.y, dy.data, p.cw,
+                                               p.bwd_filter, ws, p.ws_filter, &kZero, p.w, tmp));
+    add_to_f32(opt_.precision, tmp, grads_ + dw.offset, dw.count, stream_);
+  }
+}
+
+// --- Batch norm
+
+void GpuOps::bn_forward_train(const BnDesc& d, const Act& x, ParamView gamma, ParamView beta,
+                              float* running_mean, float* running_var, float* save_mean,
+                              float* save_invstd, const Act* residual, bool relu, Act& y) {
+  check_act(x, "bn_forward_train input");
+  const int64_t m = int64_t(d.n) * d.h * d.w;
+  const size_t np = bn_partials_floats(m, d.c);
+  float* s = scratch_f32(np + 4 * size_t(d.c));
+  gpu::bn_forward_train(opt_.precision, x.data, m, d.c, params_ + gamma.offset,
+                        params_ + beta.offset, d.eps, d.momentum, running_mean, running_var,
+                        save_mean, save_invstd, residual ? residual->data : nullptr, relu, y.data,
+                        s, s + np, stream_);
+}
+
+void GpuOps::bn_forward_eval(const BnDesc& d, const Act& x, ParamView gamma, ParamView beta,
+                             const float* running_mean, const float* running_var,
+                             const Act* residual, bool relu, Act& y) {
+  check_act(x, "bn_forward_eval input");
+  const int64_t m = int64_t(d.n) * d.h * d.w;
+  float* s = scratch_f32(2 * size_t(d.c));
+  gpu::bn_forward_eval(opt_.precision, x.data, m, d.c, params_ + gamma.offset,
+                       params_ + beta.offset, d.eps, running_mean, running_var,
+                       residual ? residual->data : nullptr, relu, y.data, s, stream_);
+}
+
+void GpuOps::bn_backward(const BnDesc& d, const Act& x, const Act& y, const Act& dy,
+                         ParamView gamma, const float* save_mean, const float* save_invstd,
+                         bool relu, Act& dx, Act* dresidual, ParamView dgamma, ParamView dbeta) {
+  check_act(dy, "bn_backward output gradient");
+  const int64_t m = int64_t(d.n) * d.h * d.w;
+  const size_t np = bn_partials_floats(m, d.c);
+  float* s = scratch_f32(np + 4 * size_t(d.c));
+  gpu::bn_backward(opt_.precision, x.data, y.data, dy.data, m, d.c, params_ + gamma.offset,
+                   save_mean, save_invstd, relu, dx.data, dresidual ? dresidual->data : nullptr,
+                   grads_ + dgamma.offset, grads_ + dbeta.offset, s, s + np, stream_);
+}
+
+// --- Pooling
+
+void GpuOps::maxpool_forward(const PoolDesc& d, const Act& x, Act& y) {
+  check_act(x, "maxpool_forward input");
+  gpu::maxpool_forward(opt_.precision, x.data, y.data, d, stream_);
+}
+
+void GpuOps::maxpool_backward(const PoolDesc& d, const Act& x, const Act&, const Act& dy,
+                              Act& dx) {
+  check_act(dy, "maxpool_backward output gradient");
+  gpu::maxpool_backward(opt_.precision, x.data, dy.data, dx.data, d, stream_);
+}
+
+void GpuOps::avgpool_forward(const Act& x, Act& y) {
+  check_act(x, "avgpool_forward input");
+  gpu::avgpool_forward(opt_.precision, x.data, y.data, x.n, x.h * x.w, x.c, stream_);
+}
+
+void GpuOps::avgpool_backward(const Act& dy, Act& dx) {
+  check_act(dy, "avgpool_backward output gradient");
+  gpu::avgpool_backward(opt_.precision, dy.data, dx.data, dx.n, dx.h * dx.w, dx.c, stream_);
+}
+
+// --- Fully connected (cuBLAS, column-major view of our row-major matrices)
+
+void GpuOps::fc_forward(const Act& x, ParamView w, ParamView b, int out, float* logits) {
+  check_act(x, "fc_forward input");
+  const int n = x.n, in = x.h * x.w * x.c;
+  gpu::fill_rows(logits, params_ + b.offset, n, out, stream_);
+  const cudaDataType_t t = cuda_type(opt_.precision);
+  const cublasComputeType_t ct = (opt_.precision == DType::F32 && opt_.allow_tf32)
+                                     ? CUBLAS_COMPUTE_32F_FAST_TF32
+                                     : CUBLAS_COMPUTE_32F;
+  // logits^T (out x n) = W (out x in) * x^T (in x n)
+  CUBLAS_CHECK(cublasGemmEx(cublas_, CUBLAS_OP_T, CUBLAS_OP_N, out, n, in, &kOne, weight_ptr(w),
+                            t, in, x.data, t, in, &kOne, logits, CUDA_R_32F, out, ct,
+                            CUBLAS_GEMM_DEFAULT));
+}
+
+void GpuOps::fc_backward(const Act& x, ParamView w, const float* dlogits, int out, Act& dx,
+                         ParamView dw, ParamView db) {
+  check_act(x, "fc_backward input");
+  const int n = x.n, in = x.h * x.w * x.c;
+  const cudaDataType_t t = cuda_type(opt_.precision);
+  const cublasComputeType_t ct = (opt_.precision == DType::F32 && opt_.allow_tf32)
+                                     ? CUBLAS_COMPUTE_32F_FAST_TF32
+                                     : CUBLAS_COMPUTE_32F;
+  // The logits' gradient in the compute dtype, as autocast's linear sees it.
+  const void* dl = dlogits;
+  if (opt_.precision != DType::F32) {
+    void* h = scratch_half(size_t(n) * out * dtype_size(opt_.precision));
+    cast_from_f32(opt_.precision, dlogits, h, size_t(n) * out, stream_);
+    dl = h;
+  }
+  column_sums_add(dlogits, n, out, grads_ + db.offset, stream_);
+  // dW^T (in x out) += x^T (in x n) * dlogits (n x out), accumulated in fp32.
+  CUBLAS_CHECK(cublasGemmEx(cublas_, CUBLAS_OP_N, CUBLAS_OP_T, in, out, n, &kOne, x.data, t, in,
+                            dl, t, out, &kOne, grads_ + dw.offset, CUDA_R_32F, in, ct,
+                            CUBLAS_GEMM_DEFAULT));
+  // dx^T (in x n) = W^T (in x out) * dlogits^T (out x n)
+  CUBLAS_CHECK(cublasGemmEx(cublas_, CUBLAS_OP_N, CUBLAS_OP_N, in, n, out, &kOne, weight_ptr(w), t,
+                            in, dl, t, out, &kZero, dx.data, t, in, ct, CUBLAS_GEMM_DEFAULT));
+}
+
+void GpuOps::softmax_xent(int n, int classes, const float* logits, const int32_t* labels,
+                          float grad_scale, float* loss, float* dlogits) {
+  float* rows = scratch_f32(size_t(n));
+  gpu::softmax_xent(n, classes, logits, labels, grad_scale, loss, dlogits, rows, stream_);
+}
+
+// --- Data
+
+void GpuOps::make_batch(DataKind kind, uint64_t seed, const int64_t* host_indices, int n,
+                        int image_size, int classes, Act& images, int32_t* labels) {
+  check_act(images, "make_batch images");
+  gpu::make_batch(opt_.precision, kind, seed, host_indices, n, image_size, classes, images.data,
+                  labels, stream_);
+}
+
+// --- Optimizers
+
+void GpuOps::scale_grads(float s) { scale_f32(grads_, s, count_, stream_); }
+
+bool GpuOps::grads_finite() {
+  CUDA_CHECK(cudaMemsetAsync(flag_, 0, sizeof(int), stream_));
+  find_nonfinite(grads_, count_, flag_, stream_);
+  int bad = 0;
+  CUDA_CHECK(cudaMemcpyAsync(&bad, flag_, sizeof(int), cudaMemcpyDeviceToHost, stream_));
+  CUDA_CHECK(cudaStreamSynchronize(stream_));
+  return bad == 0;
+}
+
+void GpuOps::sgd_step(float lr, float momentum, float weight_decay, float* momentum_buf,
+                      bool first_step) {
+  gpu::sgd_step(params_, grads_, momentum_buf, count_, lr, momentum, weight_decay, first_step,
+                stream_);
+}
+
+void GpuOps::adam_step(float lr, float beta1, float beta2, float eps, float weight_decay,
+                       int64_t step, float* m, float* v) {
+  gpu::adam_step(params_, grads_, m, v, count_, lr, beta1, beta2, eps, weight_decay, step,
+                 stream_);
+}
+
+}  // namespace gpu
+
+// --- Factory (worker/core/backend.h)
+
+std::unique_ptr<Ops> make_gpu_ops(int device, DType precision) {
+  return std::make_unique<gpu::GpuOps>(gpu::gpu_options_from_env(device, precision));
+}
+
+}  // namespace worker

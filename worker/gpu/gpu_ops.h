@@ -1,0 +1,137 @@
+// The GPU implementation of worker::Ops: one CUDA stream, cuDNN (convolutions) and cuBLAS (the
+// fully connected layer) bound to it, the backend's own kernels for everything else, and all
+// memory from one DevicePool. make_gpu_ops() (worker/core/backend.h) returns one of these;
+// the NCCL communicator reaches its stream and pool through this class.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <string>
+#include <tuple>
+
+#include <cublas_v2.h>
+#include <cuda_runtime.h>
+#include <cudnn.h>
+
+#include "worker/core/ops.h"
+#include "worker/gpu/pool.h"
+
+namespace worker {
+namespace gpu {
+
+// How convolution algorithms are chosen, once per shape: cuDNN's heuristics (the default: on
+// an H200, ResNet-50 bf16 batch 256 ran 6,320 images/s with them against 6,018 with the timed
+// search, and reached its first step in 2.4 s instead of 9.6 s) or a timed search
+// (cudnnFind*Ex, as torch.backends.cudnn.benchmark).
+enum class AlgoSearch : uint8_t { Find, Heuristic };
+
+struct GpuOptions {
+  int device = 0;
+  DType precision = DType::BF16;
+  bool allow_tf32 = false;           // fp32 only: TF32 tensor cores (off: exact fp32 products)
+  AlgoSearch search = AlgoSearch::Heuristic;
+  size_t workspace_limit = size_t(512) << 20;  // cap on one convolution's cuDNN workspace
+  size_t pool_chunk = size_t(1) << 30;       // DevicePool chunk size
+};
+
+// Reads WORKER_GPU_TF32=1, WORKER_CUDNN_SEARCH=find|heuristic, WORKER_CUDNN_WORKSPACE_MB,
+// WORKER_GPU_POOL_CHUNK_MB over the defaults. A bad value is an error naming the variable.
+GpuOptions gpu_options_from_env(int device, DType precision);
+
+class GpuOps final : public Ops {
+ public:
+  explicit GpuOps(const GpuOptions& opt);
+  ~GpuOps() override;
+
+  DeviceKind device() const override { return DeviceKind::Gpu; }
+  DType compute_dtype() const override { return opt_.precision; }
+  std::string describe() const override;
+
+  void* alloc(size_t bytes) override;
+  void upload(void* dst, const void* host_src, size_t bytes) override;
+  void download(void* host_dst, const void* src, size_t bytes) override;
+  void zero(void* dst, size_t bytes) override;
+  size_t peak_bytes() const override { return pool_.used(); }
+
+  void bind_params(float* params, float* grads, size_t count) override;
+  void register_conv(const ConvDesc& d, ParamView w) override;
+  void params_updated() override;
+
+  void conv_forward(const ConvDesc& d, const Act& x, ParamView w, Act& y) override;
+  void conv_backward(const ConvDesc& d, const Act& x, ParamView w, const Act& dy, Act* dx,
+                     bool accumulate_dx, ParamView dw) override;
+  void bn_forward_train(const BnDesc& d, const Act& x, ParamView gamma, ParamView beta,
+                        float* running_mean, float* running_var, float* save_mean,
+                        float* save_invstd, const Act* residual, bool relu, Act& y) override;
+  void bn_forward_eval(const BnDesc& d, const Act& x, ParamView gamma, ParamView beta,
+                       const float* running_mean, const float* running_var, const Act* residual,
+                       bool relu, Act& y) override;
+  void bn_backward(const BnDesc& d, const Act& x, const Act& y, const Act& dy, ParamView gamma,
+                   const float* save_mean, const float* save_invstd, bool relu, Act& dx,
+                   Act* dresidual, ParamView dgamma, ParamView dbeta) override;
+  void maxpool_forward(const PoolDesc& d, const Act& x, Act& y) override;
+  void maxpool_backward(const PoolDesc& d, const Act& x, const Act& y, const Act& dy,
+                        Act& dx) override;
+  void avgpool_forward(const Act& x, Act& y) override;
+  void avgpool_backward(const Act& dy, Act& dx) override;
+  void fc_forward(const Act& x, ParamView w, ParamView b, int out, float* logits) override;
+  void fc_backward(const Act& x, ParamView w, const float* dlogits, int out, Act& dx,
+                   ParamView dw, ParamView db) override;
+  void softmax_xent(int n, int classes, const float* logits, const int32_t* labels,
+                    float grad_scale, float* loss, float* dlogits) override;
+  void make_batch(DataKind kind, uint64_t seed, const int64_t* host_indices, int n,
+                  int image_size, int classes, Act& images, int32_t* labels) override;
+  void scale_grads(float s) override;
+  bool grads_finite() override;
+  void sgd_step(float lr, float momentum, float weight_decay, float* momentum_buf,
+                bool first_step) override;
+  void adam_step(float lr, float beta1, float beta2, float eps, float weight_decay, int64_t step,
+                 float* m, float* v) override;
+  void synchronize() override;
+
+  // For the NCCL communicator.
+  cudaStream_t stream() const { return stream_; }
+  int device_ordinal() const { return opt_.device; }
+  // Seconds spent choosing convolution algorithms so far (start-up cost).
+  double algo_search_seconds() const { return search_seconds_; }
+  size_t workspace_bytes() const { return ws_bytes_; }
+  size_t reserved_bytes() const { return pool_.reserved(); }
+
+ private:
+  struct ConvPlan;
+  using ConvKey = std::tuple<int, int, int, int, int, int, int, int, int>;
+  ConvPlan& plan(const ConvDesc& d);
+  void* workspace(size_t bytes);
+  // Scratch that only grows (between steps, never inside the loop after the first step).
+  float* scratch_f32(size_t count);
+  void* scratch_half(size_t bytes);
+  const void* weight_ptr(ParamView w) const;  // compute-dtype view of the master weights
+  void check_act(const Act& a, const char* what) const;
+
+  GpuOptions opt_;
+  DevicePool pool_;
+  cudaStream_t stream_ = nullptr;
+  cudnnHandle_t cudnn_ = nullptr;
+  cublasHandle_t cublas_ = nullptr;
+  std::string device_name_;
+
+  float* params_ = nullptr;
+  float* grads_ = nullptr;
+  size_t count_ = 0;
+  void* shadow_ = nullptr;  // params_ in the compute dtype (bf16/fp16 only)
+
+  std::map<ConvKey, std::unique_ptr<ConvPlan>> plans_;
+  void* ws_ = nullptr;
+  size_t ws_bytes_ = 0;
+  float* f32_scratch_ = nullptr;
+  size_t f32_scratch_count_ = 0;
+  void* half_scratch_ = nullptr;
+  size_t half_scratch_bytes_ = 0;
+  int* flag_ = nullptr;  // grads_finite
+  double search_seconds_ = 0;
+};
+
+}  // namespace gpu
+}  // namespace worker

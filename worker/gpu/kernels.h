@@ -1,0 +1,65 @@
+// Host-side launchers of the backend's own kernels (the kernels live in the .cu files beside
+// this). Every launcher enqueues on `s` and checks the launch; tensors are NHWC in `t`.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+#include <cuda_runtime.h>
+
+#include "worker/core/ops.h"
+
+namespace worker {
+namespace gpu {
+
+// --- Batch norm (bn.cu). `part` is scratch of bn_partials_floats(m, c) floats.
+size_t bn_partials_floats(int64_t m, int c);
+// Training forward: statistics, running-stat update, saved mean/invstd, then the fused
+// normalise + residual + ReLU. scale_shift: scratch of 2*c floats.
+void bn_forward_train(DType t, const void* x, int64_t m, int c, const float* gamma,
+                      const float* beta, float eps, float momentum, float* running_mean,
+                      float* running_var, float* save_mean, float* save_invstd,
+                      const void* residual, bool relu, void* y, float* part, float* scale_shift,
+                      cudaStream_t s);
+void bn_forward_eval(DType t, const void* x, int64_t m, int c, const float* gamma,
+                     const float* beta, float eps, const float* running_mean,
+                     const float* running_var, const void* residual, bool relu, void* y,
+                     float* scale_shift, cudaStream_t s);
+// coef: scratch of 3*c floats. dgamma/dbeta are accumulated (+=).
+void bn_backward(DType t, const void* x, const void* y, const void* dy, int64_t m, int c,
+                 const float* gamma, const float* save_mean, const float* save_invstd, bool relu,
+                 void* dx, void* dresidual, float* dgamma, float* dbeta, float* part, float* coef,
+                 cudaStream_t s);
+
+// --- Pooling (pooling.cu).
+void maxpool_forward(DType t, const void* x, void* y, const PoolDesc& d, cudaStream_t s);
+void maxpool_backward(DType t, const void* x, const void* dy, void* dx, const PoolDesc& d,
+                      cudaStream_t s);
+void avgpool_forward(DType t, const void* x, void* y, int n, int hw, int c, cudaStream_t s);
+void avgpool_backward(DType t, const void* dy, void* dx, int n, int hw, int c, cudaStream_t s);
+
+// --- Loss and fully connected helpers (loss.cu).
+// row_loss: scratch of n floats.
+void softmax_xent(int n, int classes, const float* logits, const int32_t* labels,
+                  float grad_scale, float* loss, float* dlogits, float* row_loss,
+                  cudaStream_t s);
+void fill_rows(float* out, const float* row, int n, int cols, cudaStream_t s);  // out[i,:] = row
+void column_sums_add(const float* a, int n, int cols, float* out, cudaStream_t s);  // out += sum_i a[i,:]
+
+// --- Element-wise over flat buffers (elementwise.cu).
+void cast_from_f32(DType t, const float* src, void* dst, size_t n, cudaStream_t s);
+void add_to_f32(DType t, const void* src, float* dst, size_t n, cudaStream_t s);  // dst += src
+void scale_f32(float* p, float a, size_t n, cudaStream_t s);
+// Sets *flag to 1 when some element is not finite (flag is not cleared here).
+void find_nonfinite(const float* p, size_t n, int* flag, cudaStream_t s);
+void sgd_step(float* p, const float* g, float* buf, size_t n, float lr, float momentum, float wd,
+              bool first, cudaStream_t s);
+void adam_step(float* p, const float* g, float* m, float* v, size_t n, float lr, float beta1,
+               float beta2, float eps, float wd, int64_t step, cudaStream_t s);
+
+// --- Synthetic data (data.cu): the generator of worker/core/synthetic.h on the device.
+void make_batch(DType t, DataKind kind, uint64_t seed, const int64_t* host_indices, int n,
+                int image_size, int classes, void* images, int32_t* labels, cudaStream_t s);
+
+}  // namespace gpu
+}  // namespace worker

@@ -1,0 +1,310 @@
+// worker::Comm over NCCL. The unique id is brokered through the launcher's store; the
+// communicator is created non-blocking so that start-up and every later wait can be abandoned;
+// collectives run on a communication stream ordered against the compute stream by events (no
+// host synchronisation); a watchdog thread turns a dead peer into an abort within seconds.
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <thread>
+
+#include "proto/client.h"
+#include "proto/rendezvous.h"
+#include "worker/core/backend.h"
+#include "worker/gpu/check.h"
+#include "worker/gpu/gpu_ops.h"
+
+namespace worker {
+namespace gpu {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+using std::chrono::milliseconds;
+
+// After the watchdog aborts the communicator, the main thread gets this long to notice (its
+// next collective or wait throws) before the process is ended from the watchdog: a rank stuck
+// in a driver call must not outlive its peer by more than the 5 s the launcher allows.
+constexpr auto kGraceAfterAbort = milliseconds(2000);
+constexpr auto kPollInterval = milliseconds(100);
+constexpr auto kStorePollInterval = milliseconds(500);
+
+double env_seconds(const char* name, double def) {
+  const char* v = std::getenv(name);
+  if (!v || !*v) return def;
+  char* end = nullptr;
+  const double s = std::strtod(v, &end);
+  if (*end != '\0' || !(s > 0))
+    throw GpuError(GpuError::Kind::Invalid,
+                   std::string(name) + "='" + v + "' is not a positive number of seconds");
+  return s;
+}
+
+class NcclComm final : public Comm {
+ public:
+  NcclComm(GpuOps& ops, proto::Client* store, int rank, int size, const std::string& name,
+           int generation)
+      : ops_(ops), rank_(rank), size_(size) {
+    CUDA_CHECK(cudaSetDevice(ops.device_ordinal()));
+    CUDA_CHECK(cudaStreamCreateWithFlags(&comm_stream_, cudaStreamNonBlocking));
+    CUDA_CHECK(cudaEventCreateWithFlags(&ready_, cudaEventDisableTiming));
+    CUDA_CHECK(cudaEventCreateWithFlags(&done_, cudaEventDisableTiming));
+
+    // --- The unique id, from rank 0 through the store.
+    ncclUniqueId id;
+    const double init_timeout = env_seconds("WORKER_NCCL_INIT_TIMEOUT_S", 300);
+    if (rank == 0) NCCL_CHECK(ncclGetUniqueId(&id));
+    if (size > 1) {
+      if (!store)
+        throw GpuError(GpuError::Kind::Invalid,
+                       "NCCL with " + std::to_string(size) +
+                           " ranks needs the launcher's store (LAUNCH_STORE_ADDR): start the "
+                           "workers with launch");
+      const std::string blob = proto::share_unique_id(
+          *store, rank, name, uint64_t(generation),
+          rank == 0 ? std::string_view(id.internal, sizeof id.internal) : std::string_view(),
+          sizeof id.internal, milliseconds(int64_t(init_timeout * 1000)));
+      std::memcpy(id.internal, blob.data(), sizeof id.internal);
+    }
+
+    // --- Non-blocking creation, bounded by a deadline and by the job's failure record.
+    ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
+    config.blocking = 0;
+    NCCL_CHECK(ncclCommInitRankConfig(&comm_, size, id, rank, &config));
+    const auto deadline = Clock::now() + milliseconds(int64_t(init_timeout * 1000));
+    auto next_store_poll = Clock::now() + kStorePollInterval;
+    for (;;) {
+      ncclResult_t st = ncclInProgress;
+      NCCL_CHECK(ncclCommGetAsyncError(comm_, &st));
+      if (st == ncclSuccess) break;
+      if (st != ncclInProgress) {
+        abort_comm();
+        throw_nccl(st, "ncclCommInitRankConfig (asynchronous)", __FILE__, __LINE__);
+      }
+      if (store && Clock::now() >= next_store_poll) {
+        next_store_poll = Clock::now() + kStorePollInterval;
+        if (auto f = store->job_failure(milliseconds(2000))) {
+          abort_comm();
+          throw GpuError(GpuError::Kind::PeerFailed,
+                         "NCCL set-up abandoned, the job failed: " + *f + " (" + where() + ")");
+        }
+      }
+      if (Clock::now() > deadline) {
+        abort_comm();
+        throw GpuError(GpuError::Kind::Nccl,
+                       "NCCL communicator of " + std::to_string(size) + " ranks not ready after " +
+                           std::to_string(int(init_timeout)) + " s (" + where() +
+                           "): some rank did not join; raise WORKER_NCCL_INIT_TIMEOUT_S if the "
+                           "machine is slow");
+      }
+      std::this_thread::sleep_for(milliseconds(1));
+    }
+
+    // The watchdog has its own store connection: the main thread's client is not shared.
+    if (size > 1 && std::getenv("LAUNCH_STORE_ADDR")) {
+      try {
+        watch_store_ = std::make_unique<proto::Client>(proto::Client::from_env());
+      } catch (const std::exception& e) {
+        std::fprintf(stderr, "[%s] warning: NCCL watchdog without the store (%s)\n",
+                     where().c_str(), e.what());
+      }
+    }
+    if (size > 1) watchdog_ = std::thread([this] { watch(); });
+  }
+
+  ~NcclComm() override {
+    {
+      std::lock_guard<std::mutex> g(mu_);
+      stop_ = true;
+    }
+    cv_.notify_all();
+    if (watchdog_.joinable()) watchdog_.join();
+    if (!aborted_.load()) {
+      cudaStreamSynchronize(comm_stream_);
+      ncclCommFinalize(comm_);
+      ncclResult_t st = ncclInProgress;
+      const auto deadline = Clock::now() + std::chrono::seconds(10);
+      while (ncclCommGetAsyncError(comm_, &st) == ncclSuccess && st == ncclInProgress &&
+             Clock::now() < deadline)
+        std::this_thread::sleep_for(milliseconds(1));
+      if (st == ncclSuccess)
+        ncclCommDestroy(comm_);
+      else
+        ncclCommAbort(comm_);
+    }
+    cudaEventDestroy(ready_);
+    cudaEventDestroy(done_);
+    cudaStreamDestroy(comm_stream_);
+  }
+
+  int rank() const override { return rank_; }
+  int size() const override { return size_; }
+
+  void allreduce_sum(float* data, size_t count) override {
+    order_after_compute();
+    enqueued(ncclAllReduce(data, data, count, ncclFloat, ncclSum, comm_, comm_stream_),
+             "ncclAllReduce", __LINE__);
+  }
+
+  void broadcast(void* data, size_t bytes, int root) override {
+    order_after_compute();
+    enqueued(ncclBroadcast(data, data, bytes, ncclChar, root, comm_, comm_stream_),
+             "ncclBroadcast", __LINE__);
+    wait();
+  }
+
+  void wait() override {
+    check_failed();
+    CUDA_CHECK(cudaEventRecord(done_, comm_stream_));
+    CUDA_CHECK(cudaStreamWaitEvent(ops_.stream(), done_, 0));
+  }
+
+  void allgather_host(const void* send, void* recv, size_t bytes) override {
+    const size_t need = bytes * size_t(size_ + 1);
+    if (need > gather_bytes_) {
+      gather_ = static_cast<char*>(ops_.alloc(need));
+      gather_bytes_ = need;
+    }
+    order_after_compute();
+    CUDA_CHECK(cudaMemcpyAsync(gather_, send, bytes, cudaMemcpyHostToDevice, comm_stream_));
+    enqueued(ncclAllGather(gather_, gather_ + bytes, bytes, ncclChar, comm_, comm_stream_),
+             "ncclAllGather", __LINE__);
+    CUDA_CHECK(cudaMemcpyAsync(recv, gather_ + bytes, bytes * size_, cudaMemcpyDeviceToHost,
+                               comm_stream_));
+    // Poll rather than block, so a peer's death surfaces here as an error, not a hang.
+    for (;;) {
+      const cudaError_t e = cudaStreamQuery(comm_stream_);
+      if (e == cudaSuccess) break;
+      if (e != cudaErrorNotReady) CUDA_CHECK(e);
+      check_failed();
+      std::this_thread::sleep_for(std::chrono::microseconds(50));
+    }
+    check_failed();
+  }
+
+ private:
+  void order_after_compute() {
+    check_failed();
+    CUDA_CHECK(cudaEventRecord(ready_, ops_.stream()));
+    CUDA_CHECK(cudaStreamWaitEvent(comm_stream_, ready_, 0));
+  }
+
+  // A non-blocking communicator may answer ncclInProgress while the call is being enqueued.
+  void enqueued(ncclResult_t r, const char* call, int line) {
+    while (r == ncclInProgress) {
+      check_failed();
+      NCCL_CHECK(ncclCommGetAsyncError(comm_, &r));
+      if (r == ncclInProgress) std::this_thread::yield();
+    }
+    if (r != ncclSuccess) {
+      check_failed();
+      throw_nccl(r, call, __FILE__, line);
+    }
+  }
+
+  void check_failed() {
+    if (failed_.load()) {
+      std::lock_guard<std::mutex> g(mu_);
+      throw GpuError(GpuError::Kind::PeerFailed, failure_);
+    }
+  }
+
+  void abort_comm() {
+    if (!aborted_.exchange(true) && comm_) ncclCommAbort(comm_);
+  }
+
+  // --- Watchdog: NCCL's asynchronous error and the store's failure record.
+  void watch() {
+    auto next_store_poll = Clock::now();
+    std::unique_lock<std::mutex> lk(mu_);
+    while (!stop_) {
+      cv_.wait_for(lk, kPollInterval, [this] { return stop_; });
+      if (stop_) break;
+      lk.unlock();
+      std::string why;
+      ncclResult_t st = ncclSuccess;
+      if (ncclCommGetAsyncError(comm_, &st) == ncclSuccess && st != ncclSuccess &&
+          st != ncclInProgress) {
+        why = std::string("NCCL reported ") + ncclGetErrorString(st);
+        // The launcher usually knows which rank died: give its record a moment.
+        if (watch_store_) {
+          try {
+            if (auto f = watch_store_->job_failure(milliseconds(1000))) why = *f + "; " + why;
+          } catch (const std::exception&) {
+          }
+        }
+      } else if (watch_store_ && Clock::now() >= next_store_poll) {
+        next_store_poll = Clock::now() + kStorePollInterval;
+        try {
+          if (auto f = watch_store_->job_failure(milliseconds(1000))) why = *f;
+        } catch (const proto::StoreError& e) {
+          // The store is the launcher: if it is gone, so is the job.
+          if (e.kind() == proto::StoreError::Kind::JobFailed) why = e.what();
+          if (e.kind() == proto::StoreError::Kind::Connection)
+            why = std::string("lost the launcher's store: ") + e.what();
+        }
+      }
+      if (!why.empty()) {
+        fail(why);
+        return;
+      }
+      lk.lock();
+    }
+  }
+
+  void fail(const std::string& why) {
+    {
+      std::lock_guard<std::mutex> g(mu_);
+      failure_ = "another rank failed: " + why + "; aborted the NCCL communicator (" + where() + ")";
+    }
+    failed_ = true;
+    std::fprintf(stderr, "[%s] %s\n", where().c_str(), failure_.c_str());
+    std::fflush(stderr);
+    abort_comm();
+    // The main thread now fails at its next collective; if it is stuck inside the driver
+    // instead, end the process here (the only exit below main: the alternative is a hang).
+    std::unique_lock<std::mutex> lk(mu_);
+    if (!cv_.wait_for(lk, kGraceAfterAbort, [this] { return stop_; })) {
+      std::fprintf(stderr, "[%s] exiting: %s\n", where().c_str(), failure_.c_str());
+      std::fflush(stderr);
+      std::_Exit(1);
+    }
+  }
+
+  GpuOps& ops_;
+  int rank_, size_;
+  ncclComm_t comm_ = nullptr;
+  cudaStream_t comm_stream_ = nullptr;
+  cudaEvent_t ready_ = nullptr, done_ = nullptr;
+  char* gather_ = nullptr;
+  size_t gather_bytes_ = 0;
+
+  std::unique_ptr<proto::Client> watch_store_;
+  std::thread watchdog_;
+  std::mutex mu_;
+  std::condition_variable cv_;
+  bool stop_ = false;
+  std::atomic<bool> failed_{false};
+  std::atomic<bool> aborted_{false};
+  std::string failure_;
+};
+
+}  // namespace
+}  // namespace gpu
+
+std::unique_ptr<Comm> make_nccl_comm(Ops& gpu_ops, proto::Client* store, int rank, int size,
+                                     const std::string& name, int generation) {
+  auto* ops = dynamic_cast<gpu::GpuOps*>(&gpu_ops);
+  if (!ops)
+    throw gpu::GpuError(gpu::GpuError::Kind::Invalid,
+                        "make_nccl_comm needs the GPU backend's Ops (got " + gpu_ops.describe() + ")");
+  return std::make_unique<gpu::NcclComm>(*ops, store, rank, size, name, generation);
+}
+
+}  // namespace worker
