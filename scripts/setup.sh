@@ -13,7 +13,8 @@ packages=(
   libcli11-dev libspdlog-dev libfmt-dev nlohmann-json3-dev catch2 libeigen3-dev
   python3 python3-numpy python3-torch python3-torchvision
   clang-14 libfuzzer-14-dev
-  iproute2 procps psmisc
+  iproute2 procps
+  slurm-wlm munge
 )
 
 missing=()
