@@ -1,109 +1,157 @@
 #!/usr/bin/env bash
 # Benchmark on the GPU machine: our trainer vs PyTorch eager, same model, batch and precision.
-#   ResNet-50 bf16 batch 256 (the goal), ResNet-18 bf16 batch 256, ResNet-50 fp32 batch 128
-#   (TF32 convolutions on both sides: PyTorch's default), 1 GPU; ResNet-50 bf16 on 2 GPUs
-#   (ours through `launch --gpus 0,1 train_resnet`, PyTorch through torchrun + DDP).
+#   1 GPU: ResNet-50 bf16 batch 256 (the goal), ResNet-18 bf16 batch 256, ResNet-50 fp32 batch
+#   128 (TF32 convolutions on both sides: PyTorch's default), through gpu_model_driver (ours)
+#   and tests/worker/gpu/bench_torch.py (PyTorch).
+#   N GPUs (issue 7): ResNet-50 bf16, batch 256 per GPU, for every N of GPU_COUNTS: ours through
+#   `launch --gpus 0,..,N-1 train_resnet`, PyTorch through `torchrun --nproc_per_node N` + DDP
+#   (N = 1: the single-process PyTorch run above, which has no DDP to pay for).
 # Images/s are medians of timed windows after warm-up; peak memory is what each framework's
 # allocator handed out (ours: the pool's high-water mark; torch: max_memory_allocated); time to
-# the first step counts from the command's start (BENCH_T0).
-# Usage: scripts/bench_gpu.sh   (GPU_BIN: folder of our binaries; OUT: where logs go;
-#        BENCH_QUICK=1: ResNet-50 bf16 only)
+# the first step counts from the command's start (BENCH_T0). For ours on N GPUs the trainer
+# also reports the all-reduce time per step (CUDA events on the communication stream) and how
+# much of it ran after backward had ended (exposed, i.e. not hidden by overlap).
+# Usage: scripts/bench_gpu.sh
+#   GPU_COUNTS="1 2 4"  GPU counts of the scaling table (default: powers of two up to the
+#                       visible count)
+#   BENCH_QUICK=1       ResNet-50 bf16 only (no ResNet-18, no fp32 rows)
+#   BENCH_FIND=1        also ours with cuDNN's timed algorithm search
+#   GPU_BIN             folder of our binaries (default .gpu/bin, else build-gpu2/bin, build-gpu/bin)
+#   OUT                 where logs go (default out/gpu); the table is printed last
 set -uo pipefail
 root="$(cd "$(dirname "$0")/.." && pwd)"
 BIN="${GPU_BIN:-$root/.gpu/bin}"
-[ -x "$BIN/gpu_model_driver" ] || BIN="$root/build-gpu/bin"
+for b in "$BIN" "$root/build-gpu2/bin" "$root/build-gpu/bin"; do
+  if [ -x "$b/gpu_model_driver" ]; then BIN="$b"; break; fi
+done
 OUT="${OUT:-$root/out/gpu}"
 mkdir -p "$OUT/bench"
 log="$OUT/bench"
-SP="$(python3 -c 'import site; print(site.getsitepackages()[0])')"
+PY=python3
+SP="$($PY -c 'import site; print(site.getsitepackages()[0])')"
 # Last: libraries carried beside the binaries (libgomp, libfmt) only where the machine lacks them.
 export LD_LIBRARY_PATH="$SP/nvidia/cu13/lib:$SP/nvidia/cudnn/lib:$SP/nvidia/nccl/lib:${LD_LIBRARY_PATH:-}:$BIN/../lib"
 # NVLink multicast must stay off on the shared machine (../shared/DEVICE.md).
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
 ngpu="$(nvidia-smi -L 2>/dev/null | grep -c '^GPU' || true)"
+if [ -z "${GPU_COUNTS:-}" ]; then
+  GPU_COUNTS=""
+  for n in 1 2 4 8 16; do [ "$n" -le "$ngpu" ] && GPU_COUNTS="$GPU_COUNTS $n"; done
+fi
 torch_py="$root/tests/worker/gpu/bench_torch.py"
 results="$log/results.jsonl"
 : > "$results"
+# Short timed windows: the whole benchmark must fit in gpu_check.sh's budget (~3 minutes on
+# 4 GPUs, most of it PyTorch's start-up under torchrun).
+TORCH_WIN=(--steps-per-window 8 --windows 4 --warmup 4)
 
 now() { date +%s.%N; }
+# BENCH_DEADLINE (epoch seconds, set by gpu_check.sh): no item runs past it; what no longer
+# fits is skipped (an error row) so that the table is always printed.
+BENCH_DEADLINE="${BENCH_DEADLINE:-$(( $(date +%s) + 3600 ))}"
+tmo() {  # wanted seconds -> what the deadline allows (0: skip)
+  local left=$(( BENCH_DEADLINE - $(date +%s) - 8 ))
+  if [ "$left" -lt 15 ]; then echo 0; elif [ "$left" -lt "$1" ]; then echo "$left"; else echo "$1"; fi
+}
+skipped() {  # what gpus depth precision
+  echo "{\"what\": \"$1\", \"gpus\": $2, \"depth\": $3, \"precision\": \"$4\", \"error\": \"skipped: out of time\"}" >> "$results"
+}
 
 ours1() {  # depth precision batch [env...]
   local d=$1 p=$2 b=$3; shift 3
-  env "$@" BENCH_T0="$(now)" timeout 300 "$BIN/gpu_model_driver" bench --depth "$d" --precision "$p" \
-    --batch "$b" > "$log/ours_r${d}_${p}_b${b}.json" 2> "$log/ours_r${d}_${p}_b${b}.err"
+  local tag="ours_r${d}_${p}_b${b}${1:+_${1%%=*}}" t
+  t=$(tmo 90); [ "$t" -eq 0 ] && { skipped ours 1 "$d" "$p"; return; }
+  env "$@" BENCH_T0="$(now)" timeout "$t" "$BIN/gpu_model_driver" bench --depth "$d" --precision "$p" \
+    --batch "$b" --steps-per-window 8 --windows 4 > "$log/$tag.json" 2> "$log/$tag.err"
   local rc=$?
-  if [ $rc -eq 0 ]; then sed 's/^{/{"gpus": 1, /' "$log/ours_r${d}_${p}_b${b}.json" >> "$results"
-  else echo "{\"what\": \"ours\", \"gpus\": 1, \"depth\": $d, \"precision\": \"$p\", \"error\": \"rc $rc, see ours_r${d}_${p}_b${b}.err\"}" >> "$results"; fi
+  if [ $rc -eq 0 ]; then sed "s/^{/{\"gpus\": 1, \"env\": \"$*\", /" "$log/$tag.json" >> "$results"
+  else echo "{\"what\": \"ours\", \"gpus\": 1, \"depth\": $d, \"precision\": \"$p\", \"error\": \"rc $rc, see $tag.err\"}" >> "$results"; fi
 }
 
 torch1() {  # depth precision batch
-  local d=$1 p=$2 b=$3
-  BENCH_T0="$(now)" timeout 300 python3 "$torch_py" --depth "$d" --precision "$p" --batch "$b" \
+  local d=$1 p=$2 b=$3 t
+  t=$(tmo 90); [ "$t" -eq 0 ] && { skipped torch 1 "$d" "$p"; return; }
+  BENCH_T0="$(now)" timeout "$t" $PY "$torch_py" --depth "$d" --precision "$p" --batch "$b" "${TORCH_WIN[@]}" \
     > "$log/torch_r${d}_${p}_b${b}.json" 2> "$log/torch_r${d}_${p}_b${b}.err"
   local rc=$?
   if [ $rc -eq 0 ]; then tail -1 "$log/torch_r${d}_${p}_b${b}.json" >> "$results"
   else echo "{\"what\": \"torch\", \"gpus\": 1, \"depth\": $d, \"precision\": \"$p\", \"error\": \"rc $rc\"}" >> "$results"; fi
 }
 
-# Ours on N GPUs through the launcher and the real trainer: images/s from its metrics file
-# (windows of 10 steps, the first window dropped as warm-up).
-oursN() {  # gpus(list) depth precision batch
-  local gpus=$1 d=$2 p=$3 b=$4 n
-  n=$(( $(tr -cd ',' <<< "$gpus" | wc -c) + 1 ))
-  local tag="launch_g${n}_r${d}_${p}_b${b}" t0
+# Ours on N GPUs through the launcher and the real trainer: from its metrics file, images/s
+# (windows of 8 steps, the first window dropped as warm-up), the all-reduce time per step and
+# the peak memory (its final record).
+oursN() {  # n depth precision batch
+  local n=$1 d=$2 p=$3 b=$4
+  local gpus tag="launch_g${n}_r${d}_${p}_b${b}" t0 rc t1 t
+  t=$(tmo 90); [ "$t" -eq 0 ] && { skipped ours-launch "$n" "$d" "$p"; return; }
+  gpus="$(seq -s, 0 $((n - 1)))"
   t0="$(now)"
-  timeout 300 "$BIN/launch" --gpus "$gpus" "$BIN/train_resnet" --depth "$d" --precision "$p" \
+  timeout "$t" "$BIN/launch" --gpus "$gpus" "$BIN/train_resnet" --depth "$d" --precision "$p" \
     --batch-size "$b" --optimizer sgd --lr 0.1 --momentum 0.9 --weight-decay 1e-4 --data random \
-    --num-samples 100000 --max-steps 61 --log-every 10 --metrics-file "$log/$tag.metrics.jsonl" \
+    --num-samples 1000000 --max-steps 41 --log-every 8 --metrics-file "$log/$tag.metrics.jsonl" \
     > "$log/$tag.log" 2>&1
-  local rc=$? t1
+  rc=$?
   t1="$(now)"
-  python3 - "$log/$tag.metrics.jsonl" "$rc" "$n" "$d" "$p" "$b" "$t0" "$t1" >> "$results" <<'PY'
+  $PY - "$log/$tag.metrics.jsonl" "$rc" "$n" "$d" "$p" "$b" "$t0" "$t1" >> "$results" <<'PY'
 import json, statistics, sys
 path, rc, n, d, p, b, t0, t1 = sys.argv[1:]
 try:
     rows = [json.loads(l) for l in open(path) if l.strip()]
-except OSError:
+except (OSError, ValueError):
     rows = []
-ips = [r["images_per_s"] for r in rows if r.get("images_per_s")][1:]
+win = [r for r in rows if not r.get("final") and r.get("images_per_s")][1:]
+fin = next((r for r in rows if r.get("final")), {})
 out = {"what": "ours-launch", "gpus": int(n), "depth": int(d), "precision": p, "batch": int(b),
        "wall_s": round(float(t1) - float(t0), 1)}
-if rc != "0" or not ips:
-    out["error"] = f"rc {rc}, {len(ips)} timed windows"
+if rc != "0" or not win:
+    out["error"] = f"rc {rc}, {len(win)} timed windows"
 else:
-    out["images_per_s"] = statistics.median(ips)
+    out["images_per_s"] = statistics.median(r["images_per_s"] for r in win)
+    ar = [r["allreduce_ms"] for r in win if "allreduce_ms" in r]
+    if ar:
+        out["allreduce_ms"] = statistics.median(ar)
+        out["allreduce_exposed_ms"] = statistics.median(r["allreduce_exposed_ms"] for r in win if "allreduce_exposed_ms" in r)
+    for k in ("peak_bytes", "peak_bytes_max_rank"):
+        if k in fin:
+            out[k] = fin[k]
 print(json.dumps(out))
 PY
 }
 
-torchN() {  # gpus depth precision batch
-  local n=$1 d=$2 p=$3 b=$4
-  BENCH_T0="$(now)" timeout 300 torchrun --standalone --nproc_per_node "$n" "$torch_py" --depth "$d" \
-    --precision "$p" --batch "$b" > "$log/torchrun_g${n}_r${d}_${p}.json" 2> "$log/torchrun_g${n}_r${d}_${p}.err"
+torchN() {  # n depth precision batch
+  local n=$1 d=$2 p=$3 b=$4 tag="torchrun_g${1}_r${2}_${3}" t
+  t=$(tmo 120); [ "$t" -eq 0 ] && { skipped torch "$n" "$d" "$p"; return; }
+  BENCH_T0="$(now)" timeout "$t" torchrun --standalone --nproc_per_node "$n" "$torch_py" --depth "$d" \
+    --precision "$p" --batch "$b" "${TORCH_WIN[@]}" > "$log/$tag.json" 2> "$log/$tag.err"
   local rc=$?
-  if [ $rc -eq 0 ]; then grep '^{' "$log/torchrun_g${n}_r${d}_${p}.json" | tail -1 >> "$results"
-  else echo "{\"what\": \"torch\", \"gpus\": $n, \"depth\": $d, \"precision\": \"$p\", \"error\": \"rc $rc\"}" >> "$results"; fi
+  if [ $rc -eq 0 ] && grep -q '^{' "$log/$tag.json"; then grep '^{' "$log/$tag.json" | tail -1 >> "$results"
+  else echo "{\"what\": \"torch\", \"gpus\": $n, \"depth\": $d, \"precision\": \"$p\", \"error\": \"rc $rc, see $tag.err\"}" >> "$results"; fi
 }
 
 nvidia-smi --query-gpu=name,memory.total,clocks.sm,clocks.max.sm --format=csv > "$log/gpus.csv" 2>&1
+echo "bench_gpu: $ngpu GPU(s), GPU_COUNTS=$GPU_COUNTS, binaries from $BIN"
 
+# Most important first: should the deadline cut the run short, what is left out is the least
+# needed (the scaling table of issue 7 before the ResNet-18 and fp32 rows).
 ours1 50 bf16 256
 torch1 50 bf16 256
-ours1 50 bf16 256 WORKER_CUDNN_SEARCH=find
+if [ -x "$BIN/launch" ] && [ -x "$BIN/train_resnet" ]; then
+  for n in $GPU_COUNTS; do [ "$n" -le "$ngpu" ] && oursN "$n" 50 bf16 256; done
+fi
+for n in $GPU_COUNTS; do [ "$n" -gt 1 ] && [ "$n" -le "$ngpu" ] && torchN "$n" 50 bf16 256; done
 if [ "${BENCH_QUICK:-0}" != 1 ]; then
   ours1 18 bf16 256
   torch1 18 bf16 256
   ours1 50 fp32 128 WORKER_GPU_TF32=1
   torch1 50 fp32 128
 fi
-if [ -x "$BIN/launch" ] && [ -x "$BIN/train_resnet" ]; then
-  oursN 0 50 bf16 256
-  if [ "$ngpu" -ge 2 ]; then oursN 0,1 50 bf16 256; fi
-fi
-if [ "$ngpu" -ge 2 ]; then torchN 2 50 bf16 256; fi
+# The cuDNN workspace is 0.2 GB of our peak: what does a smaller cap cost in speed?
+ours1 50 bf16 256 WORKER_CUDNN_WORKSPACE_MB=64
+[ "${BENCH_FIND:-0}" = 1 ] && ours1 50 bf16 256 WORKER_CUDNN_SEARCH=find
 
 # --- The table
-python3 - "$results" <<'PY'
+$PY - "$results" <<'PY'
 import json, sys
 rows = [json.loads(l) for l in open(sys.argv[1]) if l.strip()]
 def find(what, gpus, depth, prec, pred=lambda r: True):
@@ -111,41 +159,60 @@ def find(what, gpus, depth, prec, pred=lambda r: True):
         if r.get("what") == what and r.get("gpus") == gpus and r.get("depth") == depth and r.get("precision") == prec and pred(r):
             return r
     return None
-print("bench (images/s, median of timed windows; peak = allocator high-water mark; first = s from command start to first finished step)")
+def ok(r):
+    return r is not None and "images_per_s" in r
+print("bench (images/s = median of timed windows after warm-up; peak = allocator high-water mark; first = s from command start to first finished step)")
 print(f"{'config':34s} {'ours':>9s} {'torch':>9s} {'ratio':>6s} {'peak ours/torch GB':>19s} {'first ours/torch s':>19s}")
 def fmt(r, k, f="{:.0f}"):
     return f.format(r[k]) if r and k in r else ("ERR" if r and "error" in r else "-")
 for (d, p, label) in [(50, "bf16", "ResNet-50 bf16 b256 1 GPU"), (18, "bf16", "ResNet-18 bf16 b256 1 GPU"),
                       (50, "fp32", "ResNet-50 fp32/TF32 b128 1 GPU")]:
-    o = find("ours", 1, d, p, lambda r: "timed search" not in r.get("backend", ""))
+    o = find("ours", 1, d, p, lambda r: not r.get("env") or "TF32" in r.get("env", ""))
     t = find("torch", 1, d, p)
     if not o and not t:
         continue
-    ratio = f"{o['images_per_s'] / t['images_per_s']:.2f}" if o and t and "images_per_s" in o and "images_per_s" in t else "-"
-    peak = f"{o['peak_bytes']/1e9:.1f} / {t['peak_bytes']/1e9:.1f}" if o and t and "peak_bytes" in o and "peak_bytes" in t else "-"
+    ratio = f"{o['images_per_s'] / t['images_per_s']:.2f}" if ok(o) and ok(t) else "-"
+    peak = f"{o['peak_bytes']/1e9:.2f} / {t['peak_bytes']/1e9:.2f}" if o and t and "peak_bytes" in o and "peak_bytes" in t else "-"
     first = f"{o['first_step_s']:.1f} / {t['first_step_s']:.1f}" if o and t and "first_step_s" in o and "first_step_s" in t else "-"
     print(f"{label:34s} {fmt(o, 'images_per_s'):>9s} {fmt(t, 'images_per_s'):>9s} {ratio:>6s} {peak:>19s} {first:>19s}")
-h = find("ours", 1, 50, "bf16", lambda r: "timed search" in r.get("backend", ""))
-if h:
-    print(f"{'  same, cuDNN timed search':34s} {fmt(h, 'images_per_s'):>9s} {'':>9s} {'':>6s} {(f"{h['peak_bytes']/1e9:.1f}" if 'peak_bytes' in h else '-'):>19s} {fmt(h, 'first_step_s', '{:.1f}'):>19s}")
+for env, label in [("WORKER_CUDNN_WORKSPACE_MB=64", "  same, cuDNN workspace <= 64 MiB"),
+                   ("WORKER_CUDNN_SEARCH=find", "  same, cuDNN timed search")]:
+    h = find("ours", 1, 50, "bf16", lambda r: r.get("env") == env)
+    if h:
+        hp = f"{h['peak_bytes']/1e9:.2f}" if "peak_bytes" in h else "-"
+        print(f"{label:34s} {fmt(h, 'images_per_s'):>9s} {'':>9s} {'':>6s} {hp:>19s} {fmt(h, 'first_step_s', '{:.1f}'):>19s}")
+o = find("ours", 1, 50, "bf16", lambda r: not r.get("env"))
+if o and "memory" in o:
+    print("  ours r50 bf16 b256 memory, GB: " + ", ".join(f"{k} {v/1e9:.2f}" for k, v in o["memory"].items()))
 for r in rows:
     if r.get("what") == "ours" and "workspace_bytes" in r:
-        print(f"  ours r{r['depth']} {r['precision']} ({r['backend'].split('conv algorithms by ')[-1].rstrip(')')}): "
+        print(f"  ours r{r['depth']} {r['precision']} {r.get('env', '')} ({r['backend'].split('conv algorithms by ')[-1].rstrip(')')}): "
               f"cuDNN workspace {r['workspace_bytes']/2**20:.0f} MiB, pool reserved {r['reserved_bytes']/1e9:.1f} GB, "
               f"algorithm choice {r['algo_search_s']:.1f} s, loss {r['first_loss']:.3f} -> {r['last_loss']:.3f}")
-l1, l2 = find("ours-launch", 1, 50, "bf16"), find("ours-launch", 2, 50, "bf16")
-t2 = find("torch", 2, 50, "bf16")
-t1 = find("torch", 1, 50, "bf16")
-if l1:
-    print(f"{'ResNet-50 bf16 launch+trainer 1 GPU':34s} {fmt(l1, 'images_per_s'):>9s} {fmt(t1, 'images_per_s'):>9s}")
-if l2 or t2:
-    ratio = f"{l2['images_per_s'] / t2['images_per_s']:.2f}" if l2 and t2 and "images_per_s" in l2 and "images_per_s" in t2 else "-"
-    print(f"{'ResNet-50 bf16 b256/GPU 2 GPUs':34s} {fmt(l2, 'images_per_s'):>9s} {fmt(t2, 'images_per_s'):>9s} {ratio:>6s}")
-    if l1 and l2 and "images_per_s" in l1 and "images_per_s" in l2:
-        print(f"  scaling ours: {l2['images_per_s'] / (2 * l1['images_per_s']) * 100:.1f} %", end="")
-    if t1 and t2 and "images_per_s" in t1 and "images_per_s" in t2:
-        print(f"   torch: {t2['images_per_s'] / (2 * t1['images_per_s']) * 100:.1f} %", end="")
+
+# Scaling: ours through launch + train_resnet, torch through torchrun + DDP (N = 1: plain torch).
+ns = sorted({r["gpus"] for r in rows if r.get("what") == "ours-launch"} |
+            {r["gpus"] for r in rows if r.get("what") == "torch" and r.get("depth") == 50 and r.get("precision") == "bf16"})
+if ns:
     print()
+    print("scaling, ResNet-50 bf16, batch 256 per GPU (ours: launch + train_resnet; torch: torchrun + DDP; eff = per-GPU images/s vs N=1)")
+    print(f"{'N':>2s} {'ours':>8s} {'torch':>8s} {'ratio':>6s} {'ours/GPU':>9s} {'torch/GPU':>9s} {'eff ours':>9s} {'eff torch':>9s} "
+          f"{'step ms o/t':>12s} {'allreduce ms (exposed)':>23s} {'peak GB':>8s}")
+    o1 = find("ours-launch", 1, 50, "bf16")
+    t1 = find("torch", 1, 50, "bf16")
+    for n in ns:
+        o, t = find("ours-launch", n, 50, "bf16"), find("torch", n, 50, "bf16")
+        oi = o["images_per_s"] if ok(o) else None
+        ti = t["images_per_s"] if ok(t) else None
+        s = lambda v, f="{:.0f}": f.format(v) if v is not None else ("ERR" if v is None else "-")
+        ratio = f"{oi / ti:.2f}" if oi and ti else "-"
+        eo = f"{oi / (n * o1['images_per_s']) * 100:.1f}%" if oi and ok(o1) else "-"
+        et = f"{ti / (n * t1['images_per_s']) * 100:.1f}%" if ti and ok(t1) else "-"
+        step = f"{(256 * n / oi * 1e3) if oi else 0:.1f}/{(256 * n / ti * 1e3) if ti else 0:.1f}"
+        ar = f"{o['allreduce_ms']:.2f} ({o['allreduce_exposed_ms']:.2f})" if o and "allreduce_ms" in o else "-"
+        pk = f"{o['peak_bytes_max_rank']/1e9:.2f}" if o and "peak_bytes_max_rank" in o else "-"
+        print(f"{n:>2d} {s(oi):>8s} {s(ti):>8s} {ratio:>6s} {s(oi / n if oi else None):>9s} {s(ti / n if ti else None):>9s} "
+              f"{eo:>9s} {et:>9s} {step:>12s} {ar:>23s} {pk:>8s}")
 for r in rows:
     if "error" in r:
         print("  error:", json.dumps(r))

@@ -1,15 +1,30 @@
 #!/usr/bin/env bash
 # The one command run on the GPU machine (through the device tool), with binaries built
-# elsewhere and carried (GPU_BIN, default .gpu/bin, else build-gpu/bin): the [gpu] tests, the
-# comparisons with torchvision on the same GPU, the 2-GPU runs (identical parameters across
-# ranks, 2 x B vs 1 x 2B, a learnable run whose loss must fall), the kill-one-rank test, and
-# scripts/bench_gpu.sh. Logs go under $OUT; a short table is printed last.
+# elsewhere and carried: the [gpu] tests, the comparisons with torchvision on the same GPU, the
+# 2-GPU runs (identical parameters across ranks, 2 GPUs vs 2 CPU ranks, a learnable run whose
+# loss must fall), the kill-one-rank test, and scripts/bench_gpu.sh (1 GPU rows and the
+# scaling table for N = 1, 2, 4, ... GPUs). Every item runs even when an earlier one fails.
+#
+# Before (on the build machine):
+#   cmake --build build-gpu2 -j2 --target launch train_resnet test_worker_gpu gpu_model_driver
+#   scripts/gpu_pack.sh build-gpu2      # copies binaries + libgomp/libfmt into .gpu/ (git-ignored)
+# Then on the GPU machine (device tool: carry [".gpu"], kind nvidia-h200-x4):
+#   scripts/gpu_check.sh
+# Time (4 GPUs): the correctness items run side by side on separate GPUs (tests on GPU 3, the
+# torchvision comparisons on GPU 2, the 2-GPU runs and the kill test on GPUs 0,1: ~2 min), then
+# the benchmark alone on all GPUs (~3-4 min). On fewer than 4 GPUs they run one after another.
+# Output: $OUT holds at most 4 files (summary.txt, gpu_tests.log, bench.log, logs.tgz with
+# every log); the summary table is printed last.
 #   GPU_CHECK_ONLY=tests,compare,multi,kill,bench  selects parts (default: all).
+#   GPU_BIN  folder of the binaries (default .gpu/bin, else build-gpu2/bin, build-gpu/bin).
 set -uo pipefail
 root="$(cd "$(dirname "$0")/.." && pwd)"
 BIN="${GPU_BIN:-$root/.gpu/bin}"
-[ -x "$BIN/test_worker_gpu" ] || BIN="$root/build-gpu/bin"
+for b in "$BIN" "$root/build-gpu2/bin" "$root/build-gpu/bin"; do
+  if [ -x "$b/test_worker_gpu" ]; then BIN="$b"; break; fi
+done
 export GPU_BIN="$BIN"
+T_START=$(date +%s)
 OUT="${OUT:-$root/out/gpu}"
 export OUT
 mkdir -p "$OUT"
@@ -20,10 +35,14 @@ export LD_LIBRARY_PATH="$SP/nvidia/cu13/lib:$SP/nvidia/cudnn/lib:$SP/nvidia/nccl
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
 ONLY="${GPU_CHECK_ONLY:-tests,compare,multi,kill,bench}"
 has() { [[ ",$ONLY," == *",$1,"* ]]; }
-rows=()
+# Rows go to a file: the lanes below run in background subshells.
+ROWS="$OUT/rows.txt"
+: > "$ROWS"
 row() {
-  rows+=("$(printf '%-46s %-5s %s' "$1" "$2" "$3")")
-  echo "[$(date +%T)] ${rows[-1]}"  # progress, in case the run is cut short
+  local r
+  r="$(printf '%-46s %-5s %s' "$1" "$2" "$3")"
+  echo "$r" >> "$ROWS"
+  echo "[$(date +%T)] $r"  # progress, in case the run is cut short
 }
 verdict() { [ "$1" -eq 0 ] && echo PASS || echo FAIL; }
 
@@ -32,35 +51,39 @@ ngpu="$(nvidia-smi -L 2>/dev/null | grep -c '^GPU' || true)"
   > "$OUT/machine.log" 2>&1
 echo "gpu_check: $ngpu GPU(s), binaries from $BIN, logs in $OUT"
 
+# With 4 or more GPUs the correctness lanes run at once on separate GPUs.
+if [ "$ngpu" -ge 4 ]; then GPU_TESTS=3 GPU_COMPARE=2; else GPU_TESTS=0 GPU_COMPARE=0; fi
+
 # --- [gpu] tests: every layer and a small model against the CPU backend
-if has tests; then
-  timeout 240 "$BIN/test_worker_gpu" > "$OUT/gpu_tests.log" 2>&1
+lane_tests() {
+  CUDA_VISIBLE_DEVICES=$GPU_TESTS timeout 200 "$BIN/test_worker_gpu" > "$OUT/gpu_tests.log" 2>&1
   rc=$?
   row "[gpu] tests (layers, small models vs CPU)" "$(verdict $rc)" "$(grep -E 'test cases|All tests passed' "$OUT/gpu_tests.log" | tail -1)"
-fi
+}
 
 # --- Whole ResNet-50 against torchvision on the same GPU
-if has compare; then
+lane_compare() {
+  export CUDA_VISIBLE_DEVICES=$GPU_COMPARE
   for p in fp32 bf16; do
-    timeout 150 python3 "$root/tests/worker/gpu/compare_torch_gpu.py" --driver "$BIN/gpu_model_driver" \
+    timeout 100 python3 "$root/tests/worker/gpu/compare_torch_gpu.py" --driver "$BIN/gpu_model_driver" \
       --precision "$p" > "$OUT/compare_torch_$p.log" 2>&1
     rc=$?
     row "ResNet-50 224px b16 vs torchvision, $p" "$(verdict $rc)" "$(grep 'worst rel err' "$OUT/compare_torch_$p.log" | sed 's/^ *worst rel err: //' | tail -1)"
   done
   # The CPU backend's own check against PyTorch uses this size: a second, smaller point.
-  timeout 150 python3 "$root/tests/worker/gpu/compare_torch_gpu.py" --driver "$BIN/gpu_model_driver" \
+  timeout 100 python3 "$root/tests/worker/gpu/compare_torch_gpu.py" --driver "$BIN/gpu_model_driver" \
     --precision fp32 --depth 18 --image-size 64 --batch 4 --classes 10 > "$OUT/compare_torch_fp32_r18.log" 2>&1
   rc=$?
   row "ResNet-18 64px b4 vs torchvision, fp32" "$(verdict $rc)" "$(grep 'worst rel err' "$OUT/compare_torch_fp32_r18.log" | sed 's/^ *worst rel err: //' | tail -1)"
-fi
+}
 
 train() {  # log, then launch arguments
   local logf=$1; shift
-  timeout 150 "$BIN/launch" "$@" > "$logf" 2>&1
+  timeout 60 "$BIN/launch" "$@" > "$logf" 2>&1
 }
 
 # --- Two GPUs through the launcher
-if has multi && [ "$ngpu" -ge 2 ]; then
+lane_multi() {
   small=(--depth 18 --width 32 --image-size 64 --num-classes 10 --optimizer sgd --lr 0.05 --momentum 0.9)
   # 200 bf16 steps on learnable data: the loss must fall; every rank ends with identical params.
   train "$OUT/multi_learnable.log" --gpus 0,1 "$BIN/train_resnet" "${small[@]}" --precision bf16 \
@@ -70,14 +93,18 @@ if has multi && [ "$ngpu" -ge 2 ]; then
   fall=$(python3 - "$OUT/multi_learnable.metrics.jsonl" <<'PY'
 import json, sys
 try:
-    r = [json.loads(l) for l in open(sys.argv[1]) if l.strip()]
-    print(f"loss {r[0]['loss']:.3f} -> {r[-1]['loss']:.3f}", "FELL" if r[-1]["loss"] < 0.5 * r[0]["loss"] else "DID-NOT-FALL")
+    rows = [json.loads(l) for l in open(sys.argv[1]) if l.strip()]
+    r = [x for x in rows if not x.get("final")]
+    fin = next((x for x in rows if x.get("final")), {})
+    peak = f", peak {fin['peak_bytes_max_rank'] / 1e9:.2f} GB" if "peak_bytes_max_rank" in fin else ", NO-PEAK"
+    print(f"loss {r[0]['loss']:.3f} -> {r[-1]['loss']:.3f}", "FELL" if r[-1]["loss"] < 0.5 * r[0]["loss"] else "DID-NOT-FALL", peak)
 except Exception as e:
     print("no metrics:", e)
 PY
 )
   agree=$(grep -o 'Checksums: .*' "$OUT/multi_learnable.log" | tail -1)
-  ok=1; [ $rc -eq 0 ] && [[ "$fall" == *FELL* ]] && [[ "$agree" == *agree* ]] && ok=0
+  ok=1; [ $rc -eq 0 ] && [[ "$fall" == *FELL* ]] && [[ "$fall" != *NO-PEAK* ]] && [[ "$agree" == *agree* ]] \
+    && grep -q 'Peak device memory' "$OUT/multi_learnable.log" && ok=0
   row "2 GPUs: 200 bf16 steps, learnable data" "$(verdict $ok)" "$fall; $agree"
 
   # Data parallel on 2 GPUs (NCCL) against data parallel on 2 CPU processes (the CPU backend's
@@ -111,15 +138,15 @@ PY
   ok=1; [ $rc1 -eq 0 ] && [ $rc2 -eq 0 ] && [[ "$cmp" == *OK ]] && ok=0
   row "2 GPUs vs 2 CPU ranks, fp32, 2 steps" "$(verdict $ok)" "$cmp"
   row "  (info) 2 GPUs x B8 vs 1 GPU x B16" "info" "$(cmpf "$OUT/dp_gpu.safetensors" "$OUT/dp_gpu1.safetensors")"
-fi
+}
 
 # --- Kill one rank mid-run: the other must exit within 5 s, nothing left on the GPUs
-if has kill && [ "$ngpu" -ge 2 ]; then
+lane_kill() {
   klog="$OUT/kill_rank.log"
   "$BIN/launch" --gpus 0,1 "$BIN/train_resnet" --depth 50 --batch-size 64 --num-samples 1000000 \
     --max-steps 100000 --log-every 5 > "$klog" 2>&1 &
   lpid=$!
-  for _ in $(seq 1200); do grep -q 'Epoch\[' "$klog" && break; kill -0 $lpid 2>/dev/null || break; sleep 0.1; done
+  for _ in $(seq 600); do grep -q 'Epoch\[' "$klog" && break; kill -0 $lpid 2>/dev/null || break; sleep 0.1; done
   victim=""
   for p in $(pgrep -f "$BIN/train_resnet"); do
     if tr '\0' '\n' < "/proc/$p/environ" 2>/dev/null | grep -qx 'PADDLE_TRAINER_ID=1'; then victim=$p; fi
@@ -137,26 +164,61 @@ if has kill && [ "$ngpu" -ge 2 ]; then
     wait $lpid; lrc=$?
     dt=$(python3 -c "print(f'{$t1 - $t0:.1f}')")
     sleep 1
-    left=$(nvidia-smi --query-compute-apps=pid --format=csv,noheader | grep -c . || true)
+    # Only GPUs 0,1: the other lanes may be running on GPUs 2,3.
+    left=$(nvidia-smi -i 0,1 --query-compute-apps=pid --format=csv,noheader | grep -c . || true)
     ok=1; [ $alive -eq 0 ] && [ "$left" -eq 0 ] && python3 -c "import sys; sys.exit(0 if $dt <= 5.0 else 1)" && ok=0
-    row "kill -9 rank 1 mid-run" "$(verdict $ok)" "launch exit $lrc after $dt s; $left process(es) on GPUs; $(grep -m1 -io 'rank 1[^;]*' "$klog" | head -c 80)"
+    row "kill -9 rank 1 mid-run" "$(verdict $ok)" "launch exit $lrc after $dt s; $left process(es) on GPUs 0,1; $(grep -m1 -io 'rank 1[^;]*' "$klog" | head -c 80)"
   fi
-fi
+}
 
-# --- Benchmark
+# --- Correctness lanes: side by side on 4+ GPUs, else one after another.
+lane_pair() {
+  if [ "$ngpu" -ge 2 ]; then
+    has multi && lane_multi
+    has kill && lane_kill
+  else
+    has multi && row "2-GPU items" "SKIP" "only $ngpu GPU(s)"
+  fi
+}
+if [ "$ngpu" -ge 4 ]; then
+  pids=()
+  if has tests; then lane_tests & pids+=($!); fi
+  if has compare; then lane_compare & pids+=($!); fi
+  lane_pair
+  for p in "${pids[@]}"; do wait "$p"; done
+else
+  has tests && lane_tests
+  has compare && ( lane_compare )
+  lane_pair
+fi
+echo "[$(date +%T)] correctness items done after $(( $(date +%s) - T_START )) s"
+
+# --- Benchmark (alone on the machine), within what is left of the budget (default 490 s of
+# the device tool's 9 minutes); bench_gpu.sh skips what would not fit and still prints its table.
 if has bench; then
-  bash "$root/scripts/bench_gpu.sh" > "$OUT/bench.log" 2>&1
-  row "benchmark (table below, logs in bench/)" "$([ -s "$OUT/bench/results.jsonl" ] && echo done || echo FAIL)" ""
+  BENCH_DEADLINE=$(( T_START + ${GPU_CHECK_BUDGET_S:-490} ))
+  export BENCH_DEADLINE
+  timeout $(( BENCH_DEADLINE - $(date +%s) + 20 )) bash "$root/scripts/bench_gpu.sh" > "$OUT/bench.log" 2>&1
+  rc=$?
+  row "benchmark (table below; logs in logs.tgz)" "$([ $rc -eq 0 ] && [ -s "$OUT/bench/results.jsonl" ] && ! grep -q '"error"' "$OUT/bench/results.jsonl" && echo PASS || echo FAIL)" \
+    "rc $rc, $(grep -c '"error"' "$OUT/bench/results.jsonl" 2>/dev/null || echo '?') error row(s)"
 fi
 
-# The device tool returns a limited number of files: pack the logs into one archive.
-( cd "$OUT" && tar czf logs.tgz --exclude=logs.tgz --exclude='*.safetensors' . 2>/dev/null \
-  && find . -mindepth 1 ! -name logs.tgz ! -name gpu_tests.log ! -name 'compare_torch_*.log' ! -name bench.log -delete )
+{
+  echo "=== gpu_check summary ($(date -u +%Y-%m-%dT%H:%MZ), $ngpu GPU(s), $(( $(date +%s) - T_START )) s) ==="
+  echo "passed: $(grep -c ' PASS ' "$ROWS") failed: $(grep -c ' FAIL ' "$ROWS")"
+  cat "$ROWS"
+  if has bench && [ -f "$OUT/bench.log" ]; then
+    echo
+    sed -n '/^bench (images/,$p' "$OUT/bench.log"
+  fi
+} > "$OUT/summary.txt.tmp" && mv "$OUT/summary.txt.tmp" "$OUT/summary.txt"
+
+# The device tool returns at most 8 files: every log in one archive, beside the summary, the
+# [gpu] test log and the benchmark log.
+( cd "$OUT" && tar czf logs.tgz.tmp --exclude=logs.tgz --exclude=logs.tgz.tmp --exclude='*.safetensors' . 2>/dev/null \
+  && mv logs.tgz.tmp logs.tgz \
+  && find . -mindepth 1 -maxdepth 1 ! -name logs.tgz ! -name summary.txt ! -name gpu_tests.log ! -name bench.log -exec rm -rf {} + )
 
 echo
-echo "=== gpu_check summary ($(date -u +%Y-%m-%dT%H:%MZ), $ngpu GPU(s)) ==="
-for r in "${rows[@]}"; do echo "$r"; done
-if has bench && [ -f "$OUT/bench.log" ]; then
-  echo
-  sed -n '/^bench (images/,$p' "$OUT/bench.log"
-fi
+cat "$OUT/summary.txt"

@@ -24,6 +24,20 @@ class Comm {
   // Host-memory all-gather: recv holds size() * bytes, rank r's contribution at r * bytes.
   // Blocking. Used for checksums and metrics.
   virtual void allgather_host(const void* send, void* recv, size_t bytes) = 0;
+
+  // Device-side timing of the gradient all-reduces, summed since the start, where the
+  // communicator can measure it (NCCL: CUDA events; false elsewhere). A "step" is the run of
+  // allreduce_sum calls up to a wait(): allreduce_ms spans from its first all-reduce's start
+  // to its last one's end on the communication stream; exposed_ms is how long after the
+  // compute stream reached wait() the all-reduces still ran (what overlap did not hide).
+  struct Timing {
+    long long steps = 0;
+    double allreduce_ms = 0.0, exposed_ms = 0.0;
+  };
+  virtual bool timing(Timing* t) {
+    (void)t;
+    return false;
+  }
 };
 
 // A Comm for a single process (size 1): every collective is a no-op.

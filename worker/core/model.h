@@ -6,6 +6,7 @@
 #include <functional>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "worker/core/ops.h"
@@ -76,6 +77,10 @@ class Model {
   // final for this micro-batch, from the end of the buffer towards the start. Lets the trainer
   // start all-reducing buckets while backward goes on.
   std::function<void(size_t begin, size_t end)> on_grads_ready;
+
+  // Device bytes the model carved, by what they hold, e.g. {"activations kept for backward",
+  // 10.7e9}; the backend's own share is Ops::memory_breakdown().
+  std::vector<std::pair<std::string, size_t>> memory_breakdown() const;
 
   ModelState get_state();               // synchronizes, downloads
   void set_state(const ModelState& s);  // uploads, calls ops.params_updated()

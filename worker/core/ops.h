@@ -19,6 +19,8 @@
 #include <cstddef>
 #include <cstdint>
 #include <string>
+#include <utility>
+#include <vector>
 
 namespace worker {
 
@@ -78,6 +80,9 @@ class Ops {
   virtual void download(void* host_dst, const void* src, size_t bytes) = 0;
   virtual void zero(void* dst, size_t bytes) = 0;
   virtual size_t peak_bytes() const = 0;
+  // The backend's own device memory by what it holds (e.g. {"cuDNN workspace", bytes}), for
+  // the trainer's memory report; empty where the backend has nothing to add.
+  virtual std::vector<std::pair<std::string, size_t>> memory_breakdown() const { return {}; }
 
   // --- Parameters. Called once after allocating the flat buffers; params_updated() after
   // anything changed the fp32 master weights (init, load, optimizer step).
@@ -94,6 +99,8 @@ class Ops {
 
   // Training-mode batch norm over (N, H, W) per channel, fused with an optional residual add
   // and ReLU:  y = relu?(gamma * (x - mean) * invstd + beta + residual?).
+  // y may be the residual's memory (element i of the residual is read before element i of y is
+  // written): the model writes a downsample branch's output into the block's output buffer.
   // Updates running_mean/running_var (unbiased variance, PyTorch semantics) and saves
   // mean/invstd (length c each) for backward.
   virtual void bn_forward_train(const BnDesc& d, const Act& x, ParamView gamma, ParamView beta,
@@ -105,6 +112,9 @@ class Ops {
   // Backward of bn_forward_train. y is the forward output (its sign gives the ReLU mask when
   // relu is set). Writes dx; when dresidual is non-null writes the gradient reaching the
   // residual input there; adds dgamma/dbeta into the gradient buffer.
+  // In place allowed: dx may be x's memory and dresidual y's (every element of x and y is read
+  // before the same element of dx or dresidual is written); the model keeps activation
+  // gradients in activations that backward is done with (worker/core/model.cpp).
   virtual void bn_backward(const BnDesc& d, const Act& x, const Act& y, const Act& dy,
                            ParamView gamma, const float* save_mean, const float* save_invstd,
                            bool relu, Act& dx, Act* dresidual, ParamView dgamma,

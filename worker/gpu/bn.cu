@@ -158,6 +158,10 @@ __global__ void apply_kernel(const T* __restrict__ x, const T* __restrict__ res,
 }
 
 // --- Backward
+// In place (the model relies on it, see Ops::bn_backward): dres may alias y and dx may alias x.
+// Safe despite __restrict__: each element is read and then written by the same thread, once,
+// and the written value depends on the value read, so no reordering can swap them; the
+// forward's apply_kernel likewise lets y alias res.
 
 template <typename T, int V>
 __device__ __forceinline__ void masked_grad(const T* dy, const T* y, bool relu, size_t off,

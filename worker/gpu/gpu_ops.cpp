@@ -242,6 +242,7 @@ void* GpuOps::workspace(size_t bytes) {
     }
     ws_ = pool_.alloc(need);
     ws_bytes_ = need;
+    mem_ws_ += need;
   }
   return ws_;
 }
@@ -250,6 +251,7 @@ float* GpuOps::scratch_f32(size_t count) {
   if (count > f32_scratch_count_) {
     const size_t c = std::max(count, f32_scratch_count_ * 2);
     f32_scratch_ = static_cast<float*>(pool_.alloc(c * sizeof(float)));
+    mem_scratch_ += c * sizeof(float);
     f32_scratch_count_ = c;
   }
   return f32_scratch_;
@@ -259,6 +261,7 @@ void* GpuOps::scratch_half(size_t bytes) {
   if (bytes > half_scratch_bytes_) {
     const size_t b = std::max(bytes, half_scratch_bytes_ * 2);
     half_scratch_ = pool_.alloc(b);
+    mem_scratch_ += b;
     half_scratch_bytes_ = b;
   }
   return half_scratch_;
@@ -289,6 +292,7 @@ GpuOps::GpuOps(const GpuOptions& opt) : opt_(opt), pool_(opt.pool_chunk) {
   // cuBLAS's workspace from the pool: nothing allocated behind our back later.
   constexpr size_t kCublasWs = size_t(32) << 20;
   CUBLAS_CHECK(cublasSetWorkspace(cublas_, pool_.alloc(kCublasWs), kCublasWs));
+  mem_cublas_ = kCublasWs;
   CUBLAS_CHECK(cublasSetMathMode(cublas_, CUBLAS_DEFAULT_MATH));
   flag_ = static_cast<int*>(pool_.alloc(sizeof(int)));
 }
@@ -319,6 +323,14 @@ void* GpuOps::alloc(size_t bytes) {
   return p;
 }
 
+std::vector<std::pair<std::string, size_t>> GpuOps::memory_breakdown() const {
+  return {{std::string(dtype_name(opt_.precision)) + " weight shadow", mem_shadow_},
+          {"cuDNN workspace", mem_ws_},
+          {"cuBLAS workspace", mem_cublas_},
+          {"backend scratch (BN partial sums, half dW)", mem_scratch_},
+          {"pool reserved, not handed out", pool_.reserved() - pool_.used()}};
+}
+
 void GpuOps::upload(void* dst, const void* host_src, size_t bytes) {
   CUDA_CHECK(cudaMemcpyAsync(dst, host_src, bytes, cudaMemcpyHostToDevice, stream_));
   CUDA_CHECK(cudaStreamSynchronize(stream_));  // the caller may free host_src on return
@@ -343,6 +355,7 @@ void GpuOps::bind_params(float* params, float* grads, size_t count) {
   count_ = count;
   if (opt_.precision != DType::F32) {
     shadow_ = pool_.alloc(count * dtype_size(opt_.precision));
+    mem_shadow_ = count * dtype_size(opt_.precision);
     params_updated();
   }
 }

@@ -54,6 +54,7 @@ class GpuOps final : public Ops {
   void download(void* host_dst, const void* src, size_t bytes) override;
   void zero(void* dst, size_t bytes) override;
   size_t peak_bytes() const override { return pool_.used(); }
+  std::vector<std::pair<std::string, size_t>> memory_breakdown() const override;
 
   void bind_params(float* params, float* grads, size_t count) override;
   void register_conv(const ConvDesc& d, ParamView w) override;
@@ -130,6 +131,8 @@ class GpuOps final : public Ops {
   void* half_scratch_ = nullptr;
   size_t half_scratch_bytes_ = 0;
   int* flag_ = nullptr;  // grads_finite
+  // Bytes carved for each purpose, outgrown carvings included (the pool never frees).
+  size_t mem_ws_ = 0, mem_scratch_ = 0, mem_shadow_ = 0, mem_cublas_ = 0;
   double search_seconds_ = 0;
 };
 

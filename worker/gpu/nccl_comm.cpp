@@ -2,6 +2,7 @@
 // communicator is created non-blocking so that start-up and every later wait can be abandoned;
 // collectives run on a communication stream ordered against the compute stream by events (no
 // host synchronisation); a watchdog thread turns a dead peer into an abort within seconds.
+#include <array>
 #include <atomic>
 #include <chrono>
 #include <condition_variable>
@@ -55,6 +56,8 @@ class NcclComm final : public Comm {
     CUDA_CHECK(cudaStreamCreateWithFlags(&comm_stream_, cudaStreamNonBlocking));
     CUDA_CHECK(cudaEventCreateWithFlags(&ready_, cudaEventDisableTiming));
     CUDA_CHECK(cudaEventCreateWithFlags(&done_, cudaEventDisableTiming));
+    for (TimingSlot& t : slots_)
+      for (cudaEvent_t* e : {&t.start, &t.compute_done, &t.end}) CUDA_CHECK(cudaEventCreate(e));
 
     // --- The unique id, from rank 0 through the store.
     ncclUniqueId id;
@@ -140,6 +143,8 @@ class NcclComm final : public Comm {
     }
     cudaEventDestroy(ready_);
     cudaEventDestroy(done_);
+    for (TimingSlot& t : slots_)
+      for (cudaEvent_t e : {t.start, t.compute_done, t.end}) cudaEventDestroy(e);
     cudaStreamDestroy(comm_stream_);
   }
 
@@ -148,6 +153,12 @@ class NcclComm final : public Comm {
 
   void allreduce_sum(float* data, size_t count) override {
     order_after_compute();
+    if (!in_step_) {  // the first all-reduce of a step: its start, after the compute it waits for
+      TimingSlot& t = slots_[next_slot_];
+      if (t.pending) harvest(t);
+      CUDA_CHECK(cudaEventRecord(t.start, comm_stream_));
+      in_step_ = true;
+    }
     enqueued(ncclAllReduce(data, data, count, ncclFloat, ncclSum, comm_, comm_stream_),
              "ncclAllReduce", __LINE__);
   }
@@ -161,8 +172,23 @@ class NcclComm final : public Comm {
 
   void wait() override {
     check_failed();
+    if (in_step_) {
+      TimingSlot& t = slots_[next_slot_];
+      CUDA_CHECK(cudaEventRecord(t.compute_done, ops_.stream()));
+      CUDA_CHECK(cudaEventRecord(t.end, comm_stream_));
+      t.pending = true;
+      in_step_ = false;
+      next_slot_ = (next_slot_ + 1) % slots_.size();
+    }
     CUDA_CHECK(cudaEventRecord(done_, comm_stream_));
     CUDA_CHECK(cudaStreamWaitEvent(ops_.stream(), done_, 0));
+  }
+
+  bool timing(Timing* out) override {
+    for (TimingSlot& t : slots_)
+      if (t.pending) harvest(t);
+    *out = timing_;
+    return true;
   }
 
   void allgather_host(const void* send, void* recv, size_t bytes) override {
@@ -189,6 +215,25 @@ class NcclComm final : public Comm {
   }
 
  private:
+  // Events of one step's all-reduces; a few slots in flight so that reading one never waits
+  // on the step being enqueued.
+  struct TimingSlot {
+    cudaEvent_t start = nullptr, compute_done = nullptr, end = nullptr;
+    bool pending = false;
+  };
+
+  void harvest(TimingSlot& t) {
+    CUDA_CHECK(cudaEventSynchronize(t.end));
+    CUDA_CHECK(cudaEventSynchronize(t.compute_done));
+    float span = 0.f, exposed = 0.f;
+    CUDA_CHECK(cudaEventElapsedTime(&span, t.start, t.end));
+    CUDA_CHECK(cudaEventElapsedTime(&exposed, t.compute_done, t.end));
+    timing_.steps += 1;
+    timing_.allreduce_ms += double(span);
+    timing_.exposed_ms += double(exposed > 0.f ? exposed : 0.f);
+    t.pending = false;
+  }
+
   void order_after_compute() {
     check_failed();
     CUDA_CHECK(cudaEventRecord(ready_, ops_.stream()));
@@ -282,6 +327,10 @@ class NcclComm final : public Comm {
   ncclComm_t comm_ = nullptr;
   cudaStream_t comm_stream_ = nullptr;
   cudaEvent_t ready_ = nullptr, done_ = nullptr;
+  std::array<TimingSlot, 4> slots_{};
+  size_t next_slot_ = 0;
+  bool in_step_ = false;
+  Timing timing_;
   char* gather_ = nullptr;
   size_t gather_bytes_ = 0;
 

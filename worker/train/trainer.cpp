@@ -1,8 +1,10 @@
 #include "worker/train/trainer.h"
 
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <fstream>
 #include <memory>
@@ -62,6 +64,36 @@ void dump_batch(const std::string& path, Ops& ops, Model& model, const std::vect
   }
   ensure_parent_dir(path);
   write_safetensors(path, {images, labels, idx}, {{"layout", "NHWC"}});
+}
+
+std::string gb(size_t bytes) { return fmt("%.2f GB", double(bytes) / 1e9); }
+std::string mb(size_t bytes) { return fmt("%.1f MB", double(bytes) / 1e6); }
+
+// WORKER_MEM_REPORT=1: where the device memory went (the model's and the backend's shares, the
+// optimizer state), one line per item; what no one claims (NCCL's gather buffer, ...) is "other".
+void memory_report(std::ostream& out, const Model& model, const Ops& ops, size_t optimizer_bytes) {
+  std::vector<std::pair<std::string, size_t>> items = model.memory_breakdown();
+  items.emplace_back("optimizer state", optimizer_bytes);
+  size_t pool_free = 0;
+  for (auto& kv : ops.memory_breakdown()) {
+    if (kv.first.rfind("pool reserved", 0) == 0) {
+      pool_free = kv.second;  // not handed out: not part of the peak
+      continue;
+    }
+    items.push_back(kv);
+  }
+  size_t sum = 0;
+  for (const auto& kv : items) sum += kv.second;
+  const size_t peak = ops.peak_bytes();
+  out << "Memory (rank 0, " << mb(peak) << " peak):" << std::endl;
+  for (const auto& kv : items) out << "  " << kv.first << ": " << mb(kv.second) << std::endl;
+  out << "  other: " << mb(peak > sum ? peak - sum : 0) << std::endl;
+  if (pool_free > 0) out << "  (pool overhead: " << mb(pool_free) << " reserved beyond the peak)" << std::endl;
+}
+
+bool env_flag(const char* name) {
+  const char* v = std::getenv(name);
+  return v && *v && std::string(v) != "0";
 }
 
 }  // namespace
@@ -176,6 +208,8 @@ TrainResult train(const TrainOptions& opt, const WorkerEnv& env, Ops& ops, Comm&
   GradReducer reducer(comm, model.grads(), np, size_t(25) << 18);  // 25 MiB of fp32, as DDP's bucket
 
   TrainResult result;
+  Comm::Timing comm_prev;
+  bool comm_timed = comm.timing(&comm_prev);
   const auto t_start = Clock::now();
   Clock::time_point t_first{}, t_window{};
   int64_t window_steps = 0;
@@ -250,6 +284,15 @@ TrainResult train(const TrainOptions& opt, const WorkerEnv& env, Ops& ops, Comm&
         const double ips = window_steps > 0 && dt > 0 ? double(window_steps * global_batch) / dt : 0.0;
         t_window = now;
         window_steps = 0;
+        // All-reduce time per step over this window (NCCL: device-side events).
+        Comm::Timing ct;
+        double ar_ms = -1, exposed_ms = -1;
+        if (comm_timed && comm.timing(&ct) && ct.steps > comm_prev.steps) {
+          const double k = double(ct.steps - comm_prev.steps);
+          ar_ms = (ct.allreduce_ms - comm_prev.allreduce_ms) / k;
+          exposed_ms = (ct.exposed_ms - comm_prev.exposed_ms) / k;
+          comm_prev = ct;
+        }
         if (lead) {
           out << "Epoch[" << epoch << "], Batch[" << b << "], Loss: " << fmt("%.6f", mean);
           if (ips > 0) out << ", images/s: " << fmt("%.1f", ips);
@@ -258,6 +301,10 @@ TrainResult train(const TrainOptions& opt, const WorkerEnv& env, Ops& ops, Comm&
             nlohmann::json j = {{"epoch", epoch}, {"batch", b}, {"step", ts.step - 1}, {"loss", mean},
                                 {"images_per_s", ips > 0 ? nlohmann::json(ips) : nlohmann::json(nullptr)},
                                 {"time", seconds_since(t_start)}};
+            if (ar_ms >= 0) {
+              j["allreduce_ms"] = ar_ms;
+              j["allreduce_exposed_ms"] = exposed_ms;
+            }
             metrics << j.dump() << "\n" << std::flush;
           }
         }
@@ -283,6 +330,36 @@ TrainResult train(const TrainOptions& opt, const WorkerEnv& env, Ops& ops, Comm&
     out << "Throughput: " << fmt("%.1f", result.images_per_s) << " images/s (" << world << " rank(s), "
         << result.steps << " steps, first step excluded), total " << fmt("%.1f", seconds_since(t_start)) << " s"
         << std::endl;
+  }
+
+  // --- Peak device memory (issue 5), every rank's, and the all-reduce time per step overall.
+  const uint64_t my_peak = ops.peak_bytes();
+  std::vector<uint64_t> peaks(static_cast<size_t>(world));
+  comm.allgather_host(&my_peak, peaks.data(), sizeof(uint64_t));
+  uint64_t max_peak = 0;
+  for (uint64_t p : peaks) max_peak = std::max(max_peak, p);
+  Comm::Timing ct;
+  const bool have_ct = comm.timing(&ct) && ct.steps > 0;
+  if (lead) {
+    out << "Peak device memory: " << gb(my_peak) << " (rank 0, " << my_peak << " bytes)";
+    if (world > 1) out << ", " << gb(max_peak) << " (largest over " << world << " ranks)";
+    out << std::endl;
+    if (have_ct) {
+      out << "All-reduce: " << fmt("%.2f", ct.allreduce_ms / double(ct.steps)) << " ms per step on the communication stream, "
+          << fmt("%.2f", ct.exposed_ms / double(ct.steps)) << " ms of it after backward ended (not overlapped), "
+          << ct.steps << " steps" << std::endl;
+    }
+    if (env_flag("WORKER_MEM_REPORT")) memory_report(out, model, ops, (adam ? 2 : 1) * np * sizeof(float));
+    if (metrics.is_open()) {
+      nlohmann::json j = {{"final", true}, {"steps", result.steps}, {"throughput_images_per_s", result.images_per_s},
+                          {"peak_bytes", my_peak}, {"peak_bytes_max_rank", max_peak}, {"world", world},
+                          {"time", seconds_since(t_start)}};
+      if (have_ct) {
+        j["allreduce_ms"] = ct.allreduce_ms / double(ct.steps);
+        j["allreduce_exposed_ms"] = ct.exposed_ms / double(ct.steps);
+      }
+      metrics << j.dump() << "\n" << std::flush;
+    }
   }
 
   // Rank 0's buffers for everyone, so the checksums (and rank 0's checkpoint) cover one state.

@@ -204,15 +204,24 @@ int bench(const std::map<std::string, std::string>& a, Clock::time_point t_start
   std::sort(rates.begin(), rates.end());
   const auto* g = dynamic_cast<const gpu::GpuOps*>(ops.get());
   const float last_loss = m.last_loss();
+  // Where the peak went (model, optimizer, backend), bytes, as one JSON object.
+  std::string mem = "{";
+  auto add = [&](const std::string& k, size_t v) {
+    mem += (mem.size() > 1 ? ", \"" : "\"") + k + "\": " + std::to_string(v);
+  };
+  for (const auto& kv : m.memory_breakdown()) add(kv.first, kv.second);
+  add("optimizer state", m.num_params() * 4);
+  for (const auto& kv : ops->memory_breakdown()) add(kv.first, kv.second);
+  mem += "}";
   std::printf(
       "{\"what\": \"ours\", \"depth\": %d, \"batch\": %d, \"precision\": \"%s\", "
       "\"images_per_s\": %.1f, \"min\": %.1f, \"max\": %.1f, \"first_step_s\": %.2f, "
       "\"peak_bytes\": %zu, \"workspace_bytes\": %zu, \"reserved_bytes\": %zu, \"algo_search_s\": %.2f, "
-      "\"first_loss\": %.4f, \"last_loss\": %.4f, \"backend\": \"%s\"}\n",
+      "\"first_loss\": %.4f, \"last_loss\": %.4f, \"memory\": %s, \"backend\": \"%s\"}\n",
       cfg.depth, cfg.batch, dtype_name(ops->compute_dtype()), rates[rates.size() / 2], rates.front(),
       rates.back(), first_step_s, ops->peak_bytes(), g ? g->workspace_bytes() : size_t(0),
       g ? g->reserved_bytes() : size_t(0), g ? g->algo_search_seconds() : 0.0, double(first_loss),
-      double(last_loss),
+      double(last_loss), mem.c_str(),
       ops->describe().c_str());
   return 0;
 }

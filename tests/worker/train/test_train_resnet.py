@@ -83,7 +83,7 @@ def write_st(path, tensors):
 
 def losses(metrics_path):
     with open(metrics_path) as f:
-        return {j["step"]: j["loss"] for j in map(json.loads, f)}
+        return {j["step"]: j["loss"] for j in map(json.loads, f) if not j.get("final")}
 
 
 def checksums(text):
@@ -310,6 +310,29 @@ def launch_run(a, tmp, n, args, name):
     return p, text
 
 
+def check_peak_memory(metrics_path, text, n, report):
+    with open(metrics_path) as f:
+        fin = [j for j in map(json.loads, f) if j.get("final")]
+    check(len(fin) == 1, f"{n} ranks: expected one final metrics record, got {len(fin)}")
+    fin = fin[0]
+    check(fin.get("world") == n and fin.get("peak_bytes", 0) > 0 and fin.get("peak_bytes_max_rank", 0) >= fin["peak_bytes"],
+          f"{n} ranks: final record without a sane peak: {fin}")
+    m = re.search(r"Peak device memory: [0-9.]+ GB \(rank 0, ([0-9]+) bytes\)", text)
+    check(m and int(m.group(1)) == fin["peak_bytes"], f"{n} ranks: no 'Peak device memory' line matching the metrics")
+    if not report:
+        check("Memory (rank 0" not in text, "memory breakdown printed without WORKER_MEM_REPORT")
+        return
+    block = text[text.index("Memory (rank 0"):] if "Memory (rank 0" in text else ""
+    items = dict(re.findall(r"^  ([a-zA-Z][^:\n]*): ([0-9.]+) MB$", block, re.M))
+    for k in ("params fp32", "grads fp32", "activations kept for backward", "activation-gradient scratch",
+              "optimizer state", "other"):
+        check(k in items, f"memory breakdown lacks '{k}': {items}")
+    total = sum(float(v) for v in items.values())
+    # Each item is rounded to 0.1 MB; a total above the peak means something is counted twice.
+    check(float(items["activations kept for backward"]) > 0 and abs(total - fin["peak_bytes"] / 1e6) <= 0.05 * len(items) + 1e-9,
+          f"breakdown adds up to {total:.1f} MB, peak {fin['peak_bytes'] / 1e6:.1f} MB: {items}")
+
+
 def case_ddp(a, tmp):
     if not os.access(a.launch, os.X_OK):
         print(f"skipped: {a.launch} is not built")
@@ -317,7 +340,13 @@ def case_ddp(a, tmp):
     args = ["--depth", "18", "--width", "16", "--image-size", "32", "--num-classes", "10", "--data", "learnable",
             "--batch-size", "16", "--num-samples", "480", "--max-steps", "30", "--log-every", "5", "--threads", "1"]
     for n in (1, 2, 3):
-        p, text = launch_run(a, tmp, n, args + ["--metrics-file", f"{tmp}/m{n}.jsonl"], f"logs{n}")
+        # WORKER_MEM_REPORT=1 (one run): the memory breakdown is printed and adds up to the peak.
+        os.environ["WORKER_MEM_REPORT"] = "1" if n == 2 else "0"
+        try:
+            p, text = launch_run(a, tmp, n, args + ["--metrics-file", f"{tmp}/m{n}.jsonl"], f"logs{n}")
+        finally:
+            os.environ.pop("WORKER_MEM_REPORT", None)
+        check_peak_memory(f"{tmp}/m{n}.jsonl", text, n, report=n == 2)
         cs = checksums(text)
         check(sorted(cs) == [str(r) for r in range(n)], f"{n} ranks: checksum lines of ranks {sorted(cs)}:\n{text[-3000:]}")
         check(len(set(cs.values())) == 1, f"{n} ranks: checksums differ: {cs}")

@@ -1,0 +1,32 @@
+#!/usr/bin/env bash
+# Fills .gpu/ (git-ignored) with what scripts/gpu_check.sh needs on the GPU machine, from a
+# build folder of this machine: .gpu/bin/{launch,train_resnet,test_worker_gpu,gpu_model_driver}
+# and .gpu/lib/ with the shared libraries the GPU machine lacks (libgomp, libfmt; CUDA, cuDNN
+# and NCCL come from the machine's torch wheel folders, see ../shared/DEVICE.md).
+# Usage: scripts/gpu_pack.sh [BUILD_DIR]   (default build-gpu2; build the four targets first)
+# Then, on the GPU machine, with carry [".gpu"]: scripts/gpu_check.sh
+set -euo pipefail
+root="$(cd "$(dirname "$0")/.." && pwd)"
+build="${1:-build-gpu2}"
+[[ "$build" == /* ]] || build="$root/$build"
+bins=(launch train_resnet test_worker_gpu gpu_model_driver)
+for b in "${bins[@]}"; do
+  if [ ! -x "$build/bin/$b" ]; then
+    echo "gpu_pack: $build/bin/$b is missing: build it first (cmake --build $build -j2 --target ${bins[*]})" >&2
+    exit 1
+  fi
+done
+# Staged outside the tree, then swapped in: .gpu/ is never half-written.
+tmp="$(mktemp -d)"
+trap 'rm -rf "$tmp"' EXIT
+mkdir -p "$tmp/bin" "$tmp/lib"
+for b in "${bins[@]}"; do cp "$build/bin/$b" "$tmp/bin/"; done
+# Every non-system library the binaries load that is not CUDA/cuDNN/NCCL/cuBLAS.
+libs=$(for b in "${bins[@]}"; do ldd "$build/bin/$b"; done | awk '$3 ~ /^\// {print $3}' | sort -u |
+       grep -E 'libgomp|libfmt|libspdlog|libopenblas' || true)
+for l in $libs; do cp -L "$l" "$tmp/lib/"; done
+chmod 755 "$tmp"
+rm -rf "$root/.gpu"
+mv "$tmp" "$root/.gpu"
+du -sh "$root/.gpu"
+ls -l "$root/.gpu/bin" "$root/.gpu/lib"
