@@ -201,7 +201,7 @@ if has bench; then
   timeout $(( BENCH_DEADLINE - $(date +%s) + 20 )) bash "$root/scripts/bench_gpu.sh" > "$OUT/bench.log" 2>&1
   rc=$?
   row "benchmark (table below; logs in logs.tgz)" "$([ $rc -eq 0 ] && [ -s "$OUT/bench/results.jsonl" ] && ! grep -q '"error"' "$OUT/bench/results.jsonl" && echo PASS || echo FAIL)" \
-    "rc $rc, $(grep -c '"error"' "$OUT/bench/results.jsonl" 2>/dev/null || echo '?') error row(s)"
+    "rc $rc, $(grep -c '"error"' "$OUT/bench/results.jsonl" 2>/dev/null || true) error row(s)"
 fi
 
 {
@@ -216,8 +216,10 @@ fi
 
 # The device tool returns at most 8 files: every log in one archive, beside the summary, the
 # [gpu] test log and the benchmark log.
-( cd "$OUT" && tar czf logs.tgz.tmp --exclude=logs.tgz --exclude=logs.tgz.tmp --exclude='*.safetensors' . 2>/dev/null \
-  && mv logs.tgz.tmp logs.tgz \
+# The archive is written outside $OUT: tar fails on an archive that grows inside what it reads.
+tgz="$(mktemp -d)/logs.tgz"
+( cd "$OUT" && tar czf "$tgz" --exclude='*.safetensors' . \
+  && mv "$tgz" logs.tgz \
   && find . -mindepth 1 -maxdepth 1 ! -name logs.tgz ! -name summary.txt ! -name gpu_tests.log ! -name bench.log -exec rm -rf {} + )
 
 echo
