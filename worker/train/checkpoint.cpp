@@ -2,6 +2,8 @@
 
 #include <sys/stat.h>
 
+#include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <filesystem>
 #include <map>
@@ -67,6 +69,13 @@ int64_t meta_int(const std::map<std::string, std::string>& m, const std::string&
   throw std::runtime_error("training state '" + path + "': metadata '" + key + "'='" + v + "' is not an integer");
 }
 
+// Round-trips exactly: the loss scale is a power of two that may get very small.
+std::string float_text(float v) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%.9g", double(v));
+  return buf;
+}
+
 }  // namespace
 
 std::string train_state_path(const std::string& weights_path) {
@@ -111,6 +120,9 @@ void save_checkpoint(const std::string& path, const Model& model, const ModelSta
       {"num_samples", std::to_string(train.num_samples)},
       {"global_batch", std::to_string(train.global_batch)},
       {"num_params", std::to_string(model.num_params())},
+      {"loss_scale", float_text(train.loss_scale)},
+      {"loss_scale_growth_tracker", std::to_string(train.loss_scale_growth_tracker)},
+      {"skipped_steps", std::to_string(train.skipped_steps)},
   };
   write_safetensors(train_state_path(path), ts, tmeta);
   write_safetensors(path, model_state_to_tensors(model, state), {{"format", "pt"}, {"step", step}});
@@ -144,6 +156,20 @@ void load_checkpoint(const std::string& path, const Model& model, ModelState* st
   t.data = meta(tmeta, "data", tpath);
   t.num_samples = meta_int(tmeta, "num_samples", tpath);
   t.global_batch = meta_int(tmeta, "global_batch", tpath);
+  if (tmeta.count("loss_scale")) {
+    const std::string& v = tmeta["loss_scale"];
+    char* end = nullptr;
+    t.loss_scale = std::strtof(v.c_str(), &end);
+    if (v.empty() || *end != '\0' || !(t.loss_scale >= 0.0f)) {
+      throw std::runtime_error("training state '" + tpath + "': metadata 'loss_scale'='" + v + "' is not a number >= 0");
+    }
+    t.loss_scale_growth_tracker = meta_int(tmeta, "loss_scale_growth_tracker", tpath);
+    t.skipped_steps = meta_int(tmeta, "skipped_steps", tpath);
+    if (t.skipped_steps < 0 || t.skipped_steps > t.step) {
+      throw std::runtime_error("training state '" + tpath + "': skipped_steps " + std::to_string(t.skipped_steps) +
+                               " is not within 0.." + std::to_string(t.step));
+    }
+  }
   if (wmeta.count("step") == 0 || wmeta["step"] != std::to_string(t.step)) {
     throw std::runtime_error("checkpoint '" + path + "' (step " + (wmeta.count("step") ? wmeta["step"] : "?") +
                              ") and its training state '" + tpath + "' (step " + std::to_string(t.step) +

@@ -26,6 +26,11 @@ struct TrainState {
   std::string data;      // "random" / "learnable"
   int64_t num_samples = 0;
   int64_t global_batch = 0;  // world * batch * accum
+  // fp16 loss scaling (LossScaler): scale 0 when the run does not scale; `skipped` optimizer
+  // steps make the optimizer's own step count (Adam's bias correction) lag `step`.
+  float loss_scale = 0.0f;
+  int64_t loss_scale_growth_tracker = 0;
+  int64_t skipped_steps = 0;
   std::vector<float> slot_a; // adam: exp_avg; sgd: momentum_buffer
   std::vector<float> slot_b; // adam: exp_avg_sq; sgd: empty
 };

@@ -17,6 +17,7 @@
 #include "worker/core/model.h"
 #include "worker/core/safetensors.h"
 #include "worker/train/checkpoint.h"
+#include "worker/train/loss_scaler.h"
 #include "worker/train/checksum.h"
 #include "worker/train/grad_reducer.h"
 #include "worker/train/sampler.h"
@@ -126,6 +127,9 @@ TrainResult train(const TrainOptions& opt, const WorkerEnv& env, Ops& ops, Comm&
   // --- Initial state: seed, --init weights, or a whole --resume checkpoint.
   model.init(opt.seed);
   TrainState ts;
+  // fp16 needs loss scaling (GradScaler's semantics); bf16 and fp32 do not.
+  LossScaler scaler;
+  scaler.enabled = ops.compute_dtype() == DType::F16;
   ts.seed = opt.seed;
   ts.optimizer = opt.optimizer;
   ts.data = opt.data;
@@ -159,6 +163,11 @@ TrainResult train(const TrainOptions& opt, const WorkerEnv& env, Ops& ops, Comm&
     ops.upload(slot_a, loaded.slot_a.data(), np * sizeof(float));
     if (adam) ops.upload(slot_b, loaded.slot_b.data(), np * sizeof(float));
     ts.step = loaded.step;
+    if (scaler.enabled && loaded.loss_scale > 0.0f) {
+      scaler.scale = loaded.loss_scale;
+      scaler.growth_tracker = loaded.loss_scale_growth_tracker;
+    }
+    scaler.skipped = loaded.skipped_steps;
     ts.epoch = loaded.epoch;
     ts.batch = loaded.batch;
     if (lead) {
@@ -191,6 +200,9 @@ TrainResult train(const TrainOptions& opt, const WorkerEnv& env, Ops& ops, Comm&
   auto save = [&](int64_t epoch, int64_t next_batch) {
     if (!lead || opt.save.empty()) return;
     TrainState s = ts;  // position = (epoch, next_batch), normalised to a batch inside an epoch
+    s.loss_scale = scaler.enabled ? scaler.scale : 0.0f;
+    s.loss_scale_growth_tracker = scaler.growth_tracker;
+    s.skipped_steps = scaler.skipped;
     s.epoch = epoch + next_batch / steps_per_epoch;
     s.batch = next_batch % steps_per_epoch;
     s.slot_a.resize(np);
@@ -243,7 +255,7 @@ TrainResult train(const TrainOptions& opt, const WorkerEnv& env, Ops& ops, Comm&
           reducer.begin();
           model.on_grads_ready = [&](size_t gb, size_t ge) { reducer.ready(gb, ge); };
         }
-        model.forward_backward(1.0f / float(opt.accum_steps));
+        model.forward_backward(scaler.multiplier() / float(opt.accum_steps));
         model.on_grads_ready = nullptr;
         if (log) loss_sum += model.last_loss();
       }
@@ -254,14 +266,19 @@ TrainResult train(const TrainOptions& opt, const WorkerEnv& env, Ops& ops, Comm&
           comm.allreduce_sum(model.grads(), np);
           comm.wait();
         }
-        ops.scale_grads(1.0f / float(world));
       }
-      if (adam) {
-        ops.adam_step(float(opt.lr), 0.9f, 0.999f, 1e-8f, float(opt.weight_decay), ts.step + 1, slot_a, slot_b);
-      } else {
-        ops.sgd_step(float(opt.lr), float(opt.momentum), float(opt.weight_decay), slot_a, ts.step == 0);
+      // Average over ranks and undo the loss scale in one pass. An inf or NaN on any rank
+      // survives the all-reduce, so every rank reaches the same verdict.
+      if (world > 1 || scaler.enabled) ops.scale_grads(1.0f / (float(world) * scaler.multiplier()));
+      if (scaler.update(!scaler.enabled || ops.grads_finite())) {
+        const int64_t taken = ts.step - scaler.skipped;  // the optimizer's own step count so far
+        if (adam) {
+          ops.adam_step(float(opt.lr), 0.9f, 0.999f, 1e-8f, float(opt.weight_decay), taken + 1, slot_a, slot_b);
+        } else {
+          ops.sgd_step(float(opt.lr), float(opt.momentum), float(opt.weight_decay), slot_a, taken == 0);
+        }
+        ops.params_updated();
       }
-      ops.params_updated();
       ++ts.step;
       ++result.steps;
       ++window_steps;
@@ -330,6 +347,11 @@ TrainResult train(const TrainOptions& opt, const WorkerEnv& env, Ops& ops, Comm&
     out << "Throughput: " << fmt("%.1f", result.images_per_s) << " images/s (" << world << " rank(s), "
         << result.steps << " steps, first step excluded), total " << fmt("%.1f", seconds_since(t_start)) << " s"
         << std::endl;
+  }
+
+  if (lead && scaler.enabled) {
+    out << "fp16 loss scaling: scale " << scaler.scale << ", " << scaler.skipped
+        << " step(s) skipped for inf/NaN gradients" << std::endl;
   }
 
   // --- Peak device memory (issue 5), every rank's, and the all-reduce time per step overall.
