@@ -34,3 +34,19 @@ class SystemError : public std::runtime_error {
       throw ::launch::SystemError(std::string(#expr) + " (" __FILE__ ":" +                 \
                                       std::to_string(__LINE__) + ")", errno);              \
   } while (0)
+
+namespace launch {
+
+// A stop signal (SIGTERM from Slurm, SIGINT, ...) arrived while the launcher was waiting, before
+// any worker ran: nothing to forward it to, the launcher exits 128+signal.
+class StopRequested : public std::runtime_error {
+ public:
+  explicit StopRequested(int sig)
+      : std::runtime_error("stopped by signal " + std::to_string(sig)), sig_(sig) {}
+  int sig() const { return sig_; }
+
+ private:
+  int sig_;
+};
+
+}  // namespace launch

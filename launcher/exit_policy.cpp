@@ -2,6 +2,7 @@
 
 #include <sys/wait.h>
 
+#include <cctype>
 #include <csignal>
 
 namespace launch {
@@ -16,6 +17,15 @@ int exit_code_of(const Termination& t) {
 }
 
 bool is_failure(const Termination& t) { return exit_code_of(t) != 0; }
+
+std::optional<int> parse_checkpoint_signal(const std::string& name) {
+  std::string n;
+  for (char c : name) n += static_cast<char>(std::toupper(static_cast<unsigned char>(c)));
+  if (n.rfind("SIG", 0) == 0) n = n.substr(3);
+  if (n == "USR1" || n == std::to_string(SIGUSR1)) return SIGUSR1;
+  if (n == "USR2" || n == std::to_string(SIGUSR2)) return SIGUSR2;
+  return std::nullopt;
+}
 
 std::string signal_name(int sig) {
   switch (sig) {
@@ -80,9 +90,19 @@ bool ExitPolicy::on_launcher_signal(int sig) {
   return true;
 }
 
+bool ExitPolicy::on_remote_failure(int exit_code, const std::string& description) {
+  if (stopping()) return false;
+  remote_ = description;
+  // The root cause's code, so every node of the job exits alike; 1 when it was no worker's exit
+  // (a launcher that stopped responding).
+  remote_code_ = exit_code > 0 ? exit_code : 1;
+  return true;
+}
+
 int ExitPolicy::exit_code() const {
   if (root_) return exit_code_of(*root_);
   if (signal_) return 128 + *signal_;
+  if (remote_) return remote_code_;
   return 0;
 }
 

@@ -39,7 +39,28 @@ std::optional<JobStore> start_job_store(const std::string& host, const std::stri
   return js;
 }
 
+std::optional<JobStore> start_shared_job_store(const std::string& host, const std::string& job_id,
+                                               uint16_t port, const std::string& token) {
+  StoreServerConfig cfg;
+  cfg.host = host;
+  cfg.port = port;
+  cfg.job_id = job_id;
+  cfg.token = token;
+  std::shared_ptr<StoreServer> server = StoreServer::start(cfg);
+  JobStore js;
+  js.address = server->address();
+  js.token = token;
+  js.report_failure = [s = server.get()](int rank, const std::string& what) { s->report_failure(rank, what); };
+  js.server = server;
+  return js;
+}
+
 #else  // built before launcher/store existed: no store, and `launch kv` says so
+
+std::optional<JobStore> start_shared_job_store(const std::string&, const std::string&, uint16_t,
+                                               const std::string&) {
+  return std::nullopt;
+}
 
 std::optional<JobStore> start_job_store(const std::string&, const std::string&, uint16_t) {
   return std::nullopt;

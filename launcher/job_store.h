@@ -24,4 +24,9 @@ struct JobStore {
 std::optional<JobStore> start_job_store(const std::string& host, const std::string& job_id,
                                         uint16_t port);
 
+// Multi-node: the store of node 0 on exactly host:port (the other nodes were told --master), with
+// the job's shared token. Throws std::runtime_error naming the address when it cannot listen.
+std::optional<JobStore> start_shared_job_store(const std::string& host, const std::string& job_id,
+                                               uint16_t port, const std::string& token);
+
 }  // namespace launch

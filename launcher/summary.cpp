@@ -32,6 +32,9 @@ std::string summary_json(const std::string& job_id, const JobOutcome& o) {
   j["root_cause"] = nullptr;
   if (auto r = o.policy.root_rank())
     j["root_cause"] = {{"rank", *r}, {"description", describe(*r, *o.policy.root_termination())}};
+  else if (auto remote = o.policy.remote_failure())  // multi-node: another node's failure
+    j["root_cause"] = {{"rank", nullptr}, {"description", *remote}};
+  j["restart_count"] = o.restart_count;
   j["launcher_signal"] = nullptr;
   if (auto s = o.policy.launcher_signal()) j["launcher_signal"] = signal_name(*s);
   j["ranks"] = json::array();

@@ -106,6 +106,7 @@ class Loop {
   void begin_stop(int sig);
   void arm_timer(double seconds);
   void on_timer();
+  void on_remote();
   bool finished();
 
   const SupervisorConfig& cfg_;
@@ -187,6 +188,17 @@ void Loop::on_signals() {
         chld = true;
         continue;
       }
+      if (sig == cfg_.checkpoint_signal) {
+        // Not a stop: the workers save at their next step boundary and go on.
+        // To the worker process alone, not its group: its helpers (data loaders, a shell's
+        // children) do not handle it, and its default action would kill them.
+        int sent = 0;
+        for (auto& w : workers_)
+          if (w.rec.pid > 0 && !w.reaped && kill(w.rec.pid, sig) == 0) ++sent;
+        log::info("received " + signal_name(sig) + ": forwarded it to " + std::to_string(sent) +
+                  " worker(s) (checkpoint; the job goes on)");
+        continue;
+      }
       if (phase_ == Phase::Running) {
         policy_.on_launcher_signal(sig);
         log::warn("received " + signal_name(sig) + ": forwarding it to every worker, SIGKILL in " +
@@ -227,7 +239,7 @@ void Loop::reap() {
     const std::string what = describe(w.rec.rank, *w.rec.end);
     if (policy_.on_worker_end(w.rec.rank, *w.rec.end)) {
       // Survivors blocked in the store learn who failed before we start killing them.
-      if (cfg_.on_failure) cfg_.on_failure(w.rec.rank, describe(*w.rec.end));
+      if (cfg_.on_failure) cfg_.on_failure(w.rec.rank, *w.rec.end);
       log::error(what + ": stopping the other workers (SIGTERM, SIGKILL after " +
                  secs(cfg_.grace_s) + " s)");
       begin_stop(SIGTERM);
@@ -331,6 +343,18 @@ void Loop::on_timer() {
   }
 }
 
+void Loop::on_remote() {
+  uint64_t count;
+  if (read(cfg_.remote_fd, &count, sizeof count) < 0) return;
+  if (!cfg_.remote_failure) return;
+  auto [code, what] = cfg_.remote_failure();
+  if (policy_.on_remote_failure(code, what)) {
+    log::error("the job failed on another node (" + what + "): stopping the workers (SIGTERM, SIGKILL after " +
+               secs(cfg_.grace_s) + " s)");
+    begin_stop(SIGTERM);
+  }
+}
+
 bool Loop::finished() {
   if (phase_ == Phase::Done) return true;
   if (live_ > 0) return false;
@@ -354,13 +378,17 @@ JobOutcome Loop::run(const std::vector<WorkerPlan>& plans) {
   SYS_CHECK(epoll_fd_);
   timer_fd_ = timerfd_create(CLOCK_MONOTONIC, TFD_CLOEXEC | TFD_NONBLOCK);
   SYS_CHECK(timer_fd_);
-  constexpr uint64_t kSignalTag = ~uint64_t{0}, kTimerTag = ~uint64_t{0} - 1;
+  constexpr uint64_t kSignalTag = ~uint64_t{0}, kTimerTag = ~uint64_t{0} - 1, kRemoteTag = ~uint64_t{0} - 2;
   epoll_event ev{};
   ev.events = EPOLLIN;
   ev.data.u64 = kSignalTag;
   SYS_CHECK(epoll_ctl(epoll_fd_, EPOLL_CTL_ADD, cfg_.signal_fd, &ev));
   ev.data.u64 = kTimerTag;
   SYS_CHECK(epoll_ctl(epoll_fd_, EPOLL_CTL_ADD, timer_fd_, &ev));
+  if (cfg_.remote_fd >= 0) {
+    ev.data.u64 = kRemoteTag;
+    SYS_CHECK(epoll_ctl(epoll_fd_, EPOLL_CTL_ADD, cfg_.remote_fd, &ev));
+  }
 
   start_all(plans);
   on_signals();  // anything that arrived while we were spawning
@@ -376,6 +404,7 @@ JobOutcome Loop::run(const std::vector<WorkerPlan>& plans) {
     for (int k = 0; k < n; ++k) {
       if (events[k].data.u64 == kSignalTag) on_signals();
       if (events[k].data.u64 == kTimerTag) on_timer();
+      if (events[k].data.u64 == kRemoteTag) on_remote();
     }
   }
 

@@ -9,6 +9,7 @@
 #include <functional>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "launcher/devices.h"
@@ -42,17 +43,26 @@ struct SupervisorConfig {
   bool log_overwrite = false;
   int signal_fd = -1;    // signalfd for SIGCHLD, SIGINT, SIGTERM, SIGHUP, SIGQUIT (blocked)
   sigset_t child_mask;   // the mask workers start with
-  // Called as soon as the root-cause failure is seen, BEFORE the others are torn down, with
-  // e.g. (2, "exited with code 3") or (1, "killed by SIGSEGV").
-  std::function<void(int rank, const std::string& description)> on_failure;
+  // --checkpoint-signal (also in the signalfd's set): forwarded to every live worker process (not
+  // its group), and the job goes on. 0: none.
+  int checkpoint_signal = 0;
+  // Called as soon as the root-cause failure is seen, BEFORE the others are torn down, with the
+  // failed rank and how it ended (describe() gives "exited with code 3", "killed by SIGSEGV").
+  std::function<void(int rank, const Termination& how)> on_failure;
+  // Multi-node: readable (an eventfd) once another node has reported the job's failure; then
+  // remote_failure() gives its exit code and description, and the workers are stopped.
+  int remote_fd = -1;
+  std::function<std::pair<int, std::string>()> remote_failure;
 };
 
 struct JobOutcome {
   ExitPolicy policy;
   std::vector<WorkerRecord> records;
   int stragglers = 0;  // processes still alive after SIGKILL and the last bound (should be 0)
+  int restart_count = 0;  // which generation this was (set by the caller; 0: the first run)
 };
 
+// Runs one generation of the job: spawns `plans`, supervises them until every one has ended.
 // Throws SystemError (after killing whatever it started) when a worker cannot be started.
 JobOutcome supervise(const std::vector<WorkerPlan>& plans, const SupervisorConfig& cfg);
 

@@ -6,15 +6,31 @@
 namespace launch {
 
 WorkerEnv build_worker_env(const JobSpec& job, int local_rank, const EnvMap& parent) {
-  const int local_size = static_cast<int>(job.devices.size());
-  const int world = local_size * job.nnodes;
-  const int rank = job.node_rank * local_size + local_rank;
   const RankDevice& dev = job.devices.at(static_cast<size_t>(local_rank));
-  auto endpoint = [&](size_t i) { return job.host + ":" + std::to_string(job.endpoint_ports.at(i)); };
-
+  int local_size = static_cast<int>(job.devices.size());
+  int world = local_size * job.nnodes;
+  int rank = job.node_rank * local_size + local_rank;
+  if (job.task) {
+    local_size = job.task->local_size;
+    world = job.task->world_size;
+    rank = job.task->global_rank;
+    local_rank = job.task->local_rank;
+  }
+  std::vector<std::string> all;
+  std::string master = job.host + ":" + std::to_string(job.master_port);
+  if (job.cluster) {
+    rank = job.cluster->rank_offset + local_rank;
+    world = job.cluster->world_size;
+    all = job.cluster->endpoints;
+    master = job.cluster->master;
+  } else {
+    for (uint16_t port : job.endpoint_ports) all.push_back(job.host + ":" + std::to_string(port));
+  }
+  auto endpoint = [&](size_t i) { return all.at(i); };
   std::string endpoints;
-  for (size_t i = 0; i < job.endpoint_ports.size(); ++i) endpoints += (i ? "," : "") + endpoint(i);
-  const std::string master = job.host + ":" + std::to_string(job.master_port);
+  for (size_t i = 0; i < all.size(); ++i) endpoints += (i ? "," : "") + all[i];
+  const std::string master_addr = master.substr(0, master.rfind(':'));
+  const std::string master_port = master.substr(master.rfind(':') + 1);
 
   WorkerEnv env;
   EnvMap& e = env.set;
@@ -40,8 +56,11 @@ WorkerEnv build_worker_env(const JobSpec& job, int local_rank, const EnvMap& par
   e["LOCAL_RANK"] = std::to_string(local_rank);
   e["LOCAL_WORLD_SIZE"] = std::to_string(local_size);
   e["GROUP_RANK"] = std::to_string(job.node_rank);
-  e["MASTER_ADDR"] = job.host;
-  e["MASTER_PORT"] = std::to_string(job.master_port);
+  e["MASTER_ADDR"] = master_addr;
+  e["MASTER_PORT"] = master_port;
+  // Which run this is: the same value under both names.
+  e["PADDLE_RESTART_COUNT"] = e["TORCHELASTIC_RESTART_COUNT"] = std::to_string(job.restart_count);
+  if (!job.checkpoint_signal.empty()) e["LAUNCH_CHECKPOINT_SIGNAL"] = job.checkpoint_signal;
   // Our store.
   if (!job.store_addr.empty()) {
     e["LAUNCH_STORE_ADDR"] = job.store_addr;

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cerrno>
 #include <cstdlib>
+#include <initializer_list>
 
 #include "launcher/slurm/hostlist.h"
 
@@ -44,14 +45,24 @@ std::optional<SlurmLayout> derive_slurm_layout(const EnvMap& env) {
   l.job_id = *job;
   if (auto* s = find(env, "SLURM_STEP_ID")) l.step_id = *s;
 
-  if (auto* s = find(env, "SLURM_STEP_NUM_NODES")) l.nnodes = to_int("SLURM_STEP_NUM_NODES", *s, 1);
-  else if (auto* s2 = find(env, "SLURM_NNODES")) l.nnodes = to_int("SLURM_NNODES", *s2, 1);
-  if (auto* s = find(env, "SLURM_NODEID")) l.node_rank = to_int("SLURM_NODEID", *s, 0);
+  // The first of `names` that is set, parsed as an integer >= min, its origin recorded.
+  auto take = [&](const char* field, int& out, std::initializer_list<const char*> names, int min) {
+    for (const char* name : names)
+      if (auto* s = find(env, name)) {
+        out = to_int(name, *s, min);
+        l.origin[field] = std::string(name) + "=" + *s;
+        return true;
+      }
+    return false;
+  };
+  take("nnodes", l.nnodes, {"SLURM_STEP_NUM_NODES", "SLURM_NNODES"}, 1);
+  take("node_rank", l.node_rank, {"SLURM_NODEID"}, 0);
 
   const char* list_var = find(env, "SLURM_STEP_NODELIST") ? "SLURM_STEP_NODELIST" : "SLURM_JOB_NODELIST";
   if (auto* s = find(env, list_var)) {
     try {
       l.hosts = expand_hostlist(*s);
+      l.origin["hosts"] = std::string(list_var) + "=" + *s;
     } catch (const HostlistError& e) {
       throw SlurmEnvError(std::string(list_var) + ": " + e.what());
     }
@@ -67,17 +78,19 @@ std::optional<SlurmLayout> derive_slurm_layout(const EnvMap& env) {
                         std::to_string(l.nnodes));
   l.master_port = derive_port(l.job_id, l.step_id);
 
-  if (auto* s = find(env, "SLURM_STEP_GPUS")) l.devices = *s;
-  else if (auto* s2 = find(env, "CUDA_VISIBLE_DEVICES")) l.devices = *s2;
+  for (const char* name : {"SLURM_STEP_GPUS", "CUDA_VISIBLE_DEVICES"})
+    if (auto* s = find(env, name)) {
+      l.devices = *s;
+      l.origin["devices"] = std::string(name) + "=" + *s;
+      break;
+    }
 
   // Tasks: several per node means one worker per task, ranked by Slurm itself.
-  if (auto* s = find(env, "SLURM_STEP_NUM_TASKS")) l.world_size = to_int("SLURM_STEP_NUM_TASKS", *s, 1);
-  else if (auto* s2 = find(env, "SLURM_NTASKS")) l.world_size = to_int("SLURM_NTASKS", *s2, 1);
-  if (auto* s = find(env, "SLURM_STEP_TASKS_PER_NODE")) l.tasks_per_node = to_int("SLURM_STEP_TASKS_PER_NODE", *s, 1);
-  else if (auto* s2 = find(env, "SLURM_NTASKS_PER_NODE")) l.tasks_per_node = to_int("SLURM_NTASKS_PER_NODE", *s2, 1);
-  else l.tasks_per_node = std::max(1, l.world_size / std::max(1, l.nnodes));
-  if (auto* s = find(env, "SLURM_PROCID")) l.global_rank = to_int("SLURM_PROCID", *s, 0);
-  if (auto* s = find(env, "SLURM_LOCALID")) l.local_rank = to_int("SLURM_LOCALID", *s, 0);
+  take("world_size", l.world_size, {"SLURM_STEP_NUM_TASKS", "SLURM_NTASKS"}, 1);
+  if (!take("tasks_per_node", l.tasks_per_node, {"SLURM_STEP_TASKS_PER_NODE", "SLURM_NTASKS_PER_NODE"}, 1))
+    l.tasks_per_node = std::max(1, l.world_size / std::max(1, l.nnodes));
+  take("global_rank", l.global_rank, {"SLURM_PROCID"}, 0);
+  take("local_rank", l.local_rank, {"SLURM_LOCALID"}, 0);
   l.task_per_worker = l.world_size > l.nnodes;
   if (l.global_rank >= l.world_size)
     throw SlurmEnvError("SLURM_PROCID=" + std::to_string(l.global_rank) + " is not below the task count " +

@@ -31,6 +31,10 @@ struct SlurmLayout {
   int local_rank = 0;                 // SLURM_LOCALID
   int world_size = 1;                 // SLURM_NTASKS (or SLURM_STEP_NUM_TASKS)
   int tasks_per_node = 1;
+  // Where each value came from, for `launch --dry-run`: field name ("nnodes", "node_rank",
+  // "hosts", "devices", "world_size", "tasks_per_node", "global_rank", "local_rank") ->
+  // "VARIABLE=value". A field absent here kept its default.
+  std::map<std::string, std::string> origin;
 };
 
 using EnvMap = std::map<std::string, std::string>;

@@ -1,5 +1,7 @@
 #include <catch2/catch.hpp>
 
+#include <csignal>
+
 #include "launcher/cli.h"
 #include "launcher/errors.h"
 
@@ -72,11 +74,30 @@ TEST_CASE("cli: bad input is a one-line usage error", "[launcher][cli]") {
   CHECK_THAT(err({"--nproc_per_node", "x", "env"}), Catch::Contains("--nproc_per_node"));
   CHECK_THAT(err({"--stream", "some", "env"}), Catch::Contains("--stream"));
   CHECK_THAT(err({"--grace", "-1", "env"}), Catch::Contains("--grace"));
-  CHECK_THAT(err({"--nnodes", "2", "env"}), Catch::Contains("not supported yet"));
+  CHECK_THAT(err({"--nnodes", "2", "env"}), Catch::Contains("needs --master IP:PORT"));
+  CHECK_THAT(err({"--nnodes", "2", "--master", "10.0.0.1:29400", "--rank", "2", "env"}), Catch::Contains("--rank 2 is not below"));
   CHECK_THAT(err({"--bogus", "env"}), Catch::Contains("unknown option --bogus"));
   CHECK_THAT(err({"--job_id", "a b", "env"}), Catch::Contains("--job_id"));
   CHECK_THAT(err({}), Catch::Contains("no PROGRAM"));
   CHECK_THAT(err({"--gpus"}), Catch::Contains("--gpus"));
   for (auto e : {err({"--nproc_per_node", "x", "env"}), err({"--stream", "x", "env"})})
     CHECK(e.find('\n') == std::string::npos);
+}
+
+TEST_CASE("cli: --checkpoint-signal takes USR1/USR2 in any spelling, nothing else", "[launcher][cli]") {
+  CHECK(parse({"--checkpoint-signal", "USR2", "p"}).options->checkpoint_signal == SIGUSR2);
+  CHECK(parse({"--checkpoint-signal", "sigusr1", "p"}).options->checkpoint_signal == SIGUSR1);
+  CHECK(parse({"--checkpoint_signal", "12", "p"}).options->checkpoint_signal == SIGUSR2);
+  CHECK_FALSE(parse({"p"}).options->checkpoint_signal);
+  CHECK_THROWS_WITH(parse({"--checkpoint-signal", "TERM", "p"}), Catch::Contains("use USR1 or USR2"));
+  CHECK_THROWS_WITH(parse({"--checkpoint-signal", "USR3", "p"}), Catch::Contains("'USR3'"));
+}
+
+TEST_CASE("cli: --max_restart, and which options were given", "[launcher][cli]") {
+  auto o = *parse({"--max_restart", "3", "--grace", "5", "p"}).options;
+  CHECK(o.max_restart == 3);
+  CHECK(o.grace_given);
+  CHECK_FALSE(o.job_id_given);
+  CHECK_FALSE(o.nnodes_given);
+  CHECK_THROWS_AS(parse({"--max_restart", "-1", "p"}), UsageError);
 }

@@ -76,3 +76,25 @@ TEST_CASE("exit policy: all workers succeed", "[launcher][exit]") {
   for (int r = 0; r < 4; ++r) CHECK_FALSE(p.on_worker_end(r, ok));
   CHECK(p.exit_code() == 0);
 }
+
+TEST_CASE("exit policy: a failure on another node stops the job with its code", "[launcher][exit]") {
+  ExitPolicy p;
+  CHECK(p.on_remote_failure(3, "node 1 (10.0.0.2): rank 5 exited with code 3"));
+  CHECK(p.stopping());
+  CHECK(p.exit_code() == 3);
+  CHECK(p.remote_failure() == std::optional<std::string>("node 1 (10.0.0.2): rank 5 exited with code 3"));
+  // Our workers then die of our SIGTERM: a consequence, not a cause.
+  CHECK_FALSE(p.on_worker_end(0, {Termination::How::Signaled, SIGTERM}));
+  CHECK_FALSE(p.root_rank());
+  CHECK(p.exit_code() == 3);
+  CHECK_FALSE(p.on_remote_failure(4, "later"));
+  // A launcher that stopped responding has no exit code: 1.
+  ExitPolicy q;
+  q.on_remote_failure(0, "node 2: launcher stopped responding");
+  CHECK(q.exit_code() == 1);
+  // A local root cause first: a remote report afterwards changes nothing.
+  ExitPolicy r;
+  r.on_worker_end(1, {Termination::How::Exited, 7});
+  CHECK_FALSE(r.on_remote_failure(3, "x"));
+  CHECK(r.exit_code() == 7);
+}

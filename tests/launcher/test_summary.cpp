@@ -27,6 +27,7 @@ TEST_CASE("summary: one record per rank, root cause and signal names", "[launche
   CHECK(j["exit_code"] == 139);
   CHECK(j["root_cause"]["rank"] == 1);
   CHECK(j["root_cause"]["description"] == "rank 1 killed by SIGSEGV");
+  CHECK(j["restart_count"] == 0);
   CHECK(j["launcher_signal"].is_null());
   REQUIRE(j["ranks"].size() == 3);
   CHECK(j["ranks"][0]["device"] == "gpu:3");

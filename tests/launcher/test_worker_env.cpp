@@ -51,6 +51,8 @@ TEST_CASE("worker env: Paddle and torchrun names for every rank", "[launcher][en
       {"LAUNCH_STORE_ADDR", "10.0.0.5:7000"},
       {"LAUNCH_STORE_TOKEN", "abcd"},
       {"OMP_NUM_THREADS", "1"},
+      {"PADDLE_RESTART_COUNT", "0"},
+      {"TORCHELASTIC_RESTART_COUNT", "0"},
   };
   CHECK(e1.set == expected1);
   CHECK(e1.unset.empty());
@@ -105,4 +107,67 @@ TEST_CASE("env_from_environ splits at the first '='", "[launcher][env]") {
   char* envp[] = {a, b, c, nullptr};
   const EnvMap m = env_from_environ(envp);
   CHECK(m == EnvMap{{"A", "1"}, {"B", "x=y"}});
+}
+
+TEST_CASE("worker env: restart counters follow the generation, under both names", "[launcher][env]") {
+  JobSpec job = two_gpu_job();
+  job.restart_count = 2;
+  for (int r = 0; r < 2; ++r) {
+    const WorkerEnv e = build_worker_env(job, r, {{"PADDLE_RESTART_COUNT", "7"}});
+    CHECK(e.set.at("PADDLE_RESTART_COUNT") == "2");
+    CHECK(e.set.at("TORCHELASTIC_RESTART_COUNT") == "2");
+    // Everything else is the same as in the first run.
+    JobSpec first = job;
+    first.restart_count = 0;
+    EnvMap a = e.set, b = build_worker_env(first, r, {}).set;
+    a.erase("PADDLE_RESTART_COUNT"), a.erase("TORCHELASTIC_RESTART_COUNT");
+    b.erase("PADDLE_RESTART_COUNT"), b.erase("TORCHELASTIC_RESTART_COUNT");
+    CHECK(a == b);
+  }
+}
+
+TEST_CASE("worker env: the checkpoint signal is exported only when asked for", "[launcher][env]") {
+  JobSpec job = two_gpu_job();
+  CHECK(build_worker_env(job, 0, {}).set.count("LAUNCH_CHECKPOINT_SIGNAL") == 0);
+  job.checkpoint_signal = "SIGUSR2";
+  CHECK(build_worker_env(job, 1, {}).set.at("LAUNCH_CHECKPOINT_SIGNAL") == "SIGUSR2");
+}
+
+TEST_CASE("worker env: one Slurm task per worker takes its ranks from Slurm", "[launcher][env]") {
+  JobSpec job = two_gpu_job();
+  job.devices = {{DeviceKind::Gpu, 1}};
+  job.endpoint_ports = {6170, 6171, 6172, 6173};
+  job.task = JobSpec::TaskRanks{2, 2, 4, 4};
+  const WorkerEnv e = build_worker_env(job, 0, {});
+  CHECK(e.set.at("RANK") == "2");
+  CHECK(e.set.at("PADDLE_TRAINER_ID") == "2");
+  CHECK(e.set.at("LOCAL_RANK") == "2");
+  CHECK(e.set.at("PADDLE_LOCAL_RANK") == "2");
+  CHECK(e.set.at("WORLD_SIZE") == "4");
+  CHECK(e.set.at("PADDLE_TRAINERS_NUM") == "4");
+  CHECK(e.set.at("LOCAL_WORLD_SIZE") == "4");
+  CHECK(e.set.at("PADDLE_CURRENT_ENDPOINT") == "10.0.0.5:6172");
+  CHECK(e.set.at("FLAGS_selected_gpus") == "1");
+  CHECK(e.set.at("OMP_NUM_THREADS") == "1");  // 4 processes on the node, one per launcher
+}
+
+TEST_CASE("worker env: a multi-node job takes ranks, endpoints and master from the layout", "[launcher][env]") {
+  JobSpec job = two_gpu_job();
+  job.nnodes = 2;
+  job.node_rank = 1;
+  job.cluster = JobSpec::Cluster{2, 4, {"10.0.0.4:100", "10.0.0.4:101", "10.0.0.5:6170", "10.0.0.5:6171"},
+                                 "10.0.0.4:99"};
+  const WorkerEnv e = build_worker_env(job, 1, {});
+  CHECK(e.set.at("RANK") == "3");
+  CHECK(e.set.at("PADDLE_TRAINER_ID") == "3");
+  CHECK(e.set.at("LOCAL_RANK") == "1");
+  CHECK(e.set.at("WORLD_SIZE") == "4");
+  CHECK(e.set.at("LOCAL_WORLD_SIZE") == "2");
+  CHECK(e.set.at("GROUP_RANK") == "1");
+  CHECK(e.set.at("PADDLE_NNODES") == "2");
+  CHECK(e.set.at("PADDLE_TRAINER_ENDPOINTS") == "10.0.0.4:100,10.0.0.4:101,10.0.0.5:6170,10.0.0.5:6171");
+  CHECK(e.set.at("PADDLE_CURRENT_ENDPOINT") == "10.0.0.5:6171");
+  CHECK(e.set.at("PADDLE_MASTER") == "10.0.0.4:99");
+  CHECK(e.set.at("MASTER_ADDR") == "10.0.0.4");
+  CHECK(e.set.at("MASTER_PORT") == "99");
 }

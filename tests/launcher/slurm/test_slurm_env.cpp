@@ -92,3 +92,22 @@ TEST_CASE("inconsistent or malformed Slurm variables are errors naming the varia
   env["SLURM_PROCID"] = "5";
   CHECK_THAT(message(env), Catch::Contains("SLURM_PROCID=5"));
 }
+
+TEST_CASE("every derived value records the variable it came from", "[slurm]") {
+  auto l = derive_slurm_layout(two_node_step());
+  REQUIRE(l);
+  CHECK(l->origin.at("nnodes") == "SLURM_STEP_NUM_NODES=2");
+  CHECK(l->origin.at("node_rank") == "SLURM_NODEID=1");
+  CHECK(l->origin.at("hosts") == "SLURM_STEP_NODELIST=gpu[01-02]");
+  CHECK(l->origin.at("devices") == "SLURM_STEP_GPUS=0,1,2,3");
+  CHECK(l->origin.at("world_size") == "SLURM_STEP_NUM_TASKS=2");
+  CHECK(l->origin.at("global_rank") == "SLURM_PROCID=1");
+  auto env = two_node_step();
+  env.erase("SLURM_STEP_NUM_NODES");
+  env.erase("SLURM_STEP_GPUS");
+  env["CUDA_VISIBLE_DEVICES"] = "3";
+  l = derive_slurm_layout(env);
+  CHECK(l->origin.at("nnodes") == "SLURM_NNODES=2");
+  CHECK(l->origin.at("devices") == "CUDA_VISIBLE_DEVICES=3");
+  CHECK(derive_slurm_layout({{"SLURM_JOB_ID", "1"}})->origin.count("nnodes") == 0);  // the default
+}

@@ -1,0 +1,170 @@
+// Multi-node jobs with the real build/bin/launch: two launchers on this machine play two nodes
+// (--host 127.0.0.1), meeting in the store node 0 serves on --master.
+#include <catch2/catch.hpp>
+
+#include <netinet/in.h>
+#include <sys/socket.h>
+
+#include <set>
+
+#include "proc_helpers.h"
+
+using namespace testutil;
+
+namespace {
+
+const std::string kLaunch = LAUNCH_BIN;
+const std::map<std::string, std::string> kToken = {{"LAUNCH_STORE_TOKEN", "0123456789abcdef0123456789abcdef-test"}};
+
+// A port nobody holds right now, for --master (the kernel's pick; the window until node 0 binds
+// it is the usual one of a user-chosen --master).
+std::string free_master() {
+  int s = socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  socklen_t len = sizeof a;
+  bind(s, reinterpret_cast<sockaddr*>(&a), sizeof a);
+  getsockname(s, reinterpret_cast<sockaddr*>(&a), &len);
+  close(s);
+  return "127.0.0.1:" + std::to_string(ntohs(a.sin_port));
+}
+
+Proc node(const std::string& dir, int rank, int nnodes, const std::string& master, const std::string& script,
+          std::vector<std::string> extra = {}) {
+  std::vector<std::string> argv{kLaunch, "--nnodes", std::to_string(nnodes), "--master", master,
+                                "--rank", std::to_string(rank), "--host", "127.0.0.1", "--devices", "cpu",
+                                "--nproc_per_node", "2", "--log_dir", dir + "/log"};
+  argv.insert(argv.end(), extra.begin(), extra.end());
+  argv.insert(argv.end(), {"sh", "-c", script});
+  return start(argv, dir, kToken, "node" + std::to_string(rank));
+}
+
+}  // namespace
+
+// ---------------------------------------------------------------------------------------------
+
+TEST_CASE("multinode: two nodes meet; global ranks, one endpoint list, a barrier across nodes", "[launcher][multinode]") {
+  TempDir td;
+  const std::string& d = td.path;
+  const std::string master = free_master();
+  const std::string script = "env > " + d + "/env.$RANK; " + kLaunch + " kv barrier all --timeout 20";
+  Proc n0 = node(d, 0, 2, master, script), n1 = node(d, 1, 2, master, script);
+  Reaper g0(n0.pid), g1(n1.pid);
+  REQUIRE(wait_exit(n1.pid, 30) == 0);
+  REQUIRE(wait_exit(n0.pid, 30) == 0);
+  std::set<std::string> current;
+  std::string endpoints;
+  for (int r = 0; r < 4; ++r) {
+    auto e = parse_env_file(d + "/env." + std::to_string(r));
+    CHECK(e["RANK"] == std::to_string(r));
+    CHECK(e["LOCAL_RANK"] == std::to_string(r % 2));
+    CHECK(e["GROUP_RANK"] == std::to_string(r / 2));
+    CHECK(e["WORLD_SIZE"] == "4");
+    CHECK(e["PADDLE_NNODES"] == "2");
+    CHECK(e["LAUNCH_STORE_ADDR"] == master);
+    if (r > 0) CHECK(e["PADDLE_TRAINER_ENDPOINTS"] == endpoints);
+    endpoints = e["PADDLE_TRAINER_ENDPOINTS"];
+    current.insert(e["PADDLE_CURRENT_ENDPOINT"]);
+    CHECK(exists(d + "/log/workerlog." + std::to_string(r)));  // named by global rank
+  }
+  CHECK(current.size() == 4);
+}
+
+TEST_CASE("multinode: a worker failing on node 1 stops node 0 within 2 s, naming the root cause", "[launcher][multinode]") {
+  TempDir td;
+  const std::string& d = td.path;
+  const std::string master = free_master();
+  // Every worker says it is up; rank 3 fails once all four are.
+  const std::string script =
+      "echo $$ > " + d + "/pid.$RANK; "
+      "if [ $RANK = 3 ]; then while [ ! -s " + d + "/pid.0 ] || [ ! -s " + d + "/pid.1 ] || [ ! -s " + d +
+      "/pid.2 ]; do sleep 0.01; done; date +%s.%N > " + d + "/t_fail; exit 3; fi; exec sleep 60";
+  Proc n0 = node(d, 0, 2, master, script), n1 = node(d, 1, 2, master, script);
+  Reaper g0(n0.pid), g1(n1.pid);
+  REQUIRE(wait_exit(n1.pid, 30) == 3);
+  auto code0 = wait_exit(n0.pid, 10);
+  const double t_exit0 = now_s();
+  REQUIRE(code0 == 3);
+  CHECK(t_exit0 - std::stod(slurp(d + "/t_fail")) < 2.0);
+  CHECK(process_gone(read_pid(d + "/pid.0")));
+  CHECK_THAT(n0.err(), Catch::Contains("root cause, on another node: node 1 (127.0.0.1): rank 3 exited with code 3"));
+  CHECK_THAT(n1.err(), Catch::Contains("root cause: rank 3 exited with code 3"));
+}
+
+TEST_CASE("multinode: --max_restart: both nodes stop, meet again as generation 1 and finish", "[launcher][multinode]") {
+  TempDir td;
+  const std::string& d = td.path;
+  const std::string master = free_master();
+  // Generation 0: rank 3 (node 1) fails once every worker is up. Generation 1: a barrier of all
+  // four ranks through node 0's store, which must still answer after the failure.
+  const std::string script =
+      "touch " + d + "/ran.$RANK.$PADDLE_RESTART_COUNT; echo $$ > " + d + "/pid.$RANK.$PADDLE_RESTART_COUNT; "
+      "if [ $PADDLE_RESTART_COUNT = 0 ]; then "
+      "  if [ $RANK = 3 ]; then while [ ! -s " + d + "/pid.0.0 ] || [ ! -s " + d + "/pid.1.0 ] || [ ! -s " + d +
+      "/pid.2.0 ]; do sleep 0.01; done; exit 3; fi; exec sleep 60; "
+      "fi; " + kLaunch + " kv barrier gen1 --timeout 20";
+  Proc n0 = node(d, 0, 2, master, script, {"--max_restart", "1"});
+  Proc n1 = node(d, 1, 2, master, script, {"--max_restart", "1"});
+  Reaper g0(n0.pid), g1(n1.pid);
+  REQUIRE(wait_exit(n1.pid, 40) == 0);
+  REQUIRE(wait_exit(n0.pid, 40) == 0);
+  for (int r = 0; r < 4; ++r) {
+    CHECK(exists(d + "/ran." + std::to_string(r) + ".0"));
+    CHECK(exists(d + "/ran." + std::to_string(r) + ".1"));
+    CHECK_FALSE(exists(d + "/ran." + std::to_string(r) + ".2"));
+  }
+  CHECK_THAT(n0.err(), Catch::Contains("node 1 (127.0.0.1): rank 3 exited with code 3"));
+  CHECK_THAT(n0.err(), Catch::Contains("rendezvous: generation 1"));
+  CHECK_THAT(n1.err(), Catch::Contains("restart 1 of 1"));
+}
+
+TEST_CASE("multinode: a node's launcher killed -> the other stops within 10 s", "[launcher][multinode]") {
+  TempDir td;
+  const std::string& d = td.path;
+  const std::string master = free_master();
+  const std::string script = "echo $$ > " + d + "/pid.$RANK; exec sleep 60";
+  Proc n0 = node(d, 0, 2, master, script), n1 = node(d, 1, 2, master, script);
+  Reaper g0(n0.pid), g1(n1.pid);
+  REQUIRE(wait_until([&] {
+    for (int r = 0; r < 4; ++r)
+      if (slurp(d + "/pid." + std::to_string(r)).find('\n') == std::string::npos) return false;
+    return true;
+  }, 30));
+  kill(n1.pid, SIGKILL);
+  const double t_kill = now_s();
+  REQUIRE(wait_exit(n1.pid, 5) == 128 + SIGKILL);
+  auto code0 = wait_exit(n0.pid, 15);
+  CHECK(now_s() - t_kill < 10.0);
+  REQUIRE(code0.has_value());
+  CHECK(*code0 != 0);
+  CHECK_THAT(n0.err(), Catch::Contains("node 1"));
+  CHECK(process_gone(read_pid(d + "/pid.0")));
+}
+
+TEST_CASE("multinode: a node that never arrives -> timeout naming it; SIGTERM while waiting; no token", "[launcher][multinode]") {
+  TempDir td;
+  const std::string& d = td.path;
+  Proc n0 = node(d, 0, 2, free_master(), "true", {"--elastic_timeout", "1"});
+  Reaper g0(n0.pid);
+  REQUIRE(wait_exit(n0.pid, 15) == 1);
+  CHECK_THAT(n0.err(), Catch::Contains("1 of 2 nodes did not arrive (missing node rank 1)"));
+  CHECK_FALSE(exists(d + "/log/workerlog.0"));  // no worker started
+
+  // Waiting for the other nodes can take minutes: SIGTERM (Ctrl-C, scancel) ends it at once.
+  Proc waiting = node(d, 0, 2, free_master(), "true", {"--elastic_timeout", "600"});
+  Reaper g2(waiting.pid);
+  REQUIRE(wait_until([&] { return waiting.err().find("rendezvous: waiting") != std::string::npos; }, 10));
+  kill(waiting.pid, SIGTERM);
+  CHECK(wait_exit(waiting.pid, 2) == 128 + SIGTERM);
+
+  Proc bare = start({kLaunch, "--nnodes", "2", "--master", "127.0.0.1:1", "true"}, d, {{"LAUNCH_STORE_TOKEN", ""}}, "bare");
+  Reaper g1(bare.pid);
+  REQUIRE(wait_exit(bare.pid, 10) == 2);
+  CHECK_THAT(bare.err(), Catch::Contains("head -c 32 /dev/urandom"));
+
+  Proc bad = start({kLaunch, "--nnodes", "2", "--master", "10.0.0.1:port", "true"}, d, kToken, "bad");
+  Reaper g3(bad.pid);
+  REQUIRE(wait_exit(bad.pid, 10) == 2);
+  CHECK_THAT(bad.err(), Catch::Contains("--master '10.0.0.1:port' must be HOST:PORT"));
+}
