@@ -2,21 +2,12 @@
 
 #include <stdexcept>
 
-#ifdef LAUNCH_HAVE_STORE
 #include "launcher/store/store_server.h"
 #include "proto/token.h"
-#else
-#include <cstdio>
-
-#include "launcher/store/kv_command.h"
-#endif
 
 namespace launch {
 
-#ifdef LAUNCH_HAVE_STORE
-
-std::optional<JobStore> start_job_store(const std::string& host, const std::string& job_id,
-                                        uint16_t port) {
+JobStore start_job_store(const std::string& host, const std::string& job_id, uint16_t port) {
   StoreServerConfig cfg;
   cfg.host = host;
   cfg.port = port;
@@ -39,8 +30,8 @@ std::optional<JobStore> start_job_store(const std::string& host, const std::stri
   return js;
 }
 
-std::optional<JobStore> start_shared_job_store(const std::string& host, const std::string& job_id,
-                                               uint16_t port, const std::string& token) {
+JobStore start_shared_job_store(const std::string& host, const std::string& job_id, uint16_t port,
+                                const std::string& token) {
   StoreServerConfig cfg;
   cfg.host = host;
   cfg.port = port;
@@ -55,22 +46,5 @@ std::optional<JobStore> start_shared_job_store(const std::string& host, const st
   return js;
 }
 
-#else  // built before launcher/store existed: no store, and `launch kv` says so
-
-std::optional<JobStore> start_shared_job_store(const std::string&, const std::string&, uint16_t,
-                                               const std::string&) {
-  return std::nullopt;
-}
-
-std::optional<JobStore> start_job_store(const std::string&, const std::string&, uint16_t) {
-  return std::nullopt;
-}
-
-int run_kv_command(int, char**) {
-  std::fprintf(stderr, "launch kv: error: this launch was built without the store\n");
-  return 2;
-}
-
-#endif
 
 }  // namespace launch

@@ -6,7 +6,6 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
-#include <optional>
 #include <string>
 
 namespace launch {
@@ -19,14 +18,13 @@ struct JobStore {
 };
 
 // Starts the store of this job on host:port (a port from our reservation, so that no other
-// launch hands it to its workers; 0 lets the kernel pick). Empty when this launcher was built
-// without the store. Throws std::runtime_error naming the address when it cannot listen.
-std::optional<JobStore> start_job_store(const std::string& host, const std::string& job_id,
-                                        uint16_t port);
+// launch hands it to its workers; 0 lets the kernel pick). Throws std::runtime_error naming
+// the address when it cannot listen.
+JobStore start_job_store(const std::string& host, const std::string& job_id, uint16_t port);
 
 // Multi-node: the store of node 0 on exactly host:port (the other nodes were told --master), with
 // the job's shared token. Throws std::runtime_error naming the address when it cannot listen.
-std::optional<JobStore> start_shared_job_store(const std::string& host, const std::string& job_id,
-                                               uint16_t port, const std::string& token);
+JobStore start_shared_job_store(const std::string& host, const std::string& job_id, uint16_t port,
+                                const std::string& token);
 
 }  // namespace launch

@@ -11,6 +11,7 @@
 #include <csignal>
 #include <cstdio>
 #include <iostream>
+#include <optional>
 
 #include "launcher/cli.h"
 #include "launcher/devices.h"
@@ -360,14 +361,10 @@ int run_job(Plan p) {
       // next one's. Workers key what they exchange by PADDLE_RESTART_COUNT as well.
       store.reset();
       store = start_job_store(opt.host, opt.job_id, store_port);
-      if (store) {
-        job.store_addr = store->address;
-        job.store_token = store->token;
-        store_port = static_cast<uint16_t>(std::stoi(store->address.substr(store->address.rfind(':') + 1)));
-        cfg.on_failure = [report = store->report_failure](int rank, const Termination& t) { report(rank, describe(t)); };
-      } else if (gen == 0) {
-        log::warn("built without the store: LAUNCH_STORE_ADDR is not set for the workers");
-      }
+      job.store_addr = store->address;
+      job.store_token = store->token;
+      store_port = static_cast<uint16_t>(std::stoi(store->address.substr(store->address.rfind(':') + 1)));
+      cfg.on_failure = [report = store->report_failure](int rank, const Termination& t) { report(rank, describe(t)); };
     } else {
       if (auto report = tasks->failure_reporter())
         cfg.on_failure = [report](int rank, const Termination& t) { report(rank, describe(t)); };

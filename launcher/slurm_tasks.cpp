@@ -2,8 +2,6 @@
 
 #include "launcher/errors.h"
 
-#ifdef LAUNCH_HAVE_STORE
-
 #include <poll.h>
 #include <sys/inotify.h>
 #include <sys/stat.h>
@@ -145,7 +143,6 @@ class Group : public SlurmTaskGroup {
     std::string addr, token;
     if (f.global_rank == 0) {
       store_ = start_job_store(cfg_.host, cfg_.job_id, f.store_port);
-      if (!store_) throw UsageError("one Slurm task per worker needs the store; this launch was built without it");
       if (store_->address != cfg_.host + ":" + std::to_string(f.store_port))
         log::warn("port " + std::to_string(f.store_port) + " (derived from the Slurm step) is taken: store at " +
                   store_->address);
@@ -238,13 +235,3 @@ std::unique_ptr<SlurmTaskGroup> SlurmTaskGroup::meet(const SlurmTaskConfig& cfg)
 }
 
 }  // namespace launch
-
-#else  // built without the store
-
-namespace launch {
-std::unique_ptr<SlurmTaskGroup> SlurmTaskGroup::meet(const SlurmTaskConfig&) {
-  throw UsageError("one Slurm task per worker needs the store; this launch was built without it");
-}
-}  // namespace launch
-
-#endif
