@@ -9,7 +9,6 @@
 //     warm-up), the time to the first finished step and the pool's peak bytes, as JSON.
 #include <algorithm>
 #include <chrono>
-#include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -19,21 +18,16 @@
 #include <string>
 #include <vector>
 
-#include <cuda_runtime.h>
-
 #include "worker/core/backend.h"
 #include "worker/core/model.h"
 #include "worker/core/safetensors.h"
 #include "worker/gpu/gpu_ops.h"
+#include "tests/worker/reference_step.h"
 
 namespace {
 
 using namespace worker;
 using Clock = std::chrono::steady_clock;
-
-// Must match compare_torch_gpu.py.
-constexpr float kSgdLr = 0.1f, kSgdMomentum = 0.9f, kSgdWd = 1e-4f;
-constexpr float kAdamLr = 1e-3f, kAdamWd = 1e-4f;
 
 std::map<std::string, std::string> parse(int argc, char** argv) {
   std::map<std::string, std::string> a;
@@ -58,40 +52,6 @@ DType precision(const std::map<std::string, std::string>& a) {
   throw std::invalid_argument("--precision " + p + ": expected fp32, bf16 or fp16");
 }
 
-StTensor f32_tensor(const std::string& name, std::vector<int64_t> shape, const float* p, size_t n) {
-  StTensor t{name, "F32", std::move(shape), {}};
-  t.data.resize(n * 4);
-  std::memcpy(t.data.data(), p, n * 4);
-  return t;
-}
-
-std::vector<float> act_to_f32(Ops& ops, const Act& a) {
-  std::vector<float> v(a.numel());
-  if (a.dtype == DType::F32) {
-    ops.download(v.data(), a.data, v.size() * 4);
-    return v;
-  }
-  std::vector<uint16_t> h(v.size());
-  ops.download(h.data(), a.data, h.size() * 2);
-  for (size_t i = 0; i < v.size(); ++i) {
-    uint32_t u = 0;
-    if (a.dtype == DType::BF16) {
-      u = uint32_t(h[i]) << 16;
-      std::memcpy(&v[i], &u, 4);
-    } else {
-      // fp16 -> fp32 (normal and subnormal numbers; the generator makes no inf/NaN)
-      const uint32_t s = (h[i] >> 15) & 1, e = (h[i] >> 10) & 31, m = h[i] & 1023;
-      float f = e == 0 ? std::ldexp(float(m), -24) : std::ldexp(float(m | 1024), int(e) - 25);
-      v[i] = s ? -f : f;
-    }
-  }
-  return v;
-}
-
-void save_state(Model& m, const std::string& path) {
-  write_safetensors(path, model_state_to_tensors(m, m.get_state()));
-}
-
 int step(const std::map<std::string, std::string>& a) {
   ModelConfig cfg;
   cfg.depth = geti(a, "depth", 50);
@@ -99,63 +59,10 @@ int step(const std::map<std::string, std::string>& a) {
   cfg.num_classes = geti(a, "classes", 1000);
   cfg.image_size = geti(a, "image-size", 224);
   cfg.batch = geti(a, "batch", 8);
-  const std::string out = a.count("out") ? a.at("out") : ".";
   auto ops = make_gpu_ops(0, precision(a));
-  Model m(cfg, *ops);
-  if (a.count("init"))  // weights written by torch (compare_torch_gpu.py)
-    m.set_state(model_state_from_tensors(m, read_safetensors(a.at("init")), a.at("init")));
-  else
-    m.init(uint64_t(geti(a, "seed", 1)));
-  const ModelState init = m.get_state();
-  save_state(m, out + "/init.safetensors");
-
-  std::vector<int64_t> idx(static_cast<size_t>(cfg.batch));
-  for (int i = 0; i < cfg.batch; ++i) idx[size_t(i)] = 1000 + i;
-  ops->make_batch(DataKind::Learnable, 7, idx.data(), cfg.batch, cfg.image_size, cfg.num_classes,
-                  m.input(), m.labels());
-  {
-    std::vector<int32_t> lab(size_t(cfg.batch));
-    ops->download(lab.data(), m.labels(), lab.size() * 4);
-    const std::vector<float> img = act_to_f32(*ops, m.input());
-    StTensor lt{"labels", "I64", {cfg.batch}, {}};
-    for (int32_t l : lab) {
-      const int64_t v = l;
-      const auto* b = reinterpret_cast<const uint8_t*>(&v);
-      lt.data.insert(lt.data.end(), b, b + 8);
-    }
-    write_safetensors(out + "/batch.safetensors",
-                      {f32_tensor("images", {cfg.batch, cfg.image_size, cfg.image_size, 3},
-                                  img.data(), img.size()),
-                       lt});
-  }
-  auto one_step = [&]() {
-    m.set_state(init);
-    ops->zero(m.grads(), m.num_params() * 4);
-    m.forward_backward();
-  };
-  one_step();
-  const float loss = m.last_loss();
-  save_state(m, out + "/fwd.safetensors");
-  {
-    ModelState g = m.get_state();
-    ops->download(g.params.data(), m.grads(), m.num_params() * 4);
-    std::vector<StTensor> ts;
-    for (StTensor& t : model_state_to_tensors(m, g))
-      for (const StateEntry& e : m.state_entries())
-        if (e.name == t.name && e.kind == StateKind::Param) ts.push_back(std::move(t));
-    ts.push_back(f32_tensor("loss", {}, &loss, 1));
-    write_safetensors(out + "/grads.safetensors", ts);
-  }
-  float* mom = static_cast<float*>(ops->alloc(m.num_params() * 4));
-  ops->sgd_step(kSgdLr, kSgdMomentum, kSgdWd, mom, true);
-  ops->params_updated();
-  save_state(m, out + "/sgd.safetensors");
-  one_step();
-  float* am = static_cast<float*>(ops->alloc(m.num_params() * 4));
-  float* av = static_cast<float*>(ops->alloc(m.num_params() * 4));
-  ops->adam_step(kAdamLr, 0.9f, 0.999f, 1e-8f, kAdamWd, 1, am, av);
-  ops->params_updated();
-  save_state(m, out + "/adam.safetensors");
+  const float loss = testing::write_reference_step(*ops, cfg, DataKind::Learnable, uint64_t(geti(a, "seed", 1)),
+                                                   a.count("init") ? a.at("init") : "",
+                                                   a.count("out") ? a.at("out") : ".");
   std::printf("loss %.8f\n", double(loss));
   return 0;
 }
