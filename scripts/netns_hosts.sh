@@ -8,6 +8,8 @@
 #   scripts/netns_hosts.sh down      remove every namespace this script made
 #   scripts/netns_hosts.sh check N   every host reaches every other (ping, or a TCP probe)
 #   scripts/netns_hosts.sh addr I    print host I's address
+#   scripts/netns_hosts.sh reap TAG  remove the namespaces of killed test runs: those named
+#                                    TAG<pid>x... (a test's NETNS_PREFIX) whose pid is gone
 #
 # Run a program on host I:  ip netns exec lnchI PROGRAM ...
 # Needs root and iproute2 with `ip netns`; otherwise it says so and exits 77 (CTest's SKIP).
@@ -19,7 +21,7 @@ SUBNET=${NETNS_SUBNET:-10.213.0}
 HUB="${PREFIX}-hub"
 
 usage() {
-  echo "usage: $0 up N | down | check N | addr I   (N: 1..9 hosts)" >&2
+  echo "usage: $0 up N | down | check N | addr I | reap TAG   (N: 1..9 hosts)" >&2
   exit 2
 }
 
@@ -108,7 +110,19 @@ check() {
   echo "all $n hosts reach each other ($how)"
 }
 
+# Tests use NETNS_PREFIX=TAG<their pid>x so that concurrent runs never collide; a run that was
+# killed leaves its namespaces behind, and the next run of that test removes them.
+reap() {
+  local tag=$1 ns p
+  for ns in $(ip netns list 2>/dev/null | awk '{print $1}' | grep -E "^${tag}[0-9]+x([1-9]|-hub)\$"); do
+    p=${ns#"$tag"}
+    p=${p%%x*}
+    kill -0 "$p" 2>/dev/null || ip netns del "$ns" 2>/dev/null || true
+  done
+}
+
 case "${1:-}" in
+  reap) [[ "${2:-}" =~ ^[a-z]+$ ]] || usage; [[ $(id -u) -eq 0 ]] || skip "not running as root"; reap "$2" ;;
   up) n=$(count_arg "${2:-}"); preflight; up "$n" ;;
   down) [[ $(id -u) -eq 0 ]] || skip "not running as root"; down ;;
   check) n=$(count_arg "${2:-}"); preflight; check "$n" ;;

@@ -16,12 +16,7 @@ node_bin=${1:-}
 
 export NETNS_PREFIX="lt$$x"   # our own namespaces: concurrent runs do not collide
 hosts="$here/netns_hosts.sh"
-# Namespaces left by a run that was killed (its pid is gone) are removed first.
-for ns in $(ip netns list 2>/dev/null | awk '{print $1}' | grep -E '^lt[0-9]+x([1-9]|-hub)$'); do
-  p=${ns#lt}
-  p=${p%%x*}
-  kill -0 "$p" 2>/dev/null || ip netns del "$ns" 2>/dev/null
-done
+"$hosts" reap lt
 "$hosts" up 3 >/dev/null
 rc=$?
 [[ $rc -eq 0 ]] || exit $rc

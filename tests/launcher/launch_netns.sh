@@ -17,11 +17,7 @@ root=$(cd "$(dirname "$0")/../.." && pwd)
 hosts="$root/scripts/netns_hosts.sh"
 
 export NETNS_PREFIX="ll$$x"  # our own namespaces: concurrent runs do not collide
-for ns in $(ip netns list 2>/dev/null | awk '{print $1}' | grep -E '^ll[0-9]+x([1-9]|-hub)$'); do
-  p=${ns#ll}
-  p=${p%%x*}
-  kill -0 "$p" 2>/dev/null || ip netns del "$ns" 2>/dev/null
-done
+"$hosts" reap ll
 "$hosts" up 3 >/dev/null
 rc=$?
 [[ $rc -eq 0 ]] || exit $rc
