@@ -16,12 +16,12 @@
 #                       visible count)
 #   BENCH_QUICK=1       ResNet-50 bf16 only (no ResNet-18, no fp32 rows)
 #   BENCH_FIND=1        also ours with cuDNN's timed algorithm search
-#   GPU_BIN             folder of our binaries (default .gpu/bin, else build-gpu2/bin, build-gpu/bin)
+#   GPU_BIN             folder of our binaries (default .gpu/bin, else build/bin)
 #   OUT                 where logs go (default out/gpu); the table is printed last
 set -uo pipefail
 root="$(cd "$(dirname "$0")/.." && pwd)"
 BIN="${GPU_BIN:-$root/.gpu/bin}"
-for b in "$BIN" "$root/build-gpu2/bin" "$root/build-gpu/bin"; do
+for b in "$BIN" "$root/build/bin"; do
   if [ -x "$b/gpu_model_driver" ]; then BIN="$b"; break; fi
 done
 OUT="${OUT:-$root/out/gpu}"

@@ -6,8 +6,8 @@
 # scaling table for N = 1, 2, 4, ... GPUs). Every item runs even when an earlier one fails.
 #
 # Before (on the build machine):
-#   cmake --build build-gpu2 -j2 --target launch train_resnet test_worker_gpu gpu_model_driver
-#   scripts/gpu_pack.sh build-gpu2      # copies binaries + libgomp/libfmt into .gpu/ (git-ignored)
+#   cmake --build build -j2 --target launch train_resnet test_worker_gpu gpu_model_driver
+#   scripts/gpu_pack.sh build           # copies binaries + libgomp/libfmt into .gpu/ (git-ignored)
 # Then on the GPU machine (device tool: carry [".gpu"], kind nvidia-h200-x4):
 #   scripts/gpu_check.sh
 # Time (4 GPUs): the correctness items run side by side on separate GPUs (tests on GPU 3, the
@@ -16,11 +16,11 @@
 # Output: $OUT holds at most 4 files (summary.txt, gpu_tests.log, bench.log, logs.tgz with
 # every log); the summary table is printed last.
 #   GPU_CHECK_ONLY=tests,compare,multi,kill,bench  selects parts (default: all).
-#   GPU_BIN  folder of the binaries (default .gpu/bin, else build-gpu2/bin, build-gpu/bin).
+#   GPU_BIN  folder of the binaries (default .gpu/bin, else build/bin).
 set -uo pipefail
 root="$(cd "$(dirname "$0")/.." && pwd)"
 BIN="${GPU_BIN:-$root/.gpu/bin}"
-for b in "$BIN" "$root/build-gpu2/bin" "$root/build-gpu/bin"; do
+for b in "$BIN" "$root/build/bin"; do
   if [ -x "$b/test_worker_gpu" ]; then BIN="$b"; break; fi
 done
 export GPU_BIN="$BIN"

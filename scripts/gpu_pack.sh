@@ -3,11 +3,11 @@
 # build folder of this machine: .gpu/bin/{launch,train_resnet,test_worker_gpu,gpu_model_driver}
 # and .gpu/lib/ with the shared libraries the GPU machine lacks (libgomp, libfmt; CUDA, cuDNN
 # and NCCL come from the machine's torch wheel folders, see ../shared/DEVICE.md).
-# Usage: scripts/gpu_pack.sh [BUILD_DIR]   (default build-gpu2; build the four targets first)
+# Usage: scripts/gpu_pack.sh [BUILD_DIR]   (default build; build the four targets first)
 # Then, on the GPU machine, with carry [".gpu"]: scripts/gpu_check.sh
 set -euo pipefail
 root="$(cd "$(dirname "$0")/.." && pwd)"
-build="${1:-build-gpu2}"
+build="${1:-build}"
 [[ "$build" == /* ]] || build="$root/$build"
 bins=(launch train_resnet test_worker_gpu gpu_model_driver)
 for b in "${bins[@]}"; do
