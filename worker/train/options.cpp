@@ -3,7 +3,9 @@
 #include <CLI/CLI.hpp>
 
 #include <cmath>
+#include <cstdlib>
 #include <iostream>
+#include <map>
 
 namespace worker {
 
@@ -11,6 +13,48 @@ namespace {
 
 void require(bool ok, const std::string& msg) {
   if (!ok) throw UsageError(msg);
+}
+
+// --- data (issue 11)
+void describe_data(CLI::App& app, TrainOptions& o) {
+  app.add_option("--val-data", o.val_data, "list file of the val split (with a list-file --data)");
+  app.add_option("--loader", o.loader, "auto, cpu or gpu: who decodes the images (auto: gpu on the GPU backend when built with nvJPEG)")
+      ->transform(CLI::CheckedTransformer(std::map<std::string, Loader>{{"auto", Loader::Auto}, {"cpu", Loader::Cpu}, {"gpu", Loader::Gpu}}))
+      ->default_str("auto");
+  app.add_option("--data-threads", o.data_threads, "decode threads per rank (0: the node's cores / LOCAL_WORLD_SIZE)")
+      ->capture_default_str();
+  app.add_option("--data-prefetch", o.data_prefetch, "micro-batches decoded ahead")->capture_default_str();
+  app.add_flag("--strict-data", o.strict_data, "an unreadable image stops the run (default: skipped with a warning, counted)");
+  app.add_option("--crop-scale", "RandomResizedCrop's area range MIN,MAX (default 0.08,1)")
+      ->each([&o](const std::string& v) {
+        const size_t comma = v.find(',');
+        char* e1 = nullptr;
+        char* e2 = nullptr;
+        const std::string a = v.substr(0, comma), b = comma == std::string::npos ? "" : v.substr(comma + 1);
+        const double lo = std::strtod(a.c_str(), &e1), hi = std::strtod(b.c_str(), &e2);
+        if (comma == std::string::npos || a.empty() || b.empty() || *e1 || *e2) {
+          throw CLI::ValidationError("--crop-scale", "expected MIN,MAX (e.g. 0.08,1), got '" + v + "'");
+        }
+        o.crop_scale_min = lo;
+        o.crop_scale_max = hi;
+      });
+  app.add_option("--hflip", o.hflip, "probability of a horizontal flip in training")->capture_default_str();
+  app.add_option("--augment", o.augment, "standard (RandomResizedCrop + flip) or none (the evaluation transform)")
+      ->transform(CLI::CheckedTransformer(std::map<std::string, Augment>{{"standard", Augment::Standard}, {"none", Augment::None}}))
+      ->default_str("standard");
+  app.add_option("--decode-scaling", o.decode_scaling, "on or off: CPU back end, decode large crops at 1/2, 1/4, 1/8 size in the DCT domain")
+      ->transform(CLI::CheckedTransformer(std::map<std::string, bool>{{"on", true}, {"off", false}}))
+      ->default_str("on");
+}
+
+void validate_data(const TrainOptions& o) {
+  require(o.data_threads >= 0 && o.data_threads <= 1024, "--data-threads must be between 0 and 1024");
+  require(o.data_prefetch >= 1 && o.data_prefetch <= 64, "--data-prefetch must be between 1 and 64");
+  require(std::isfinite(o.crop_scale_min) && std::isfinite(o.crop_scale_max) && o.crop_scale_min > 0 &&
+              o.crop_scale_min <= o.crop_scale_max && o.crop_scale_max <= 1,
+          "--crop-scale MIN,MAX needs 0 < MIN <= MAX <= 1");
+  require(std::isfinite(o.hflip) && o.hflip >= 0 && o.hflip <= 1, "--hflip must be a probability in [0, 1]");
+  require(o.val_data.empty() || (o.data != "random" && o.data != "learnable"), "--val-data needs a list-file --data");
 }
 
 CLI::App& describe(CLI::App& app, TrainOptions& o) {
@@ -30,7 +74,9 @@ CLI::App& describe(CLI::App& app, TrainOptions& o) {
       ->capture_default_str();
   app.add_option("--accum-steps", o.accum_steps, "micro-batches accumulated per optimizer step")->capture_default_str();
   app.add_option("--seed", o.seed, "seed of the initialisation, the data and the shuffling")->capture_default_str();
-  app.add_option("--data", o.data, "random (the guide's DummyDataset) or learnable (class patterns + noise)")
+  app.add_option("--data", o.data,
+                 "random (the guide's DummyDataset), learnable (class patterns + noise), an ImageFolder DIR "
+                 "(DIR/train/<class>/*) or a list file of `path label` lines")
       ->capture_default_str();
   app.add_option("--init", o.init, "start from these weights (safetensors, torchvision names)");
   app.add_option("--save", o.save, "write the weights here at the end (rank 0; training state beside it)");
@@ -43,6 +89,7 @@ CLI::App& describe(CLI::App& app, TrainOptions& o) {
       ->capture_default_str();
   app.add_option("--precision", o.precision, "fp32, bf16 or fp16 (default: bf16 on GPU, fp32 on CPU; CPU: fp32 only)");
   app.add_option("--threads", o.threads, "CPU threads (0: OMP_NUM_THREADS, else all cores)")->capture_default_str();
+  describe_data(app, o);
   return app;
 }
 
@@ -61,6 +108,7 @@ std::optional<TrainOptions> parse_impl(const std::vector<std::string>& args) {
   } catch (const CLI::ParseError& e) {
     throw UsageError(std::string(e.what()) + " (see train_resnet --help)");
   }
+  o.num_classes_given = app.count("--num-classes") > 0;
   validate(o);
   return o;
 }
@@ -92,7 +140,7 @@ void validate(const TrainOptions& o) {
   require(std::isfinite(o.momentum) && o.momentum >= 0 && o.momentum < 1, "--momentum must be in [0, 1)");
   require(std::isfinite(o.weight_decay) && o.weight_decay >= 0, "--weight-decay must be >= 0");
   require(o.accum_steps >= 1, "--accum-steps must be positive, got " + std::to_string(o.accum_steps));
-  require(o.data == "random" || o.data == "learnable", "--data must be random or learnable, got '" + o.data + "'");
+  require(!o.data.empty(), "--data must be random, learnable, an ImageFolder folder or a list file");
   require(o.save_every >= 0, "--save-every must be positive, got " + std::to_string(o.save_every));
   require(o.save_every == 0 || !o.save.empty(), "--save-every needs --save PATH (where to write)");
   require(o.resume != "auto" || !o.save.empty(), "--resume auto needs --save PATH (the checkpoint it resumes from)");
@@ -105,6 +153,7 @@ void validate(const TrainOptions& o) {
   require(o.device != "cpu" || o.precision.empty() || o.precision == "fp32",
           "--precision " + o.precision + " needs a GPU: the CPU backend computes in fp32 only (use --precision fp32)");
   require(o.threads >= 0 && o.threads <= 1024, "--threads must be between 0 and 1024");
+  validate_data(o);
 }
 
 std::string resolve_precision(const TrainOptions& o, bool gpu) {

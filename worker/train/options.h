@@ -8,6 +8,8 @@
 #include <string>
 #include <vector>
 
+#include "worker/data/loader_kind.h"
+
 namespace worker {
 
 // A bad command line: main prints "train_resnet: error: <what>" and exits 2.
@@ -42,6 +44,18 @@ struct TrainOptions {
   std::string device = "auto";
   std::string precision;     // "" = default: bf16 on GPU, fp32 on CPU
   int threads = 0;           // CPU threads; 0: OMP_NUM_THREADS, else all cores
+
+  // --- data (issue 11): --data DIR|LISTFILE (above) reads images; these shape how
+  std::string val_data;                  // the val split's list file, for a list-file --data
+  Loader loader = Loader::Auto;          // which back end decodes
+  int data_threads = 0;                  // decode threads per rank; 0: the node's cores / LOCAL_WORLD_SIZE
+  int data_prefetch = 3;                 // micro-batches decoded ahead
+  bool strict_data = false;              // an unreadable image is an error instead of skipped
+  double crop_scale_min = 0.08, crop_scale_max = 1.0;  // RandomResizedCrop's scale
+  double hflip = 0.5;                    // probability of a horizontal flip
+  Augment augment = Augment::Standard;   // none: the evaluation transform for training too
+  bool decode_scaling = true;            // CPU back end: DCT-domain downscaling of large crops
+  bool num_classes_given = false;        // --num-classes was on the command line (else: the data's)
 };
 
 // Parses argv (argv[0] included). Returns nullopt when --help was printed. Throws UsageError.

@@ -9,6 +9,8 @@
 
 #include "proto/client.h"
 #include "worker/core/backend.h"
+#include "worker/data/data_error.h"
+#include "worker/train/data_setup.h"
 #include "worker/train/env.h"
 #include "worker/train/options.h"
 #include "worker/train/ring_comm.h"
@@ -112,9 +114,11 @@ int run(const TrainOptions& opt, const WorkerEnv& env) {
   }
   const Device dev = choose_device(opt, env);
   std::unique_ptr<Ops> ops = make_backend(opt, dev);
+  TrainOptions o = opt;  // --data DIR decides the sample count (and the classes, unless given)
+  std::unique_ptr<BatchSource> data = open_train_data(o, *ops);
   std::optional<proto::Client> store;
   std::unique_ptr<Comm> comm = make_comm(env, dev, *ops, store);
-  const TrainResult r = train(opt, env, *ops, *comm, std::cout, &g_save_request);
+  const TrainResult r = train(o, env, *ops, *comm, std::cout, &g_save_request, data.get());
   if (!r.checksums_agree) {
     std::cerr << "train_resnet: error: the ranks' parameters differ at the end of training" << std::endl;
     return 1;
@@ -142,6 +146,9 @@ int run_train(int argc, const char* const* argv) {
     std::cerr << "train_resnet: error: " << who << e.what() << std::endl;
     return 2;
   } catch (const EnvError& e) {
+    std::cerr << "train_resnet: error: " << who << e.what() << std::endl;
+    return 2;
+  } catch (const DataError& e) {  // bad data: before training, or a corrupt file under --strict-data
     std::cerr << "train_resnet: error: " << who << e.what() << std::endl;
     return 2;
   } catch (const std::exception& e) {

@@ -100,7 +100,7 @@ bool env_flag(const char* name) {
 }  // namespace
 
 TrainResult train(const TrainOptions& opt, const WorkerEnv& env, Ops& ops, Comm& comm, std::ostream& out,
-                  std::atomic<bool>* save_request) {
+                  std::atomic<bool>* save_request, BatchSource* data) {
   const int rank = comm.rank(), world = comm.size();
   const bool lead = rank == 0;
   const DataKind kind = opt.data == "learnable" ? DataKind::Learnable : DataKind::Random;
@@ -188,6 +188,8 @@ TrainResult train(const TrainOptions& opt, const WorkerEnv& env, Ops& ops, Comm&
         << opt.image_size << "x" << opt.image_size << ", " << np << " parameters) on " << ops.describe() << "; "
         << world << " rank(s) x batch " << opt.batch_size << " x " << opt.accum_steps << " micro-batch(es), "
         << steps_per_epoch << " steps per epoch, " << opt.optimizer << " lr " << opt.lr << std::endl;
+    out << "Data: " << (data ? data->describe() : "synthetic (" + opt.data + ", " + std::to_string(opt.num_samples) + " samples)")
+        << std::endl;
   }
 
   std::ofstream metrics;
@@ -225,12 +227,22 @@ TrainResult train(const TrainOptions& opt, const WorkerEnv& env, Ops& ops, Comm&
   const auto t_start = Clock::now();
   Clock::time_point t_first{}, t_window{};
   int64_t window_steps = 0;
+  // Time the step blocked waiting for its input (data_wait_ms): per log window and overall.
+  double wait_window_ms = 0, wait_total_ms = 0;
+  int64_t wait_window_steps = 0;
   bool dumped = opt.dump_batch.empty() || !lead;
   bool done = opt.max_steps > 0 && ts.step >= opt.max_steps;
   int64_t epoch = ts.epoch;
   for (; epoch < opt.epochs && !done; ++epoch) {
     const auto perm = sampler.permutation(epoch);
     const int64_t first = epoch == ts.epoch ? ts.batch : 0;
+    if (data) {  // the rest of this epoch's order, so the source can read ahead
+      std::vector<BatchIndices> order;
+      for (int64_t b = first; b < steps_per_epoch; ++b) {
+        for (int k = 0; k < opt.accum_steps; ++k) order.push_back(sampler.batch(perm, rank, k, b));
+      }
+      data->start(epoch, std::move(order));
+    }
     for (int64_t b = first; b < steps_per_epoch; ++b) {
       if (opt.max_steps > 0 && ts.step >= opt.max_steps) {
         done = true;
@@ -244,8 +256,17 @@ TrainResult train(const TrainOptions& opt, const WorkerEnv& env, Ops& ops, Comm&
       double loss_sum = 0.0;
       for (int k = 0; k < opt.accum_steps; ++k) {
         const auto idx = sampler.batch(perm, rank, k, b);
-        ops.make_batch(kind, opt.seed, idx.data(), opt.batch_size, opt.image_size, opt.num_classes, model.input(),
-                       model.labels());
+        double waited = 0;
+        if (data) {
+          data->next(model.input(), model.labels(), &waited);
+        } else {
+          const auto t_make = Clock::now();
+          ops.make_batch(kind, opt.seed, idx.data(), opt.batch_size, opt.image_size, opt.num_classes, model.input(),
+                         model.labels());
+          waited = std::chrono::duration<double, std::milli>(Clock::now() - t_make).count();
+        }
+        wait_window_ms += waited;
+        wait_total_ms += waited;
         if (!dumped) {
           dump_batch(opt.dump_batch, ops, model, idx);
           dumped = true;
@@ -282,6 +303,7 @@ TrainResult train(const TrainOptions& opt, const WorkerEnv& env, Ops& ops, Comm&
       ++ts.step;
       ++result.steps;
       ++window_steps;
+      ++wait_window_steps;
       if (result.steps == 1) {  // the first step pays for warm-up: throughput starts after it
         ops.synchronize();
         t_first = t_window = Clock::now();
@@ -301,6 +323,9 @@ TrainResult train(const TrainOptions& opt, const WorkerEnv& env, Ops& ops, Comm&
         const double ips = window_steps > 0 && dt > 0 ? double(window_steps * global_batch) / dt : 0.0;
         t_window = now;
         window_steps = 0;
+        const double wait_ms = wait_window_steps > 0 ? wait_window_ms / double(wait_window_steps) : 0.0;
+        wait_window_ms = 0;
+        wait_window_steps = 0;
         // All-reduce time per step over this window (NCCL: device-side events).
         Comm::Timing ct;
         double ar_ms = -1, exposed_ms = -1;
@@ -313,11 +338,11 @@ TrainResult train(const TrainOptions& opt, const WorkerEnv& env, Ops& ops, Comm&
         if (lead) {
           out << "Epoch[" << epoch << "], Batch[" << b << "], Loss: " << fmt("%.6f", mean);
           if (ips > 0) out << ", images/s: " << fmt("%.1f", ips);
-          out << std::endl;
+          out << ", data_wait_ms: " << fmt("%.1f", wait_ms) << std::endl;
           if (metrics.is_open()) {
             nlohmann::json j = {{"epoch", epoch}, {"batch", b}, {"step", ts.step - 1}, {"loss", mean},
                                 {"images_per_s", ips > 0 ? nlohmann::json(ips) : nlohmann::json(nullptr)},
-                                {"time", seconds_since(t_start)}};
+                                {"time", seconds_since(t_start)}, {"data_wait_ms", wait_ms}};
             if (ar_ms >= 0) {
               j["allreduce_ms"] = ar_ms;
               j["allreduce_exposed_ms"] = exposed_ms;
@@ -360,6 +385,12 @@ TrainResult train(const TrainOptions& opt, const WorkerEnv& env, Ops& ops, Comm&
   comm.allgather_host(&my_peak, peaks.data(), sizeof(uint64_t));
   uint64_t max_peak = 0;
   for (uint64_t p : peaks) max_peak = std::max(max_peak, p);
+  // Unreadable images skipped, over all ranks (each rank reads its own shard).
+  const int64_t my_skipped = data ? data->skipped() : 0;
+  std::vector<int64_t> skipped(static_cast<size_t>(world));
+  comm.allgather_host(&my_skipped, skipped.data(), sizeof(int64_t));
+  int64_t skipped_all = 0;
+  for (int64_t k : skipped) skipped_all += k;
   Comm::Timing ct;
   const bool have_ct = comm.timing(&ct) && ct.steps > 0;
   if (lead) {
@@ -371,10 +402,15 @@ TrainResult train(const TrainOptions& opt, const WorkerEnv& env, Ops& ops, Comm&
           << fmt("%.2f", ct.exposed_ms / double(ct.steps)) << " ms of it after backward ended (not overlapped), "
           << ct.steps << " steps" << std::endl;
     }
+    out << "Data: waited " << fmt("%.2f", result.steps > 0 ? wait_total_ms / double(result.steps) : 0.0)
+        << " ms per step for input (rank 0)";
+    if (data) out << ", " << skipped_all << " unreadable image read(s) skipped (all ranks)";
+    out << std::endl;
     if (env_flag("WORKER_MEM_REPORT")) memory_report(out, model, ops, (adam ? 2 : 1) * np * sizeof(float));
     if (metrics.is_open()) {
       nlohmann::json j = {{"final", true}, {"steps", result.steps}, {"throughput_images_per_s", result.images_per_s},
                           {"peak_bytes", my_peak}, {"peak_bytes_max_rank", max_peak}, {"world", world},
+                          {"skipped_images", skipped_all},
                           {"time", seconds_since(t_start)}};
       if (have_ct) {
         j["allreduce_ms"] = ct.allreduce_ms / double(ct.steps);

@@ -7,6 +7,7 @@
 
 #include "worker/core/comm.h"
 #include "worker/core/ops.h"
+#include "worker/data/batch_source.h"
 #include "worker/train/env.h"
 #include "worker/train/options.h"
 
@@ -20,8 +21,10 @@ struct TrainResult {
 
 // Trains as the options say; rank 0 writes the log to `out`. `save_request` (may be null) is
 // polled at every step boundary: when set, rank 0 saves to --save and clears it (for a
-// checkpoint signal). Throws on any failure (checkpoint, communication, backend).
+// checkpoint signal). `data` (may be null: synthetic data from Ops::make_batch) reads the
+// micro-batches of a real data set (worker/train/data_setup.h). Throws on any failure
+// (checkpoint, communication, backend, data).
 TrainResult train(const TrainOptions& opt, const WorkerEnv& env, Ops& ops, Comm& comm, std::ostream& out,
-                  std::atomic<bool>* save_request = nullptr);
+                  std::atomic<bool>* save_request = nullptr, BatchSource* data = nullptr);
 
 }  // namespace worker
