@@ -68,9 +68,14 @@ const char* jpeg_decode(const uint8_t* data, size_t size, int scale_num, const R
   jpeg_start_decompress(&cinfo);
   const int W = int(cinfo.output_width), H = int(cinfo.output_height);
   Region r = region ? *region : Region{0, 0, W, H};
-  r.x0 = r.x0 < 0 ? 0 : r.x0;
-  r.y0 = r.y0 < 0 ? 0 : r.y0;
-  r.x1 = r.x1 > W ? W : r.x1;
+  // Fancy upsampling treats the edges of a cropped or skipped-to region as image edges, so
+  // chroma there would differ from a full decode: decode one iMCU (16 pixels at most) beyond
+  // each side of the region where the image has it; those pixels match a full decode.
+  const int margin = region ? 16 : 0;
+  if (r.x1 <= r.x0 || r.y1 <= r.y0) r = Region{0, 0, 0, 0};
+  r.x0 = r.x0 - margin < 0 ? 0 : r.x0 - margin;
+  r.y0 = r.y0 - margin < 0 ? 0 : r.y0 - margin;
+  r.x1 = r.x1 + margin > W ? W : r.x1 + margin;
   r.y1 = r.y1 > H ? H : r.y1;
   if (r.x1 <= r.x0 || r.y1 <= r.y0) {
     jpeg_abort_decompress(&cinfo);

@@ -61,7 +61,10 @@ void Prefetcher::loop(int thread) {
     }
     lk.lock();
     --in_flight_;
-    if (err && !error_) error_ = err;
+    if (err && (!error_ || b < error_batch_)) {
+      error_ = err;
+      error_batch_ = b;
+    }
     ++done_[size_t(slot)];
     cv_done_.notify_all();
   }
@@ -74,9 +77,10 @@ int Prefetcher::take(double* wait_ms) {
   if (consumed_ >= int64_t(order_.size())) return -1;
   const int slot = int(consumed_ % depth_);
   const int need = int(order_[size_t(consumed_)].size());
-  cv_done_.wait(lk, [&] { return done_[size_t(slot)] >= need || error_; });
+  const auto failed = [&] { return error_ && error_batch_ <= consumed_; };
+  cv_done_.wait(lk, [&] { return done_[size_t(slot)] >= need || failed(); });
   if (wait_ms) *wait_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
-  if (error_) std::rethrow_exception(error_);
+  if (failed()) std::rethrow_exception(error_);
   taken_ = true;
   return slot;
 }

@@ -4,7 +4,8 @@
 //
 // The work function fills the sample's place in the slot (the image source decodes into host
 // buffers there). It is called from the pool's threads; `thread` (0 .. threads-1) lets it keep
-// per-thread state. An exception it throws is handed to the consumer in take().
+// per-thread state. An exception it throws is handed to the consumer when take() reaches
+// that item's batch.
 #pragma once
 
 #include <condition_variable>
@@ -55,7 +56,8 @@ class Prefetcher {
   bool taken_ = false;                       // take() returned consumed_ and release() is due
   int in_flight_ = 0;
   std::vector<int> done_;                    // per slot: samples finished
-  std::exception_ptr error_;
+  std::exception_ptr error_;                 // the first failed item's, of batch error_batch_
+  int64_t error_batch_ = 0;
 };
 
 }  // namespace worker
