@@ -15,6 +15,7 @@ packages=(
   clang-14 libfuzzer-14-dev
   iproute2 procps
   slurm-wlm munge
+  libjpeg62-turbo-dev libpng-dev python3-pil  # issue 11: the image pipeline and its reference
 )
 
 missing=()
@@ -31,6 +32,33 @@ if [ "${#missing[@]}" -gt 0 ] && [ "${SETUP_SKIP_APT:-0}" != 1 ]; then
   export DEBIAN_FRONTEND=noninteractive
   $sudo apt-get update -qq
   $sudo apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+fi
+
+# --- nvJPEG (issue 11): the nvidia-nvjpeg wheel's header and library, unpacked into .whl/ for
+# CMake (worker/data/CMakeLists.txt); without it the GPU data loader is not built.
+# SETUP_SKIP_PIP=1 skips the download.
+nvjpeg_version=13.0.4.44  # CUDA 13.0, as the GPU machine's driver and toolkit
+nvjpeg_dir="$root/.whl/nvidia-nvjpeg"
+have_cuda=0
+{ command -v nvcc || [ -x /usr/local/cuda/bin/nvcc ]; } >/dev/null 2>&1 && have_cuda=1
+pip_cmd=()
+for py in python3 /usr/bin/python3; do
+  if "$py" -m pip --version >/dev/null 2>&1; then pip_cmd=("$py" -m pip); break; fi
+done
+if [ "$have_cuda" = 1 ] && [ ! -f "$nvjpeg_dir/nvidia/cu13/lib/libnvjpeg.so.13" ] && [ "${SETUP_SKIP_PIP:-0}" != 1 ] &&
+   [ "${#pip_cmd[@]}" -gt 0 ]; then
+  echo "setup: fetching nvidia-nvjpeg $nvjpeg_version (nvJPEG for the GPU data loader)"
+  tmp_whl="$(mktemp -d)"
+  if "${pip_cmd[@]}" download -q --no-deps --only-binary=:all: --platform manylinux2014_x86_64 \
+       -d "$tmp_whl" "nvidia-nvjpeg==$nvjpeg_version" >/dev/null 2>&1 &&
+     python3 -m zipfile -e "$tmp_whl"/nvidia_nvjpeg-*.whl "$tmp_whl/x" && [ -f "$tmp_whl/x/nvidia/cu13/lib/libnvjpeg.so.13" ]; then
+    rm -rf "$nvjpeg_dir"
+    mkdir -p "$root/.whl"
+    mv "$tmp_whl/x" "$nvjpeg_dir"
+  else
+    echo "setup: could not fetch nvidia-nvjpeg; building without the GPU data loader" >&2
+  fi
+  rm -rf "$tmp_whl"
 fi
 
 generator=()
