@@ -78,7 +78,7 @@ def small(out, seed):
 
 
 def imagenet(out, n, seed):
-    """ImageNet-like JPEGs: 500x375 and nearby sizes (both orientations), quality 90, baseline 4:2:0."""
+    """ImageNet-like JPEGs: 500x375 and nearby sizes (both orientations), quality 87, baseline 4:2:0."""
     rng = np.random.default_rng(seed)
     sizes = [(500, 375), (500, 333), (375, 500), (500, 400), (640, 480), (500, 500)]
     base = [content(rng, 640, 640) for _ in range(8)]
@@ -86,9 +86,9 @@ def imagenet(out, n, seed):
     for i in range(n):
         w, h = sizes[i % len(sizes)]
         im = base[i % len(base)].crop((i % 97, i % 89, i % 97 + min(w, 640 - 97), i % 89 + min(h, 640 - 89))).resize((w, h))
-        data = jpeg_bytes(im, quality=90)
+        data = jpeg_bytes(im, quality=87)
         total += len(data)
-        split = "val" if i % 50 == 49 else "train"
+        split = "val" if (i // 10) % 50 == 49 else "train"
         write(os.path.join(out, split, f"c{i % 10:02d}", f"img{i:06d}.jpg"), data)
     return {"root": out, "images": n, "mean_bytes": total // max(n, 1)}
 
