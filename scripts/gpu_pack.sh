@@ -22,8 +22,8 @@ tmp="$(mktemp -d)"
 trap 'rm -rf "$tmp"' EXIT
 mkdir -p "$tmp/bin" "$tmp/lib"
 for b in "${bins[@]}"; do cp "$build/bin/$b" "$tmp/bin/"; done
-# The image pipeline's GPU test and driver (issue 11), when built.
-for b in test_worker_gpu_data data_driver; do
+# The image pipeline's GPU test and benchmark driver (issue 11), when built.
+for b in test_worker_gpu_data data_driver data_bench; do
   if [ -x "$build/bin/$b" ]; then cp "$build/bin/$b" "$tmp/bin/"; bins+=("$b"); fi
 done
 # Every non-system library the binaries load that is not CUDA/cuDNN/NCCL/cuBLAS.

@@ -245,6 +245,7 @@ class GpuImageSource final : public BatchSource {
   // --- Stage 2, on the stage thread.
   void stage_loop() {
     try {
+      CUDA_CHECK(cudaSetDevice(ops_.device_ordinal()));  // a new thread starts on device 0
       for (int64_t b = 0; b < batches_; ++b) {
         {
           std::unique_lock<std::mutex> lk(mu_);
