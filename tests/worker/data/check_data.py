@@ -20,6 +20,7 @@ import argparse
 import json
 import os
 import re
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -31,6 +32,7 @@ sys.path.insert(0, os.path.join(HERE, "..", "python"))
 import st  # noqa: E402
 
 SKIP = 77
+ARGS = None
 MEAN = np.array([0.485, 0.456, 0.406])
 STD = np.array([0.229, 0.224, 0.225])
 SMALL = ["--depth", "18", "--width", "8", "--image-size", "32", "--batch-size", "8", "--threads", "1",
@@ -63,9 +65,16 @@ def ok(cmd, timeout=150):
 
 
 def make_dataset(tmp):
+    """The generated data set: a copy of --dataset (made once by the ctest fixture), else a new one."""
     out = os.path.join(tmp, "ds")
-    p = ok([sys.executable, os.path.join(HERE, "make_dataset.py"), out])
-    return json.loads(p.stdout)
+    if ARGS.dataset and os.path.exists(os.path.join(ARGS.dataset, "info.json")):
+        shutil.copytree(ARGS.dataset, out, ignore=shutil.ignore_patterns(".train_resnet-index.*"))
+        info = json.load(open(os.path.join(out, "info.json")))
+        os.remove(os.path.join(out, "info.json"))
+    else:
+        info = json.loads(ok([sys.executable, os.path.join(HERE, "make_dataset.py"), out]).stdout)
+    info["root"] = out
+    return info
 
 
 def good_images(root):
@@ -95,48 +104,56 @@ def case_index(a, tmp):
 
 
 # --- decode
-def decode_ours(a, path, scale, tmp):
+def decode_ours(a, paths, scale, tmp):
     out = os.path.join(tmp, "dec.safetensors")
-    ok([a.driver, "decode", path, scale, out])
-    return st.load(out)["rgb"]
+    ok([a.driver, "decode", scale, out, *paths])
+    d = st.load(out)
+    return [d[str(i)] for i in range(len(paths))]
 
 
 def case_decode(a, tmp):
     from PIL import Image
     ds = make_dataset(tmp)
-    n = drafts = 0
-    for path in good_images(ds["root"]):
+    paths = list(good_images(ds["root"]))
+    ours = decode_ours(a, paths, 8, tmp)
+    for path, o in zip(paths, ours):
         im = Image.open(path)
         ref = np.asarray(im.convert("RGB"))
-        ours = decode_ours(a, path, 8, tmp)
-        check(ours.shape == ref.shape, f"{path}: shape {ours.shape} != Pillow's {ref.shape}")
-        diff = np.abs(ours.astype(int) - ref.astype(int)).max()
+        check(o.shape == ref.shape, f"{path}: shape {o.shape} != Pillow's {ref.shape}")
+        diff = np.abs(o.astype(int) - ref.astype(int)).max()
         check(diff == 0, f"{path} ({im.mode}): max |ours - Pillow| = {diff} levels (same libjpeg-turbo/libpng: must be 0)")
-        n += 1
-        if im.format == "JPEG" and im.mode == "RGB" and n % 3 == 0:
-            for scale in (4, 2, 1):  # Pillow's draft mode: libjpeg's scaled IDCT at 1/2, 1/4, 1/8
-                im2 = Image.open(path)
-                im2.draft("RGB", (max(1, im2.size[0] * scale // 8), max(1, im2.size[1] * scale // 8)))
-                if im2.size != ((im.size[0] * scale + 7) // 8, (im.size[1] * scale + 7) // 8):
-                    continue  # Pillow picked another scale for this size
-                r2 = np.asarray(im2.convert("RGB"))
-                o2 = decode_ours(a, path, scale, tmp)
-                check(o2.shape == r2.shape and (o2 == r2).all(), f"{path} at {scale}/8: differs from Pillow's draft decode")
-                drafts += 1
+    # DCT scaling against Pillow's draft mode (libjpeg's scaled IDCT at 1/2, 1/4, 1/8).
+    jpegs = [p for p in paths[::3] if Image.open(p).format == "JPEG" and Image.open(p).mode == "RGB"]
+    drafts = 0
+    for scale in (4, 2, 1):
+        mine = decode_ours(a, jpegs, scale, tmp)
+        for path, o2 in zip(jpegs, mine):
+            im2 = Image.open(path)
+            W, H = im2.size
+            im2.draft("RGB", (max(1, W * scale // 8), max(1, H * scale // 8)))
+            if im2.size != ((W * scale + 7) // 8, (H * scale + 7) // 8):
+                continue  # Pillow picked another scale for this size
+            r2 = np.asarray(im2.convert("RGB"))
+            check(o2.shape == r2.shape and (o2 == r2).all(), f"{path} at {scale}/8: differs from Pillow's draft decode")
+            drafts += 1
     for special in ("c1/gray.jpg", "c2/cmyk.jpg", "c4/progressive.JPEG", "c5/alpha.png"):
-        check(os.path.exists(os.path.join(ds["root"], "train", special)), f"missing {special}")
+        check(os.path.join(ds["root"], "train", special) in paths, f"missing {special}")
     check(drafts >= 10, f"only {drafts} DCT-scaled decodes were compared")
-    print(f"decode: {n} files (JPEG 4:4:4/4:2:2/4:2:0, grayscale, CMYK, progressive; PNG RGB/palette/RGBA) "
+    print(f"decode: {len(paths)} files (JPEG 4:4:4/4:2:2/4:2:0, grayscale, CMYK, progressive; PNG RGB/palette/RGBA) "
           f"equal Pillow's pixels exactly; {drafts} DCT-scaled decodes equal Pillow's draft mode")
 
 
 # --- transforms
-def render_ours(a, path, size, dct, box, flip, tmp):
+def render_ours(a, jobs, tmp):
+    """jobs: (path, size, dct, box or None for eval, flip) -> (images, DCT scales)."""
     out = os.path.join(tmp, "r.safetensors")
-    args = [a.driver, "render", path, out, size, "on" if dct else "off"]
-    args += list(box) + [1 if flip else 0] if box is not None else ["eval"]
-    ok(args)
-    return st.load(out)["image"].astype(np.float64)
+    args = []
+    for path, size, dct, box, flip in jobs:
+        f = [path, size, "on" if dct else "off"] + (list(box) + [1 if flip else 0] if box is not None else ["eval"])
+        args.append("|".join(map(str, f)))
+    ok([a.driver, "render", out, *args])
+    d, m = st.load(out), meta(out)
+    return [d[str(i)].astype(np.float64) for i in range(len(jobs))], [int(m[f"scale_num_{i}"]) for i in range(len(jobs))]
 
 
 def meta(path):
@@ -163,6 +180,7 @@ def case_transforms(a, tmp):
     rng = np.random.default_rng(1)
     worst_torch, worst_pil, pil_vs_torch, n = 0.0, 0.0, 0.0, 0
     norm = lambda x: (x / 255.0 - MEAN) / STD  # noqa: E731
+    cases = []  # (job, torch float64 reference, torchvision PIL result, float32 bound)
     for k, path in enumerate(list(good_images(ds["root"]))[::4]):
         im = Image.open(path).convert("RGB")
         W, H = im.size
@@ -190,7 +208,9 @@ def case_transforms(a, tmp):
                 y = y.flip(-1)
             ref64 = y[0].permute(1, 2, 0).numpy()
             bound = float32_bound((w, h), size)
-        ours = render_ours(a, path, size, False, box, flip, tmp)
+        cases.append(((path, size, False, box, flip), ref64, pil, bound))
+    rendered, _ = render_ours(a, [c[0] for c in cases], tmp)
+    for ((path, size, _, box, flip), ref64, pil, bound), ours in zip(cases, rendered):
         # (1) torch's antialiased bilinear in float64: ours may differ by float32 rounding only.
         d_torch = np.abs(ours - norm(ref64)).max()
         check(d_torch <= bound / 255 / STD.min(), f"{path} box {box} flip {flip} size {size}: |ours - torch AA| = {d_torch:.3g} "
@@ -207,14 +227,12 @@ def case_transforms(a, tmp):
     # DCT scaling: a crop at least twice the output, decoded at 1/2 by libjpeg, against Pillow's draft
     # decode at the same scale resized over the same (fractional) box, cropped as ours clips the taps.
     checked = 0
-    for path in good_images(ds["root"]):
-        im = Image.open(path)
-        if im.format != "JPEG" or im.mode != "RGB" or min(im.size) < 128:
-            continue
-        W, H = im.size
-        size, box = 32, (3, 5, H - 7, W - 9)
-        ours = render_ours(a, path, size, True, box, False, tmp)
-        scale = int(meta(os.path.join(tmp, "r.safetensors"))["scale_num"])
+    big = [p for p in good_images(ds["root"]) if Image.open(p).format == "JPEG" and Image.open(p).mode == "RGB"
+           and min(Image.open(p).size) >= 128]
+    jobs = [(p, 32, True, (3, 5, Image.open(p).size[1] - 7, Image.open(p).size[0] - 9), False) for p in big]
+    rendered, scales = render_ours(a, jobs, tmp)
+    for (path, size, _, box, _), ours, scale in zip(jobs, rendered, scales):
+        W, H = Image.open(path).size
         check(scale < 8, f"{path}: a {box[3]}x{box[2]} crop to {size} was not DCT-scaled")
         im2 = Image.open(path)
         im2.draft("RGB", (W * scale // 8, H * scale // 8))
@@ -280,7 +298,7 @@ def case_batch(a, tmp):
         if i in bad:  # the next good sample of the micro-batch takes its place
             src = next(p for p in list(range(pos + 1, len(idx))) + list(range(pos)) if idx[p] not in bad)
         top, left, h, w, flip = map(int, ok([a.driver, "plan", *image_size(paths[idx[src]]), 11, 2, idx[src], 32]).stdout.split())
-        ref = render_ours(a, paths[idx[src]], 32, True, (top, left, h, w), flip, tmp)
+        ref = render_ours(a, [(paths[idx[src]], 32, True, (top, left, h, w), flip)], tmp)[0][0]
         check(np.array_equal(b["images"][pos], ref.astype(np.float32)), f"position {pos} (sample {i}) differs from its transform")
         check(b["labels"][pos] == labels[idx[src]], f"position {pos}: label {b['labels'][pos]} != {labels[idx[src]]}")
     print("batch: the loader's micro-batch equals each sample's plan + transform; bad files replaced by the next good sample")
@@ -391,7 +409,10 @@ def main():
     ap.add_argument("--driver", required=True)
     ap.add_argument("--train", required=True)
     ap.add_argument("--launch", required=True)
+    ap.add_argument("--dataset", help="a data set made by make_dataset.py (with info.json), copied per case")
     a = ap.parse_args()
+    global ARGS
+    ARGS = a
     fn = globals().get("case_" + a.case)
     if not fn:
         print(f"unknown case {a.case}")

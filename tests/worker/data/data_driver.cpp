@@ -1,15 +1,18 @@
 // Driver for the Python checks of the image pipeline (check_data.py): runs one piece of
 // worker/data on the files it is given and writes what came out as safetensors or text.
-//   data_driver decode FILE SCALE OUT            rgb (U8, h x w x 3): the whole image at SCALE/8
-//   data_driver render FILE OUT SIZE DCT TOP LEFT H W FLIP   image (F32, SIZE x SIZE x 3): that box
-//   data_driver render FILE OUT SIZE DCT eval               the evaluation transform
+//   data_driver decode SCALE OUT FILE...         tensor i (U8, h x w x 3): file i at SCALE/8
+//   data_driver render OUT JOB...                tensor i (F32, SIZE x SIZE x 3): job i, which is
+//       FILE|SIZE|DCT|TOP|LEFT|H|W|FLIP (that box) or FILE|SIZE|DCT|eval (the evaluation transform);
+//       metadata scale_num_i: the DCT scale used
 //   data_driver plan W H SEED EPOCH INDEX SIZE   the training plan drawn for that sample (text)
 //   data_driver index DIR                        "label<TAB>relative path" lines, then "classes ..."
+//   data_driver index-time DIR SPLIT             seconds to scan DIR/SPLIT, then to load its cache
 //   data_driver shard N WORLD ACCUM BATCH SEED EPOCH   the sampler's batches (JSON)
 //   data_driver batch DIR SPLIT SIZE THREADS SEED EPOCH OUT I,J,...  one micro-batch of the CPU source
 #include <cstdio>
 #include <cstring>
 #include <iostream>
+#include <map>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -44,40 +47,54 @@ StTensor tensor(const std::string& name, const std::string& dtype, std::vector<i
 int run(int argc, char** argv) {
   const std::vector<std::string> a(argv + 1, argv + argc);
   if (a.empty()) throw std::runtime_error("usage: see the header of data_driver.cpp");
-  if (a[0] == "decode" && a.size() == 4) {
-    const auto file = slurp(a[1]);
-    const int scale = std::stoi(a[2]);
-    const ImageHeader h = read_header(file.data(), file.size());
-    RgbRegion r;
-    decode_region(file.data(), file.size(), scale, Region{0, 0, scaled_size(h.width, scale), scaled_size(h.height, scale)}, &r);
-    write_safetensors(a[3], {tensor("rgb", "U8", {r.h, r.w, 3}, r.pixels.data(), r.pixels.size())});
+  if (a[0] == "decode" && a.size() >= 4) {
+    const int scale = std::stoi(a[1]);
+    std::vector<StTensor> out;
+    for (size_t i = 3; i < a.size(); ++i) {
+      const auto file = slurp(a[i]);
+      const ImageHeader h = read_header(file.data(), file.size());
+      RgbRegion r;
+      decode_region(file.data(), file.size(), scale,
+                    Region{0, 0, scaled_size(h.width, scale), scaled_size(h.height, scale)}, &r);
+      out.push_back(tensor(std::to_string(i - 3), "U8", {r.h, r.w, 3}, r.pixels.data(), r.pixels.size()));
+    }
+    write_safetensors(a[2], out);
     return 0;
   }
-  if (a[0] == "render" && (a.size() == 10 || a.size() == 6)) {
-    const auto file = slurp(a[1]);
-    const ImageHeader h = read_header(file.data(), file.size());
-    TransformConfig tf;
-    tf.size = std::stoi(a[3]);
-    tf.dct_scaling = a[4] == "on";
-    SamplePlan p;
-    if (a.size() == 6) {
-      p = plan_eval(h.width, h.height, tf);
-    } else {
-      p.box_y0 = std::stoi(a[5]);
-      p.box_x0 = std::stoi(a[6]);
-      p.box_y1 = p.box_y0 + std::stoi(a[7]);
-      p.box_x1 = p.box_x0 + std::stoi(a[8]);
-      p.flip = a[9] == "1";
-      p.out_w = p.out_h = p.size = tf.size;
+  if (a[0] == "render" && a.size() >= 3) {
+    std::vector<StTensor> out;
+    std::map<std::string, std::string> meta;
+    for (size_t j = 2; j < a.size(); ++j) {
+      std::vector<std::string> f;
+      std::stringstream ss(a[j]);
+      for (std::string t; std::getline(ss, t, '|');) f.push_back(t);
+      if (f.size() != 8 && f.size() != 4) throw std::runtime_error("bad render job '" + a[j] + "'");
+      const auto file = slurp(f[0]);
+      const ImageHeader h = read_header(file.data(), file.size());
+      TransformConfig tf;
+      tf.size = std::stoi(f[1]);
+      tf.dct_scaling = f[2] == "on";
+      SamplePlan p;
+      if (f.size() == 4) {
+        p = plan_eval(h.width, h.height, tf);
+      } else {
+        p.box_y0 = std::stoi(f[3]);
+        p.box_x0 = std::stoi(f[4]);
+        p.box_y1 = p.box_y0 + std::stoi(f[5]);
+        p.box_x1 = p.box_x0 + std::stoi(f[6]);
+        p.flip = f[7] == "1";
+        p.out_w = p.out_h = p.size = tf.size;
+      }
+      const Geometry g = plan_geometry(p, h.format, h.width, h.height, tf.dct_scaling);
+      RgbRegion r;
+      decode_region(file.data(), file.size(), g.scale_num, g.region, &r);
+      std::vector<float> img(size_t(tf.size) * size_t(tf.size) * 3), tmp;
+      render(r, g, p, tf, DType::F32, img.data(), &tmp);
+      const std::string name = std::to_string(j - 2);
+      out.push_back(tensor(name, "F32", {tf.size, tf.size, 3}, img.data(), img.size() * 4));
+      meta["scale_num_" + name] = std::to_string(g.scale_num);
     }
-    const Geometry g = plan_geometry(p, h.format, h.width, h.height, tf.dct_scaling);
-    RgbRegion r;
-    decode_region(file.data(), file.size(), g.scale_num, g.region, &r);
-    std::vector<float> out(size_t(tf.size) * size_t(tf.size) * 3), tmp;
-    render(r, g, p, tf, DType::F32, out.data(), &tmp);
-    write_safetensors(a[2], {tensor("image", "F32", {tf.size, tf.size, 3}, out.data(), out.size() * 4)},
-                      {{"scale_num", std::to_string(g.scale_num)}, {"decoded_w", std::to_string(r.w)},
-                       {"decoded_h", std::to_string(r.h)}});
+    write_safetensors(a[1], out, meta);
     return 0;
   }
   if (a[0] == "plan" && a.size() == 7) {
@@ -94,6 +111,15 @@ int run(int argc, char** argv) {
     std::cout << "classes";
     for (const auto& c : idx.classes) std::cout << "\t" << c;
     std::cout << "\n";
+    return 0;
+  }
+  if (a[0] == "index-time" && a.size() == 3) {
+    const std::string cache = a[1] + "/.train_resnet-index." + a[2];
+    std::remove(cache.c_str());
+    const IndexLoad scan = load_image_folder(a[1], a[2], {});
+    const IndexLoad cached = load_image_folder(a[1], a[2], {});
+    std::cout << "{\"images\": " << scan.index.size() << ", \"scan_s\": " << scan.seconds << ", \"cached_s\": "
+              << cached.seconds << ", \"from_cache\": " << (cached.from_cache ? "true" : "false") << "}\n";
     return 0;
   }
   if (a[0] == "shard" && a.size() == 7) {

@@ -98,8 +98,12 @@ def main():
     ap.add_argument("out")
     ap.add_argument("--imagenet", type=int, default=0)
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--info", action="store_true", help="also write OUT/info.json (the tests' shared copy)")
     a = ap.parse_args()
     info = imagenet(a.out, a.imagenet, a.seed) if a.imagenet else small(a.out, a.seed)
+    if a.info:
+        with open(os.path.join(a.out, "info.json"), "w") as f:
+            json.dump(info, f)
     print(json.dumps(info))
 
 
