@@ -59,7 +59,7 @@ if [ "$gpu" = 1 ]; then
   echo "bench_data: GPU back end: $(field "$ours" describe)" >&2
   steps="${BENCH_E2E_STEPS:-60}"
   e2e() {  # extra train_resnet arguments -> images/s
-    timeout 300 "$BIN/launch" --gpus 0 --log_dir "$tmp/log" "$BIN/train_resnet" --depth 50 --batch-size 256 --optimizer sgd \
+    timeout 300 "$BIN/launch" --gpus 0 --log_dir "$tmp/log" "$BIN/train_resnet" --depth 50 --num-classes 1000 --batch-size 256 --optimizer sgd \
       --lr 0.1 --max-steps "$steps" --epochs 1000 --log-every 20 "$@" > "$tmp/e2e.log" 2>&1
     grep -o 'Throughput: [0-9.]*' "$tmp/e2e.log" | awk '{print $2}' | tail -1
     grep -E '^Data:' "$tmp/e2e.log" >&2

@@ -178,7 +178,10 @@ IndexLoad load_image_folder(const std::string& dir, const std::string& split,
   const std::string bytes = serialize_index(r.index);
   for (const auto& c : candidates) {
     const std::string folder = c.substr(0, c.rfind('/'));
-    if (folder != dir) ::mkdir(folder.c_str(), 0755);  // ~/.cache/train_resnet may not exist yet
+    if (folder != dir) {  // ~/.cache/train_resnet may not exist yet
+      ::mkdir(folder.substr(0, folder.rfind('/')).c_str(), 0755);
+      ::mkdir(folder.c_str(), 0755);
+    }
     if (writable_dir(folder) && write_atomically(c, bytes)) {
       r.cache_path = c;
       break;
