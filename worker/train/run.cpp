@@ -39,8 +39,8 @@ struct Device {
 
 Device choose_device(const TrainOptions& o, const WorkerEnv& env) {
   Device d;
-  if (o.device == "cpu") return d;
-  if (o.device == "gpu") {
+  if (o.device == DeviceChoice::Cpu) return d;
+  if (o.device == DeviceChoice::Gpu) {
     if (!gpu_backend_built()) {
       throw UsageError("--device gpu: this train_resnet was built without the GPU backend (CUDA, cuDNN, NCCL)");
     }
@@ -52,18 +52,12 @@ Device choose_device(const TrainOptions& o, const WorkerEnv& env) {
   return d;
 }
 
-#ifdef WORKER_HAVE_GPU
-DType dtype_of(const std::string& p) {
-  if (p == "bf16") return DType::BF16;
-  if (p == "fp16") return DType::F16;
-  return DType::F32;
-}
-#endif
-
 std::unique_ptr<Ops> make_backend(const TrainOptions& opt, const Device& dev) {
-  const std::string precision = resolve_precision(opt, dev.gpu);  // throws on CPU + bf16/fp16
+  const DType precision = resolve_precision(opt, dev.gpu);  // throws on CPU + bf16/fp16
 #ifdef WORKER_HAVE_GPU
-  if (dev.gpu) return make_gpu_ops(dev.ordinal, dtype_of(precision));
+  if (dev.gpu) return make_gpu_ops(dev.ordinal, precision);
+#else
+  (void)precision;
 #endif
   return make_cpu_ops(opt.threads);
 }
