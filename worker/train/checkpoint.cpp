@@ -10,6 +10,7 @@
 #include <stdexcept>
 
 #include "worker/core/safetensors.h"
+#include "worker/train/optimizer.h"
 
 namespace worker {
 
@@ -103,11 +104,10 @@ void save_checkpoint(const std::string& path, const Model& model, const ModelSta
   const std::string step = std::to_string(train.step);
   ensure_parent_dir(path);
   std::vector<StTensor> ts;
-  if (train.optimizer == "adam") {
-    ts.push_back(f32_tensor("optimizer.exp_avg", train.slot_a));
-    ts.push_back(f32_tensor("optimizer.exp_avg_sq", train.slot_b));
-  } else {
-    ts.push_back(f32_tensor("optimizer.momentum_buffer", train.slot_a));
+  for (const std::string& name : optimizer_buffer_names(train.optimizer)) {
+    auto it = train.optimizer_state.find(name);
+    if (it == train.optimizer_state.end()) throw std::logic_error("save_checkpoint: no optimizer buffer '" + name + "'");
+    ts.push_back(f32_tensor("optimizer." + name, it->second));
   }
   const std::map<std::string, std::string> tmeta = {
       {"format", kFormat},
@@ -115,7 +115,7 @@ void save_checkpoint(const std::string& path, const Model& model, const ModelSta
       {"epoch", std::to_string(train.epoch)},
       {"batch", std::to_string(train.batch)},
       {"seed", std::to_string(train.seed)},
-      {"optimizer", train.optimizer},
+      {"optimizer", to_string(train.optimizer)},
       {"data", train.data},
       {"num_samples", std::to_string(train.num_samples)},
       {"global_batch", std::to_string(train.global_batch)},
@@ -152,7 +152,14 @@ void load_checkpoint(const std::string& path, const Model& model, ModelState* st
   t.epoch = meta_int(tmeta, "epoch", tpath);
   t.batch = meta_int(tmeta, "batch", tpath);
   t.seed = uint64_t(std::stoull(meta(tmeta, "seed", tpath)));
-  t.optimizer = meta(tmeta, "optimizer", tpath);
+  const std::string& optimizer = meta(tmeta, "optimizer", tpath);
+  if (optimizer == to_string(OptimizerKind::Adam)) {
+    t.optimizer = OptimizerKind::Adam;
+  } else if (optimizer == to_string(OptimizerKind::Sgd)) {
+    t.optimizer = OptimizerKind::Sgd;
+  } else {
+    throw std::runtime_error("training state '" + tpath + "': unknown optimizer '" + optimizer + "'");
+  }
   t.data = meta(tmeta, "data", tpath);
   t.num_samples = meta_int(tmeta, "num_samples", tpath);
   t.global_batch = meta_int(tmeta, "global_batch", tpath);
@@ -176,15 +183,24 @@ void load_checkpoint(const std::string& path, const Model& model, ModelState* st
                              ") do not belong together");
   }
   const size_t n = model.num_params();
-  if (t.optimizer == "adam") {
-    t.slot_a = f32_from(tts, "optimizer.exp_avg", n, tpath);
-    t.slot_b = f32_from(tts, "optimizer.exp_avg_sq", n, tpath);
-  } else if (t.optimizer == "sgd") {
-    t.slot_a = f32_from(tts, "optimizer.momentum_buffer", n, tpath);
-  } else {
-    throw std::runtime_error("training state '" + tpath + "': unknown optimizer '" + t.optimizer + "'");
-  }
+  for (const std::string& name : optimizer_buffer_names(t.optimizer))
+    t.optimizer_state[name] = f32_from(tts, "optimizer." + name, n, tpath);
   *train = std::move(t);
+}
+
+void check_resume_compatible(const std::string& path, const TrainState& saved, const TrainState& now) {
+  auto differs = [&](const char* what, const std::string& was, const std::string& is) {
+    if (was != is) {
+      throw UsageError("cannot resume from '" + path + "': it was trained with " + what + " " + was +
+                       ", this run has " + is + " (the data order would not continue)");
+    }
+  };
+  differs("--optimizer", to_string(saved.optimizer), to_string(now.optimizer));
+  differs("--seed", std::to_string(saved.seed), std::to_string(now.seed));
+  differs("--data", saved.data, now.data);
+  differs("--num-samples", std::to_string(saved.num_samples), std::to_string(now.num_samples));
+  differs("a global batch (ranks x batch x accum-steps) of", std::to_string(saved.global_batch),
+          std::to_string(now.global_batch));
 }
 
 }  // namespace worker

@@ -10,10 +10,12 @@
 #pragma once
 
 #include <cstdint>
+#include <map>
 #include <string>
 #include <vector>
 
 #include "worker/core/model.h"
+#include "worker/train/options.h"
 
 namespace worker {
 
@@ -22,8 +24,8 @@ struct TrainState {
   int64_t epoch = 0;     // where to continue: epoch ...
   int64_t batch = 0;     // ... and step index within it
   uint64_t seed = 0;
-  std::string optimizer; // "adam" (exp_avg, exp_avg_sq) or "sgd" (momentum_buffer)
-  std::string data;      // "random" / "learnable"
+  OptimizerKind optimizer = OptimizerKind::Adam;
+  std::string data;      // the data source's name ("random", "learnable")
   int64_t num_samples = 0;
   int64_t global_batch = 0;  // world * batch * accum
   // fp16 loss scaling (LossScaler): scale 0 when the run does not scale; `skipped` optimizer
@@ -31,9 +33,14 @@ struct TrainState {
   float loss_scale = 0.0f;
   int64_t loss_scale_growth_tracker = 0;
   int64_t skipped_steps = 0;
-  std::vector<float> slot_a; // adam: exp_avg; sgd: momentum_buffer
-  std::vector<float> slot_b; // adam: exp_avg_sq; sgd: empty
+  // The optimizer's buffers by name (optimizer_buffer_names: "exp_avg", "momentum_buffer", ...),
+  // flat fp32 in the internal layout; stored as "optimizer.<name>".
+  std::map<std::string, std::vector<float>> optimizer_state;
 };
+
+// Throws UsageError naming the first setting in which this run (`now`) differs from the one
+// that wrote the checkpoint at `path` (`saved`) such that it could not continue it.
+void check_resume_compatible(const std::string& path, const TrainState& saved, const TrainState& now);
 
 std::string train_state_path(const std::string& weights_path);
 // Creates the folder that will hold `path` (mkdir -p), so `--save ckpt/run1` works from a fresh

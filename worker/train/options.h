@@ -1,4 +1,6 @@
 // train_resnet's command line: the options struct, its CLI11 parser and its validation.
+// Every choice among names (optimizer, data, device, precision, schedule) is parsed into an
+// enum class here, once; the rest of the worker never compares option strings.
 // Validation is a pure function of the struct, so tests check it with plain values.
 #pragma once
 
@@ -8,6 +10,7 @@
 #include <string>
 #include <vector>
 
+#include "worker/core/ops.h"
 #include "worker/data/loader_kind.h"
 
 namespace worker {
@@ -18,22 +21,32 @@ class UsageError : public std::runtime_error {
   using std::runtime_error::runtime_error;
 };
 
+enum class OptimizerKind : uint8_t { Adam, Sgd };
+enum class DataSourceKind : uint8_t { Random, Learnable, Images };  // synthetic (worker/core/synthetic.h), or images
+enum class DeviceChoice : uint8_t { Auto, Cpu, Gpu };
+enum class Precision : uint8_t { Default, Fp32, Bf16, Fp16 };  // Default: bf16 on GPU, fp32 on CPU
+
+// The names the command line and the checkpoints use ("adam", "learnable", "gpu", "bf16").
+const char* to_string(OptimizerKind k);
+const char* to_string(DataSourceKind k);
+const char* to_string(DeviceChoice k);
+const char* to_string(Precision p);
+
 struct TrainOptions {
+  // --- model and run (issue 4)
   int depth = 50;
   int width = 64;
   int num_classes = 1000;
   int image_size = 224;
   int batch_size = 32;       // per rank, per micro-batch
-  int64_t num_samples = 1000;
   int epochs = 3;
   int64_t max_steps = 0;     // 0: no limit (optimizer steps, counted from the start of training)
-  std::string optimizer = "adam";
+  OptimizerKind optimizer = OptimizerKind::Adam;
   double lr = 1e-3;
   double momentum = 0.9;
   double weight_decay = 0.0;
   int accum_steps = 1;
   uint64_t seed = 0;
-  std::string data = "random";
   std::string init;          // weights only
   std::string save;
   int64_t save_every = 0;    // 0: only at the end
@@ -41,11 +54,15 @@ struct TrainOptions {
   std::string dump_batch;
   std::string metrics_file;
   int log_every = 10;
-  std::string device = "auto";
-  std::string precision;     // "" = default: bf16 on GPU, fp32 on CPU
+  DeviceChoice device = DeviceChoice::Auto;
+  Precision precision = Precision::Default;
   int threads = 0;           // CPU threads; 0: OMP_NUM_THREADS, else all cores
 
-  // --- data (issue 11): --data DIR|LISTFILE (above) reads images; these shape how
+  // --- data (issue 4: synthetic; issue 11 adds images)
+  DataSourceKind data = DataSourceKind::Random;
+  int64_t num_samples = 1000;  // synthetic training samples
+  // Images (--data DIR|LISTFILE): the data set, its val split, and how it is decoded
+  std::string data_path;                 // an ImageFolder DIR or a list file
   std::string val_data;                  // the val split's list file, for a list-file --data
   Loader loader = Loader::Auto;          // which back end decodes
   int data_threads = 0;                  // decode threads per rank; 0: the node's cores / LOCAL_WORLD_SIZE
@@ -65,7 +82,7 @@ std::optional<TrainOptions> parse_options(const std::vector<std::string>& args);
 // Throws UsageError naming the offending option and what would be valid.
 void validate(const TrainOptions& o);
 
-// The precision actually used on a device ("cpu" or "gpu"): the default, or a UsageError.
-std::string resolve_precision(const TrainOptions& o, bool gpu);
+// The compute dtype actually used on the CPU or the GPU: the default, or a UsageError.
+DType resolve_precision(const TrainOptions& o, bool gpu);
 
 }  // namespace worker

@@ -71,4 +71,12 @@ std::vector<int64_t> Sampler::batch(const std::vector<int64_t>& perm, int rank, 
   return out;
 }
 
+std::vector<std::vector<int64_t>> Sampler::epoch_order(int64_t epoch, int rank, int64_t first_step) const {
+  const std::vector<int64_t> perm = permutation(epoch);
+  std::vector<std::vector<int64_t>> order;
+  for (int64_t step = first_step; step < steps_per_epoch(); ++step)
+    for (int micro = 0; micro < cfg_.accum; ++micro) order.push_back(batch(perm, rank, micro, step));
+  return order;
+}
+
 }  // namespace worker

@@ -35,6 +35,9 @@ class Sampler {
   // permutation is `perm`.
   std::vector<int64_t> batch(const std::vector<int64_t>& perm, int rank, int micro,
                              int64_t step) const;
+  // Everything rank `rank` reads in steps [first_step, steps_per_epoch()) of an epoch, one entry
+  // per micro-batch in reading order (step by step, micro-batches within a step).
+  std::vector<std::vector<int64_t>> epoch_order(int64_t epoch, int rank, int64_t first_step) const;
 
  private:
   SamplerConfig cfg_;

@@ -1,15 +1,26 @@
-// The data-parallel training loop, independent of the backend and of the communicator.
+// The data-parallel training loop, independent of the backend and of the communicator: a
+// training session whose named parts (resume, step, log, save, report) run() strings together.
 #pragma once
 
 #include <atomic>
+#include <chrono>
 #include <cstdint>
+#include <memory>
 #include <ostream>
+#include <vector>
 
 #include "worker/core/comm.h"
+#include "worker/core/model.h"
 #include "worker/core/ops.h"
 #include "worker/data/batch_source.h"
+#include "worker/train/checkpoint.h"
 #include "worker/train/env.h"
+#include "worker/train/grad_reducer.h"
+#include "worker/train/loss_scaler.h"
+#include "worker/train/metrics.h"
+#include "worker/train/optimizer.h"
 #include "worker/train/options.h"
+#include "worker/train/sampler.h"
 
 namespace worker {
 
@@ -21,10 +32,72 @@ struct TrainResult {
 
 // Trains as the options say; rank 0 writes the log to `out`. `save_request` (may be null) is
 // polled at every step boundary: when set, rank 0 saves to --save and clears it (for a
-// checkpoint signal). `data` (may be null: synthetic data from Ops::make_batch) reads the
-// micro-batches of a real data set (worker/train/data_setup.h). Throws on any failure
-// (checkpoint, communication, backend, data).
+// checkpoint signal). Throws on any failure (checkpoint, communication, backend).
 TrainResult train(const TrainOptions& opt, const WorkerEnv& env, Ops& ops, Comm& comm, std::ostream& out,
-                  std::atomic<bool>* save_request = nullptr, BatchSource* data = nullptr);
+                  std::atomic<bool>* save_request = nullptr);
+
+// Where a run stands in its data: the epoch and the step within it that comes next.
+struct Position {
+  int64_t epoch = 0;
+  int64_t batch = 0;
+};
+
+// What one optimizer step measured.
+struct StepStats {
+  double loss = 0.0;          // mean over this rank's micro-batches (when asked for)
+  double data_wait_ms = 0.0;  // time the data source blocked this step
+};
+
+class TrainingSession {
+ public:
+  TrainingSession(const TrainOptions& opt, Ops& ops, Comm& comm, std::ostream& out,
+                  std::atomic<bool>* save_request);
+  TrainResult run();
+
+ private:
+  using Clock = std::chrono::steady_clock;
+
+  void resume();                             // --init, --resume or fresh; rank 0's state for all
+  void announce();                           // the start-up line
+  StepStats step(bool want_loss);            // one optimizer step at the current position
+  void log(const Position& at, const StepStats& s);
+  void save(const Position& next);           // rank 0: weights + training state to --save
+  void report();                             // throughput, memory, final save, checksums
+  bool finished() const { return opt_.max_steps > 0 && state_.step >= opt_.max_steps; }
+  void dump_first_batch(const std::vector<int64_t>& indices);
+
+  const TrainOptions& opt_;
+  Ops& ops_;
+  Comm& comm_;
+  std::ostream& out_;
+  std::atomic<bool>* save_request_;
+  const int rank_, world_;
+  const bool lead_;
+
+  std::unique_ptr<BatchSource> train_data_;
+  Sampler sampler_;
+  int64_t steps_per_epoch_ = 0;
+  int64_t global_batch_ = 0;
+  Model model_;
+  Optimizer optimizer_;
+  LossScaler scaler_;
+  GradReducer reducer_;
+  bool overlap_ = false;     // all-reduce buckets during backward (NCCL's own stream)
+
+  TrainState state_;         // the run's settings and step count (what a checkpoint records)
+  Position pos_;             // the next step's place in the data
+  std::vector<std::vector<int64_t>> pass_order_;  // this rank's micro-batches of the current epoch
+  MetricsLog metrics_;       // --metrics-file (rank 0)
+
+  // Timing: the first step pays for warm-up, throughput counts from its end.
+  TrainResult result_;
+  Clock::time_point t_start_{}, t_first_{}, t_window_{};
+  int64_t window_steps_ = 0;
+  // Time the steps waited for their input (data_wait_ms): over the log window and the run.
+  double wait_window_ms_ = 0, wait_total_ms_ = 0;
+  int64_t wait_window_steps_ = 0;
+  Comm::Timing comm_prev_;
+  bool comm_timed_ = false;
+};
 
 }  // namespace worker

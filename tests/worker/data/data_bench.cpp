@@ -10,7 +10,7 @@
 #include <vector>
 
 #include "worker/core/backend.h"
-#include "worker/data/make_batch_source.h"
+#include "worker/data/open_image_source.h"
 #include "worker/train/sampler.h"
 
 using namespace worker;
@@ -37,7 +37,7 @@ int main(int argc, char** argv) {
       if (gpu) throw std::runtime_error("built without the GPU backend");
       ops = make_cpu_ops(1);
     }
-    auto src = make_batch_source(o, Split::Train, *ops);
+    auto src = open_image_source(o, Split::Train, *ops);
     const DType dt = ops->compute_dtype();
     Act x{ops->alloc(size_t(o.batch) * o.tf.size * o.tf.size * 3 * dtype_size(dt)), dt, o.batch, o.tf.size, o.tf.size, 3};
     auto* labels = static_cast<int32_t*>(ops->alloc(sizeof(int32_t) * size_t(o.batch)));

@@ -22,7 +22,7 @@
 #include "worker/data/dataset_cache.h"
 #include "worker/data/decode.h"
 #include "worker/data/image_source.h"
-#include "worker/data/make_batch_source.h"
+#include "worker/data/open_image_source.h"
 #include "worker/data/transform.h"
 #include "worker/train/sampler.h"
 
@@ -163,7 +163,7 @@ int run(int argc, char** argv) {
     for (std::string t; std::getline(ss, t, ',');) idx.push_back(std::stoll(t));
     o.batch = int(idx.size());
     auto ops = make_cpu_ops(1);
-    auto src = make_batch_source(o, a[2] == "val" ? Split::Val : Split::Train, *ops);
+    auto src = open_image_source(o, a[2] == "val" ? Split::Val : Split::Train, *ops);
     std::vector<float> images(idx.size() * size_t(o.tf.size) * size_t(o.tf.size) * 3);
     std::vector<int32_t> labels(idx.size());
     Act x{images.data(), DType::F32, int(idx.size()), o.tf.size, o.tf.size, 3};

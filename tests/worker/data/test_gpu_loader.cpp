@@ -24,7 +24,7 @@
 #include <vector>
 
 #include "worker/core/backend.h"
-#include "worker/data/make_batch_source.h"
+#include "worker/data/open_image_source.h"
 
 using namespace worker;
 
@@ -132,9 +132,9 @@ void compare(const std::string& root, Split split, DType dtype, Loader gpu_loade
   auto cpu_ops = make_cpu_ops(2);
   auto gpu_ops = make_gpu_ops(0, dtype);
   o.loader = Loader::Cpu;
-  auto cpu = make_batch_source(o, split, *cpu_ops);
+  auto cpu = open_image_source(o, split, *cpu_ops);
   o.loader = gpu_loader;
-  auto gpu = make_batch_source(o, split, *gpu_ops);
+  auto gpu = open_image_source(o, split, *gpu_ops);
   std::cout << what << ": " << gpu->describe() << std::endl;
   const int64_t n = cpu->info().size;
   std::vector<BatchIndices> order;

@@ -28,13 +28,13 @@ TEST_CASE("defaults are the paddle guide's", "[train][options]") {
   CHECK(o->batch_size == 32);
   CHECK(o->num_samples == 1000);
   CHECK(o->epochs == 3);
-  CHECK(o->optimizer == "adam");
+  CHECK(o->optimizer == worker::OptimizerKind::Adam);
   CHECK(o->lr == 1e-3);
   CHECK(o->log_every == 10);
-  CHECK(o->data == "random");
-  CHECK(o->device == "auto");
-  CHECK(worker::resolve_precision(*o, true) == "bf16");
-  CHECK(worker::resolve_precision(*o, false) == "fp32");
+  CHECK(o->data == worker::DataSourceKind::Random);
+  CHECK(o->device == worker::DeviceChoice::Auto);
+  CHECK(worker::resolve_precision(*o, true) == worker::DType::BF16);
+  CHECK(worker::resolve_precision(*o, false) == worker::DType::F32);
 }
 
 TEST_CASE("every option is parsed", "[train][options]") {
@@ -48,7 +48,10 @@ TEST_CASE("every option is parsed", "[train][options]") {
   CHECK(o->depth == 18);
   CHECK(o->width == 16);
   CHECK(o->max_steps == 5);
-  CHECK(o->optimizer == "sgd");
+  CHECK(o->optimizer == worker::OptimizerKind::Sgd);
+  CHECK(o->data == worker::DataSourceKind::Learnable);
+  CHECK(o->device == worker::DeviceChoice::Cpu);
+  CHECK(o->precision == worker::Precision::Fp32);
   CHECK(o->momentum == 0.5);
   CHECK(o->weight_decay == 1e-4);
   CHECK(o->accum_steps == 2);
@@ -103,6 +106,6 @@ TEST_CASE("bad values are usage errors naming the option", "[train][options]") {
     CHECK(err.find('\n') == std::string::npos);
   }
   TrainOptions o;
-  o.precision = "fp16";
+  o.precision = worker::Precision::Fp16;
   CHECK_THROWS_AS(worker::resolve_precision(o, false), UsageError);  // auto picked the CPU
 }

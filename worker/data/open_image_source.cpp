@@ -1,4 +1,4 @@
-#include "worker/data/make_batch_source.h"
+#include "worker/data/open_image_source.h"
 
 #include <sys/stat.h>
 
@@ -47,8 +47,6 @@ void check_same_classes(const std::string& data, const std::vector<std::string>&
 
 }  // namespace
 
-bool is_synthetic_data(const std::string& data) { return data == "random" || data == "learnable"; }
-
 bool nvjpeg_built() {
 #ifdef WORKER_HAVE_NVJPEG
   return true;
@@ -62,7 +60,7 @@ bool has_split(const DataSourceOptions& o, Split split) {
   return is_dir(o.data) ? is_dir(o.data + "/val") : !o.val_data.empty();
 }
 
-std::unique_ptr<BatchSource> make_batch_source(const DataSourceOptions& o, Split split, Ops& ops) {
+std::unique_ptr<BatchSource> open_image_source(const DataSourceOptions& o, Split split, Ops& ops) {
   const char* split_name = split == Split::Train ? "train" : "val";
   struct stat st{};
   if (::stat(o.data.c_str(), &st) != 0) {
@@ -100,6 +98,14 @@ std::unique_ptr<BatchSource> make_batch_source(const DataSourceOptions& o, Split
   SplitInfo info;
   info.size = index->size();
   info.num_classes = index->num_classes;
+  if (o.num_classes > 0) {
+    if (o.num_classes < index->num_classes) {
+      throw DataError("--num-classes " + std::to_string(o.num_classes) + " is fewer than the " +
+                      std::to_string(index->num_classes) + " classes of --data " + o.data +
+                      " (leave --num-classes out to use the data's)");
+    }
+    info.num_classes = o.num_classes;
+  }
   info.class_names = index->classes;
 
   LoaderConfig cfg;

@@ -1,6 +1,6 @@
-// The seam between the trainer and the data: --data names synthetic data (random, learnable:
-// the trainer keeps generating those with Ops::make_batch) or an image data set, which this
-// factory opens (index, checks) and hands to the back end that decodes it.
+// Opening an image data set (issue 11): the index of the split, the checks that make a bad data
+// set an error before any training, and the back end that decodes it. The trainer reaches it
+// through worker/train/data.h's make_batch_source (--data DIR|LISTFILE).
 #pragma once
 
 #include <memory>
@@ -22,10 +22,9 @@ struct DataSourceOptions {
   bool strict = false;
   int batch = 32;
   uint64_t seed = 0;
+  int num_classes = 0;      // 0: the data's; else the model's classes (at least the data's)
   TransformConfig tf;       // size, crop scale, flip, augment, DCT scaling
 };
-
-bool is_synthetic_data(const std::string& data);  // "random" or "learnable"
 
 // True when the GPU back end (nvJPEG) was compiled in.
 bool nvjpeg_built();
@@ -33,7 +32,7 @@ bool nvjpeg_built();
 // Opens the split of the data set and its back end. Throws DataError for anything wrong with
 // the data (a missing path, an empty folder, a class without images, val classes that differ
 // from train's), before any training.
-std::unique_ptr<BatchSource> make_batch_source(const DataSourceOptions& o, Split split, Ops& ops);
+std::unique_ptr<BatchSource> open_image_source(const DataSourceOptions& o, Split split, Ops& ops);
 
 // Whether the split exists (an ImageFolder without val/, a list file without --val-data: no).
 bool has_split(const DataSourceOptions& o, Split split);
