@@ -314,8 +314,9 @@ void TrainingSession::report() {
            << " ms of it after backward ended (not overlapped), " << ct.steps << " steps" << std::endl;
     }
     out_ << "Data: waited " << strf("%.2f", result_.steps > 0 ? wait_total_ms_ / double(result_.steps) : 0.0)
-         << " ms per step for input (rank 0), " << skipped_all << " unreadable image read(s) skipped (all ranks)"
-         << std::endl;
+         << " ms per step for input (rank 0)";
+    if (opt_.data == DataSourceKind::Images) out_ << ", " << skipped_all << " unreadable image read(s) skipped (all ranks)";
+    out_ << std::endl;
     if (env_flag("WORKER_MEM_REPORT")) memory_report(out_, model_, ops_, optimizer_.state_bytes());
     nlohmann::json j = {{"final", true}, {"steps", result_.steps}, {"throughput_images_per_s", result_.images_per_s},
                         {"peak_bytes", my_peak}, {"peak_bytes_max_rank", max_peak}, {"world", world_},
