@@ -104,14 +104,14 @@ inline float write_reference_step(Ops& ops, const ModelConfig& cfg, DataKind kin
     write_safetensors(out + "/grads.safetensors", ts);
   }
   float* mom = static_cast<float*>(ops.alloc(m.num_params() * 4));
-  ops.sgd_step(kSgdLr, kSgdMomentum, kSgdWd, mom, true);
+  ops.sgd_step(kSgdLr, kSgdMomentum, kSgdWd, mom, true, false, nullptr);
   ops.params_updated();
   save_state(m, out + "/sgd.safetensors");
 
   one_step();
   float* am = static_cast<float*>(ops.alloc(m.num_params() * 4));
   float* av = static_cast<float*>(ops.alloc(m.num_params() * 4));
-  ops.adam_step(kAdamLr, 0.9f, 0.999f, 1e-8f, kAdamWd, 1, am, av);
+  ops.adam_step(kAdamLr, 0.9f, 0.999f, 1e-8f, kAdamWd, 1, am, av, nullptr);
   ops.params_updated();
   save_state(m, out + "/adam.safetensors");
   return loss;

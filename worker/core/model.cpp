@@ -450,7 +450,8 @@ struct Model::Impl {
     }
     ops.avgpool_forward(*blocks.back().out, avg_out);
     ops.fc_forward(avg_out, fc_w, fc_b, cfg.num_classes, logits);
-    ops.softmax_xent(cfg.batch, cfg.num_classes, logits, labels, grad_scale, loss, dlogits);
+    ops.softmax_xent(cfg.batch, cfg.num_classes, logits, labels, grad_scale, cfg.label_smoothing, loss,
+                     dlogits);
     if (train) ++batches_tracked;
   }
 

@@ -19,6 +19,7 @@ struct ModelConfig {
   int num_classes = 1000;
   int image_size = 224;
   int batch = 32;          // micro-batch per rank: activations are sized for it
+  float label_smoothing = 0.0f;  // of the loss (torch's CrossEntropyLoss(label_smoothing=))
 };
 
 // One entry of the state dict, in torchvision's state_dict() order and naming.
