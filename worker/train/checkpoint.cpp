@@ -123,9 +123,19 @@ void save_checkpoint(const std::string& path, const Model& model, const ModelSta
       {"loss_scale", float_text(train.loss_scale)},
       {"loss_scale_growth_tracker", std::to_string(train.loss_scale_growth_tracker)},
       {"skipped_steps", std::to_string(train.skipped_steps)},
+      {"best_top1", std::to_string(train.best_top1)},
   };
   write_safetensors(train_state_path(path), ts, tmeta);
-  write_safetensors(path, model_state_to_tensors(model, state), {{"format", "pt"}, {"step", step}});
+  write_weights(path, model, state, train.step);
+}
+
+void write_weights(const std::string& path, const Model& model, const ModelState& state, int64_t step,
+                   const std::map<std::string, std::string>& extra) {
+  std::map<std::string, std::string> meta = extra;
+  meta["format"] = "pt";
+  meta["step"] = std::to_string(step);
+  ensure_parent_dir(path);
+  write_safetensors(path, model_state_to_tensors(model, state), meta);
 }
 
 ModelState load_weights(const std::string& path, const Model& model) {
@@ -175,6 +185,14 @@ void load_checkpoint(const std::string& path, const Model& model, ModelState* st
     if (t.skipped_steps < 0 || t.skipped_steps > t.step) {
       throw std::runtime_error("training state '" + tpath + "': skipped_steps " + std::to_string(t.skipped_steps) +
                                " is not within 0.." + std::to_string(t.step));
+    }
+  }
+  if (tmeta.count("best_top1")) {
+    const std::string& v = tmeta["best_top1"];
+    char* end = nullptr;
+    t.best_top1 = std::strtod(v.c_str(), &end);
+    if (v.empty() || *end != '\0') {
+      throw std::runtime_error("training state '" + tpath + "': metadata 'best_top1'='" + v + "' is not a number");
     }
   }
   if (wmeta.count("step") == 0 || wmeta["step"] != std::to_string(t.step)) {

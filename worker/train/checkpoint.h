@@ -33,6 +33,7 @@ struct TrainState {
   float loss_scale = 0.0f;
   int64_t loss_scale_growth_tracker = 0;
   int64_t skipped_steps = 0;
+  double best_top1 = -1.0;   // --save-best: the best validation top-1 so far (percent; -1: none)
   // The optimizer's buffers by name (optimizer_buffer_names: "exp_avg", "momentum_buffer", ...),
   // flat fp32 in the internal layout; stored as "optimizer.<name>".
   std::map<std::string, std::vector<float>> optimizer_state;
@@ -50,6 +51,9 @@ bool checkpoint_exists(const std::string& weights_path);  // both files present
 
 void save_checkpoint(const std::string& path, const Model& model, const ModelState& state,
                      const TrainState& train);
+// The weights alone (--save-best): torchvision's names; `step` and `extra` in the metadata.
+void write_weights(const std::string& path, const Model& model, const ModelState& state, int64_t step,
+                   const std::map<std::string, std::string>& extra = {});
 // Weights only (--init). Errors name the file and the tensor.
 ModelState load_weights(const std::string& path, const Model& model);
 // Weights and training state (--resume). Errors name the file and the tensor.

@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "worker/core/ops.h"
+#include "worker/train/lr_schedule.h"
 
 namespace worker {
 
@@ -30,6 +31,7 @@ const char* to_string(OptimizerKind k);
 const char* to_string(DataSourceKind k);
 const char* to_string(DeviceChoice k);
 const char* to_string(Precision p);
+const char* to_string(LrScheduleKind k);
 
 struct TrainOptions {
   // --- model and run (issue 4)
@@ -60,6 +62,25 @@ struct TrainOptions {
   // --- data (issue 4: synthetic; issue 11 adds images)
   DataSourceKind data = DataSourceKind::Random;
   int64_t num_samples = 1000;  // synthetic training samples
+
+  // --- recipe (issue 12): defaults as torchvision's reference recipe where it has one
+  LrScheduleKind lr_schedule = LrScheduleKind::Constant;
+  double warmup_epochs = 0.0;          // linear warm-up from 0 (fractional epochs allowed)
+  std::vector<int> lr_steps = {30, 60, 90};  // epochs at which the step schedule multiplies by lr_gamma
+  double lr_gamma = 0.1;
+  int64_t lr_base_batch = 0;           // 0: --lr as given; N: --lr is for N images, scaled linearly
+  double label_smoothing = 0.0;
+  bool nesterov = false;
+  bool no_wd_on_bn_bias = false;       // batch-norm weights, biases and the FC bias not decayed
+
+  // --- validation (issue 12)
+  int64_t val_samples = 0;             // synthetic validation samples (0: no validation)
+  int eval_every = 1;                  // epochs between evaluations (and one at the end)
+  bool eval_only = false;              // evaluate --init's weights and exit
+  bool save_best = false;              // keep the best top-1's weights beside --save
+
+  // --- what a user sees (issue 12)
+  std::string tensorboard;             // folder for TensorBoard event files (rank 0)
 };
 
 // Parses argv (argv[0] included). Returns nullopt when --help was printed. Throws UsageError.
