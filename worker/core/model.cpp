@@ -600,6 +600,8 @@ void Model::forward_backward(float grad_scale) {
 
 void Model::forward_eval() { impl_->forward(false, 1.0f); }
 
+void Model::set_label_smoothing(float e) { impl_->cfg.label_smoothing = e; }
+
 float Model::last_loss() {
   float v = 0;
   impl_->ops.synchronize();

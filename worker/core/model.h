@@ -73,6 +73,8 @@ class Model {
   std::vector<float> last_logits();
   // Forward in eval mode (running statistics); loss available through last_loss().
   void forward_eval();
+  // The label smoothing of the loss from now on (ModelConfig::label_smoothing at construction).
+  void set_label_smoothing(float e);
 
   // Called during backward whenever the gradients of [begin, end) of the flat buffer are
   // final for this micro-batch, from the end of the buffer towards the start. Lets the trainer
