@@ -60,6 +60,22 @@ CLI::Option* add_choice(CLI::App& app, const std::string& flag, E& target, const
   return opt;
 }
 
+// Digits only: CLI11 would read "-1" as 2^64-1.
+uint64_t parse_seed(const std::string& v) {
+  size_t used = 0;
+  uint64_t x = 0;
+  const bool digits = !v.empty() && v.find_first_not_of("0123456789") == std::string::npos;
+  try {
+    if (digits) x = std::stoull(v, &used);
+  } catch (const std::exception&) {
+    used = 0;
+  }
+  if (!digits || used != v.size()) {
+    throw UsageError("--seed must be an integer from 0 to 18446744073709551615, got '" + v + "'");
+  }
+  return x;
+}
+
 // "30,60,90" -> {30, 60, 90}; one repeated option replaces the whole list.
 std::vector<int> parse_epoch_list(const std::string& flag, const std::string& v) {
   std::vector<int> out;
@@ -99,7 +115,10 @@ CLI::App& describe(CLI::App& app, TrainOptions& o) {
   app.add_option("--weight-decay", o.weight_decay, "L2 weight decay (added to the gradient, as torch.optim)")
       ->capture_default_str();
   app.add_option("--accum-steps", o.accum_steps, "micro-batches accumulated per optimizer step")->capture_default_str();
-  app.add_option("--seed", o.seed, "seed of the initialisation, the data and the shuffling")->capture_default_str();
+  app.add_option_function<std::string>(
+         "--seed", [&o](const std::string& v) { o.seed = parse_seed(v); },
+         "seed of the initialisation, the data and the shuffling (0 .. 2^64-1)")
+      ->default_str("0");
   app.add_option("--init", o.init, "start from these weights (safetensors, torchvision names)");
   app.add_option("--save", o.save, "write the weights here at the end (rank 0; training state beside it)");
   app.add_option("--save-every", o.save_every, "also save every N optimizer steps (needs --save)");

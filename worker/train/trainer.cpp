@@ -86,21 +86,14 @@ std::string hms(double seconds) {
   return buf;
 }
 
-// Where --save-best keeps the best weights: ckpt.safetensors -> ckpt.best.safetensors.
-std::string best_path(const std::string& save) {
-  const std::string ext = ".safetensors";
-  if (save.size() > ext.size() && save.compare(save.size() - ext.size(), ext.size(), ext) == 0)
-    return save.substr(0, save.size() - ext.size()) + ".best" + ext;
-  return save + ".best";
-}
 
 }  // namespace
 
 // --- Set-up: data, sampler, model, optimizer (nothing is allocated in the loop)
 
 TrainingSession::TrainingSession(const TrainOptions& opt, Ops& ops, Comm& comm, std::ostream& out,
-                                 std::atomic<bool>* save_request)
-    : opt_(opt), ops_(ops), comm_(comm), out_(out), save_request_(save_request), rank_(comm.rank()),
+                                 const Requests& requests)
+    : opt_(opt), ops_(ops), comm_(comm), out_(out), requests_(requests), rank_(comm.rank()),
       world_(comm.size()), lead_(rank_ == 0), train_data_(train_source(opt, ops)),
       val_data_(make_batch_source(opt, Split::Val, ops)),
       sampler_(sampler_config(opt, *train_data_, world_)), steps_per_epoch_(checked_steps_per_epoch(sampler_, opt, world_)),
@@ -148,11 +141,12 @@ TrainResult TrainingSession::run() {
       pos_ = {epoch + (b + 1) / steps_per_epoch_, (b + 1) % steps_per_epoch_};
       if (log_now) log({epoch, b}, s);
       const bool scheduled = opt_.save_every > 0 && state_.step % opt_.save_every == 0;
-      const bool requested = save_request_ && save_request_->exchange(false);
+      const bool requested = requests_.save && requests_.save->exchange(false);
       if (scheduled || requested) save(pos_);
       if (lead_ && requested && !scheduled) {
         out_ << "Saved " << opt_.save << " at step " << state_.step << " (checkpoint signal)" << std::endl;
       }
+      if (stop_requested()) return stop();
     }
     if (val_data_ && pos_.batch == 0 && (epoch + 1) % opt_.eval_every == 0) validate(epoch);
   }
@@ -219,8 +213,7 @@ void TrainingSession::dump_first_batch(const std::vector<int64_t>& indices) {
 
 void TrainingSession::resume() {
   model_.init(opt_.seed);
-  std::string from = opt_.resume;
-  if (from == "auto") from = checkpoint_exists(opt_.save) ? opt_.save : "";
+  const std::string from = resume_source(opt_.resume, opt_.save);
   if (!opt_.init.empty()) {
     model_.set_state(load_weights(opt_.init, model_));
   } else if (!from.empty()) {
@@ -394,9 +387,9 @@ void TrainingSession::validate(int64_t epoch) {
                                      {"val/top5", float(c.top5_percent())},
                                      {"val/loss", float(c.mean_loss())}});
   if (best && opt_.save_best) {
-    write_weights(best_path(opt_.save), model_, model_.get_state(), state_.step,
+    write_weights(best_weights_path(opt_.save), model_, model_.get_state(), state_.step,
                   {{"top1", strf("%.4f", c.top1_percent())}, {"epoch", std::to_string(epoch)}});
-    out_ << "Saved " << best_path(opt_.save) << " (best top-1 so far)" << std::endl;
+    out_ << "Saved " << best_weights_path(opt_.save) << " (best top-1 so far)" << std::endl;
   }
 }
 
@@ -494,15 +487,40 @@ void TrainingSession::report() {
   }
   if (!opt_.save.empty()) {
     out_ << "; checkpoint " << opt_.save;
-    if (opt_.save_best && best_epoch_ >= 0) out_ << ", best " << best_path(opt_.save);
+    if (opt_.save_best && best_epoch_ >= 0) out_ << ", best " << best_weights_path(opt_.save);
   }
   if (tensorboard_.is_open()) out_ << "; TensorBoard " << tensorboard_.path();
   out_ << std::endl;
 }
 
+// --- Stop (SIGINT, SIGTERM with --save): every rank stops at the same step boundary
+
+bool TrainingSession::stop_requested() {
+  if (!requests_.stop) return false;
+  int mine = requests_.stop->load(), any = mine;
+  if (world_ > 1) {  // a signal may reach the ranks on either side of a boundary: agree on one
+    std::vector<int> all(static_cast<size_t>(world_));
+    comm_.allgather_host(&mine, all.data(), sizeof(int));
+    for (int s : all) any = any ? any : s;
+  }
+  stop_signal_ = any;
+  return any != 0;
+}
+
+TrainResult TrainingSession::stop() {
+  save(pos_);
+  result_.stop_signal = stop_signal_;
+  if (lead_) {
+    out_ << "Stopped by signal " << stop_signal_ << " at step " << state_.step << ": saved " << opt_.save
+         << " (training state " << train_state_path(opt_.save) << "); continue with --resume " << opt_.save
+         << std::endl;
+  }
+  return result_;
+}
+
 TrainResult train(const TrainOptions& opt, const WorkerEnv& /*env*/, Ops& ops, Comm& comm, std::ostream& out,
-                  std::atomic<bool>* save_request) {
-  TrainingSession session(opt, ops, comm, out, save_request);
+                  const Requests& requests) {
+  TrainingSession session(opt, ops, comm, out, requests);
   return session.run();
 }
 

@@ -34,13 +34,22 @@ struct TrainResult {
   bool checksums_agree = true;
   double best_top1 = -1.0;     // validation top-1 in percent (-1: not evaluated)
   double last_top1 = -1.0;
+  int stop_signal = 0;         // the signal that stopped training early (after saving), else 0
 };
 
-// Trains as the options say; rank 0 writes the log to `out`. `save_request` (may be null) is
-// polled at every step boundary: when set, rank 0 saves to --save and clears it (for a
-// checkpoint signal). Throws on any failure (checkpoint, communication, backend).
+// What signal handlers ask of the loop, polled at every step boundary (either may be null).
+struct Requests {
+  // The checkpoint signal: rank 0 saves to --save, clears the flag, training goes on.
+  std::atomic<bool>* save = nullptr;
+  // SIGINT/SIGTERM (their number): every rank stops at the same step boundary (agreed by an
+  // all-gather every step), rank 0 saves to --save, train() returns with stop_signal set.
+  std::atomic<int>* stop = nullptr;
+};
+
+// Trains as the options say; rank 0 writes the log to `out`. Throws on any failure
+// (checkpoint, communication, backend).
 TrainResult train(const TrainOptions& opt, const WorkerEnv& env, Ops& ops, Comm& comm, std::ostream& out,
-                  std::atomic<bool>* save_request = nullptr);
+                  const Requests& requests = {});
 
 // Where a run stands in its data: the epoch and the step within it that comes next.
 struct Position {
@@ -57,8 +66,7 @@ struct StepStats {
 
 class TrainingSession {
  public:
-  TrainingSession(const TrainOptions& opt, Ops& ops, Comm& comm, std::ostream& out,
-                  std::atomic<bool>* save_request);
+  TrainingSession(const TrainOptions& opt, Ops& ops, Comm& comm, std::ostream& out, const Requests& requests);
   TrainResult run();
 
  private:
@@ -73,6 +81,8 @@ class TrainingSession {
   void save(const Position& next);           // rank 0: weights + training state to --save
   void report();                             // throughput, memory, final save, checksums, summary
   TrainResult eval_only();                   // --eval-only
+  bool stop_requested();                     // a stop signal on any rank (collective)
+  TrainResult stop();                        // save, say how to continue
   bool finished() const { return opt_.max_steps > 0 && state_.step >= opt_.max_steps; }
   void dump_first_batch(const std::vector<int64_t>& indices);
 
@@ -80,7 +90,8 @@ class TrainingSession {
   Ops& ops_;
   Comm& comm_;
   std::ostream& out_;
-  std::atomic<bool>* save_request_;
+  Requests requests_;
+  int stop_signal_ = 0;
   const int rank_, world_;
   const bool lead_;
 

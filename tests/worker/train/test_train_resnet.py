@@ -140,9 +140,10 @@ def case_errors(a, tmp):
     usage(SMALL + ["--resume", good, "--seed", "5"], "--seed", code=2)
     usage(SMALL + ["--resume", good, "--optimizer", "sgd"], "--optimizer", code=2)
 
-    # A failed save leaves nothing behind (its folder cannot exist: a file has that name).
+    # A --save whose folder cannot exist (a file has that name) is refused before training
+    # (issue 12: it used to fail after the whole run) and leaves nothing behind.
     bad = os.path.join(good, "c.safetensors")
-    usage(SMALL + ["--max-steps", "1", "--save", bad], good, code=1)
+    usage(SMALL + ["--max-steps", "1", "--save", bad], good, code=2)
     check(not any(".tmp" in f for f in os.listdir(tmp)), f"temporary files left: {os.listdir(tmp)}")
     # A missing folder is created (as in `--save ckpt/$SLURM_JOB_ID`).
     nested = os.path.join(tmp, "new", "dir", "c")
