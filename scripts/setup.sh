@@ -15,6 +15,8 @@ packages=(
   clang-14 libfuzzer-14-dev
   iproute2 procps
   slurm-wlm munge
+  # issue 12 (trainer): plot_metrics.py, the digits convergence test, the .venv/tools venv
+  python3-matplotlib python3-sklearn python3-pil python3-venv
 )
 
 missing=()
@@ -31,6 +33,16 @@ if [ "${#missing[@]}" -gt 0 ] && [ "${SETUP_SKIP_APT:-0}" != 1 ]; then
   export DEBIAN_FRONTEND=noninteractive
   $sudo apt-get update -qq
   $sudo apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+fi
+
+# --- issue 12 (trainer): .venv/tools, Debian's python3 with its torch/numpy visible, plus the
+# tensorboard package (PyPI only) whose reader the TensorBoard test uses. SETUP_SKIP_PIP=1 skips.
+tools="$root/.venv/tools"
+if [ "${SETUP_SKIP_PIP:-0}" != 1 ] && ! "$tools/bin/python" -c "import tensorboard" 2>/dev/null; then
+  echo "setup: installing tensorboard into .venv/tools (PyPI)"
+  /usr/bin/python3 -m venv --system-site-packages "$tools"
+  "$tools/bin/python" -m pip install --quiet --disable-pip-version-check tensorboard \
+    || { echo "setup: pip install tensorboard failed (SETUP_SKIP_PIP=1 to do without)" >&2; exit 1; }
 fi
 
 generator=()
