@@ -59,6 +59,18 @@ inline void save_state(Model& m, const std::string& path) {
   write_safetensors(path, model_state_to_tensors(m, m.get_state()));
 }
 
+// The loss and every gradient, with the parameters' names.
+inline void save_grads(Model& m, Ops& ops, float loss, const std::string& path) {
+  ModelState g = m.get_state();
+  ops.download(g.params.data(), m.grads(), m.num_params() * 4);
+  std::vector<StTensor> ts;
+  for (StTensor& t : model_state_to_tensors(m, g))
+    for (const StateEntry& e : m.state_entries())
+      if (e.name == t.name && e.kind == StateKind::Param) ts.push_back(std::move(t));
+  ts.push_back(f32_tensor("loss", {}, &loss, 1));
+  write_safetensors(path, ts);
+}
+
 // Starts from the weights in init_path (written by torch) or, when empty, from init(seed);
 // returns the loss of the training forward.
 inline float write_reference_step(Ops& ops, const ModelConfig& cfg, DataKind kind, uint64_t seed,
@@ -98,16 +110,7 @@ inline float write_reference_step(Ops& ops, const ModelConfig& cfg, DataKind kin
   one_step();
   const float loss = m.last_loss();
   save_state(m, out + "/fwd.safetensors");
-  {
-    ModelState g = m.get_state();
-    ops.download(g.params.data(), m.grads(), m.num_params() * 4);
-    std::vector<StTensor> ts;
-    for (StTensor& t : model_state_to_tensors(m, g))
-      for (const StateEntry& e : m.state_entries())
-        if (e.name == t.name && e.kind == StateKind::Param) ts.push_back(std::move(t));
-    ts.push_back(f32_tensor("loss", {}, &loss, 1));
-    write_safetensors(out + "/grads.safetensors", ts);
-  }
+  save_grads(m, ops, loss, out + "/grads.safetensors");
   float* mom = static_cast<float*>(ops.alloc(m.num_params() * 4));
   ops.sgd_step(kSgdLr, kSgdMomentum, kSgdWd, mom, true, false, nullptr);
   ops.params_updated();
@@ -123,16 +126,7 @@ inline float write_reference_step(Ops& ops, const ModelConfig& cfg, DataKind kin
   m.set_label_smoothing(kSmoothing);
   one_step();
   const float smooth_loss = m.last_loss();
-  {
-    ModelState g = m.get_state();
-    ops.download(g.params.data(), m.grads(), m.num_params() * 4);
-    std::vector<StTensor> ts;
-    for (StTensor& t : model_state_to_tensors(m, g))
-      for (const StateEntry& e : m.state_entries())
-        if (e.name == t.name && e.kind == StateKind::Param) ts.push_back(std::move(t));
-    ts.push_back(f32_tensor("loss", {}, &smooth_loss, 1));
-    write_safetensors(out + "/smooth.safetensors", ts);
-  }
+  save_grads(m, ops, smooth_loss, out + "/smooth.safetensors");
   std::vector<uint8_t> decays(m.num_params(), 1);
   for (const StateEntry& e : m.state_entries())
     if (e.kind == StateKind::Param && e.shape.size() == 1)

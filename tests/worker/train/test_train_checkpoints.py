@@ -7,7 +7,6 @@ Cases: refuse (bad --save, partial checkpoints, another optimizer, --seed -1), i
 temporary files, a save killed between its two renames), stop (SIGINT alone, SIGTERM to `launch`
 with two ranks). Exit 0 pass, 1 fail, 77 skipped (`launch` not built).
 """
-import argparse
 import os
 import re
 import select
@@ -15,11 +14,10 @@ import shutil
 import signal
 import subprocess
 import sys
-import tempfile
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from test_train_resnet import SKIP, SMALL, Failure, check, checksums, clean_env, ok, read_st, run  # noqa: E402
+from test_train_resnet import SKIP, SMALL, check, checksums, clean_env, main, ok, read_st, run  # noqa: E402
 
 
 def usage(a, args, needle):
@@ -175,25 +173,5 @@ def case_stop(a, tmp):
     print(f"SIGTERM to launch (2 ranks): saved step {step}, exited 143 after {dt:.2f} s; resumed = uninterrupted")
 
 
-def main():
-    ap = argparse.ArgumentParser()
-    ap.add_argument("case")
-    ap.add_argument("--train", required=True)
-    ap.add_argument("--launch", required=True)
-    a = ap.parse_args()
-    tmp = tempfile.mkdtemp(prefix=f"train_{a.case}_")
-    try:
-        rc = globals()["case_" + a.case](a, tmp)
-        if rc == SKIP:
-            return SKIP
-        print(f"{a.case}: passed")
-        return 0
-    except (Failure, subprocess.TimeoutExpired) as e:
-        print(f"{a.case}: FAILED: {e}")
-        return 1
-    finally:
-        shutil.rmtree(tmp, ignore_errors=True)
-
-
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(main(globals()))

@@ -7,20 +7,17 @@ package, and scripts/plot_metrics.py.
 Usage: test_train_metrics.py CASE --train PATH --launch PATH [--tools-python PATH] [--plot PATH]
 Cases: schedule, validation, torchvision, best, tensorboard, plot. Exit 0 pass, 1 fail, 77 skipped.
 """
-import argparse
 import json
 import os
 import re
-import shutil
 import struct
 import subprocess
 import sys
-import tempfile
 
 import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from test_train_resnet import SKIP, SMALL, Failure, check, launch_run, ok, read_st, write_st  # noqa: E402
+from test_train_resnet import SKIP, SMALL, Failure, check, launch_run, main, ok, read_st, write_st  # noqa: E402
 
 
 def records(path):
@@ -342,27 +339,5 @@ def case_plot(a, tmp):
     print(f"plot_metrics wrote a {w}x{h} PNG")
 
 
-def main():
-    ap = argparse.ArgumentParser()
-    ap.add_argument("case")
-    ap.add_argument("--train", required=True)
-    ap.add_argument("--launch", required=True)
-    ap.add_argument("--tools-python", default="")
-    ap.add_argument("--plot", default="")
-    a = ap.parse_args()
-    tmp = tempfile.mkdtemp(prefix=f"train_{a.case}_")
-    try:
-        rc = globals()["case_" + a.case](a, tmp)
-        if rc == SKIP:
-            return SKIP
-        print(f"{a.case}: passed")
-        return 0
-    except (Failure, subprocess.TimeoutExpired) as e:
-        print(f"{a.case}: FAILED: {e}")
-        return 1
-    finally:
-        shutil.rmtree(tmp, ignore_errors=True)
-
-
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(main(globals(), ["--tools-python", "--plot"]))

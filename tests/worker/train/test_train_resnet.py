@@ -402,15 +402,20 @@ def case_equivalence(a, tmp):
           f"losses over 3 steps {lsame:.1e}; control 1 rank x 32: {control[0]:.1e}, losses {lcontrol:.1e}")
 
 
-def main():
+def main(cases=None, extra_args=()):
+    """Runs `CASE --train PATH --launch PATH [extra_args]`: the function case_CASE of `cases`
+    (a module's globals(), this module's by default) in a fresh temporary folder."""
+    cases = cases or globals()
     ap = argparse.ArgumentParser()
     ap.add_argument("case")
     ap.add_argument("--train", required=True)
     ap.add_argument("--launch", required=True)
+    for flag in extra_args:
+        ap.add_argument(flag, default="")
     a = ap.parse_args()
     tmp = tempfile.mkdtemp(prefix=f"train_{a.case}_")
     try:
-        rc = globals()["case_" + a.case](a, tmp)
+        rc = cases["case_" + a.case](a, tmp)
         if rc == SKIP:
             return SKIP
         print(f"{a.case}: passed")
