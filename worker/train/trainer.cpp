@@ -368,6 +368,9 @@ void TrainingSession::validate(int64_t epoch) {
   const auto t0 = Clock::now();
   const EvalCounts c = evaluate();
   const double secs = seconds_since(t0);
+  // Training throughput leaves the validation passes out (the summary gives their time).
+  eval_seconds_ += secs;
+  t_window_ += std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(secs));
   last_eval_step_ = state_.step;
   result_.last_top1 = c.top1_percent();
   const bool best = c.top1_percent() > state_.best_top1;
@@ -427,13 +430,15 @@ void TrainingSession::save(const Position& next) {
 void TrainingSession::report() {
   ops_.synchronize();
   if (result_.steps > 1) {
-    const double dt = seconds_since(t_first_);
+    const double dt = seconds_since(t_first_) - eval_seconds_;
     result_.images_per_s = dt > 0 ? double((result_.steps - 1) * global_batch_) / dt : 0.0;
   }
   if (lead_ && result_.steps > 0) {
     out_ << "Throughput: " << strf("%.1f", result_.images_per_s) << " images/s (" << world_ << " rank(s), "
-         << result_.steps << " steps, first step excluded), total " << strf("%.1f", seconds_since(t_start_)) << " s"
-         << std::endl;
+         << result_.steps << " steps, first step" << (eval_seconds_ > 0 ? " and validation" : "")
+         << " excluded), total " << strf("%.1f", seconds_since(t_start_)) << " s";
+    if (eval_seconds_ > 0) out_ << " (validation " << strf("%.1f", eval_seconds_) << " s)";
+    out_ << std::endl;
   }
   if (lead_ && scaler_.enabled) {
     out_ << "fp16 loss scaling: scale " << scaler_.scale << ", " << scaler_.skipped
@@ -458,6 +463,7 @@ void TrainingSession::report() {
     }
     if (env_flag("WORKER_MEM_REPORT")) memory_report(out_, model_, ops_, optimizer_.state_bytes());
     nlohmann::json j = {{"final", true}, {"steps", result_.steps}, {"throughput_images_per_s", result_.images_per_s},
+                        {"eval_s", eval_seconds_},
                         {"peak_bytes", my_peak}, {"peak_bytes_max_rank", max_peak}, {"world", world_},
                         {"time", seconds_since(t_start_)}};
     if (have_ct) {

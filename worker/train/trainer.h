@@ -120,6 +120,7 @@ class TrainingSession {
   TrainResult result_;
   Clock::time_point t_start_{}, t_first_{}, t_window_{};
   int64_t window_steps_ = 0;
+  double eval_seconds_ = 0.0;  // spent in validation passes
   double window_wait_ms_ = 0.0;
   Comm::Timing comm_prev_;
   bool comm_timed_ = false;
