@@ -12,8 +12,10 @@ Termination from_wait_status(int st) {
   return {Termination::How::Exited, WIFEXITED(st) ? WEXITSTATUS(st) : 0};
 }
 
+int exit_code_for_signal(int sig) { return 128 + sig; }
+
 int exit_code_of(const Termination& t) {
-  return t.how == Termination::How::Signaled ? 128 + t.value : t.value;
+  return t.how == Termination::How::Signaled ? exit_code_for_signal(t.value) : t.value;
 }
 
 bool is_failure(const Termination& t) { return exit_code_of(t) != 0; }
@@ -101,7 +103,7 @@ bool ExitPolicy::on_remote_failure(int exit_code, const std::string& description
 
 int ExitPolicy::exit_code() const {
   if (root_) return exit_code_of(*root_);
-  if (signal_) return 128 + *signal_;
+  if (signal_) return exit_code_for_signal(*signal_);
   if (remote_) return remote_code_;
   return 0;
 }

@@ -3,6 +3,7 @@
 // from our own SIGTERM) is a consequence, not a cause.
 #pragma once
 
+#include <csignal>
 #include <optional>
 #include <string>
 
@@ -14,8 +15,13 @@ struct Termination {
   int value = 0;  // exit code or signal number
 };
 
+// The signals that stop a job (forwarded to the workers, or ending a wait before they run).
+inline constexpr int kStopSignals[] = {SIGINT, SIGTERM, SIGHUP, SIGQUIT};
+
 Termination from_wait_status(int wait_status);
-// A child killed by a signal counts as 128+signal, as shells and flux do.
+// A process ended by a signal counts as 128+signal, as shells and flux do: a worker killed by
+// it, or the launcher itself stopped by it. The one place of that rule.
+int exit_code_for_signal(int sig);
 int exit_code_of(const Termination& t);
 bool is_failure(const Termination& t);
 std::string signal_name(int sig);  // "SIGSEGV"; "SIGRTMIN+2"; "signal 99"

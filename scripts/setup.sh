@@ -1,7 +1,10 @@
 #!/usr/bin/env bash
-# Installs the missing Debian packages (as root or through sudo), then configures and builds
-# into build/ (binaries in build/bin/). Idempotent; quiet when there is nothing to do.
+# Installs the missing Debian packages (as root or through sudo) and the PyPI packages the tests
+# need (in git-ignored virtual environments under .venv/), then configures and builds into build/
+# (binaries in build/bin/), printing the build's progress every few seconds. Idempotent; quiet
+# when there is nothing to do.
 #   SETUP_SKIP_APT=1   do not touch system packages
+#   SETUP_SKIP_PIP=1   do not make the .venv/ environments (their tests then report SKIPPED)
 #   BUILD_DIR=DIR      build folder (default: build)
 #   BUILD_TYPE=TYPE    CMake build type (default: Release)
 set -euo pipefail
@@ -11,7 +14,7 @@ build_dir="${BUILD_DIR:-$root/build}"
 packages=(
   build-essential cmake ninja-build pkg-config git
   libcli11-dev libspdlog-dev libfmt-dev nlohmann-json3-dev catch2 libeigen3-dev
-  python3 python3-numpy python3-torch python3-torchvision
+  python3 python3-numpy python3-torch python3-torchvision python3-venv
   clang-14 libfuzzer-14-dev
   iproute2 procps
   slurm-wlm munge
@@ -35,25 +38,57 @@ if [ "${#missing[@]}" -gt 0 ] && [ "${SETUP_SKIP_APT:-0}" != 1 ]; then
   $sudo apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
 fi
 
-# --- issue 12 (trainer): .venv/tools, Debian's python3 with its torch/numpy visible, plus the
-# tensorboard package (PyPI only) whose reader the TensorBoard test uses. SETUP_SKIP_PIP=1 skips.
-tools="$root/.venv/tools"
-if [ "${SETUP_SKIP_PIP:-0}" != 1 ] && ! "$tools/bin/python" -c "import tensorboard" 2>/dev/null; then
-  echo "setup: installing tensorboard into .venv/tools (PyPI)"
-  /usr/bin/python3 -m venv --system-site-packages "$tools"
-  "$tools/bin/python" -m pip install --quiet --disable-pip-version-check tensorboard \
-    || { echo "setup: pip install tensorboard failed (SETUP_SKIP_PIP=1 to do without)" >&2; exit 1; }
-fi
+# --- PyPI packages, each set in a virtual environment of its own under .venv/ (PLAN.md).
+# pip_venv NAME "PACKAGES" [--system-site-packages]: made once; a stamp names what is installed.
+pip_venv() {
+  local name="$1" spec="$2" venv="$root/.venv/$1" stamp
+  stamp="$venv/.installed-$(echo "$spec" | tr ' =' '_-')"
+  [ "${SETUP_SKIP_PIP:-0}" = 1 ] || [ -f "$stamp" ] && return 0
+  echo "setup: installing $spec into .venv/$name (from PyPI)"
+  rm -rf "$venv"
+  /usr/bin/python3 -m venv ${3:-} "$venv"
+  "$venv/bin/pip" install -q --disable-pip-version-check $spec || { echo "setup: pip install $spec failed" >&2; exit 1; }
+  touch "$stamp"
+}
+# The Paddle drop-in test (tests/launcher/frameworks): paddle's CPU build, isolated.
+pip_venv paddle "paddlepaddle==3.3.1"
+# issue 12 (trainer): the tensorboard package, whose event reader the TensorBoard test uses; the
+# venv sees Debian's torch and numpy.
+pip_venv tools "tensorboard" --system-site-packages
 
 generator=()
 command -v ninja >/dev/null && [ ! -f "$build_dir/Makefile" ] && generator=(-G Ninja)
 if [ ! -f "$build_dir/CMakeCache.txt" ]; then
+  echo "setup: configuring $build_dir"
   cmake -S "$root" -B "$build_dir" "${generator[@]}" -DCMAKE_BUILD_TYPE="${BUILD_TYPE:-Release}" >"$root/.cmake-configure.log" 2>&1 \
     || { cat "$root/.cmake-configure.log" >&2; exit 1; }
 fi
+
+# The build, its progress shown every few seconds (ninja's [done/total], make's [ NN%]), its
+# warnings and errors at the end; the whole log stays in $build_dir/build.log.
 jobs="$(nproc 2>/dev/null || echo 2)"
-if ! out="$(cmake --build "$build_dir" -j "$jobs" 2>&1)"; then
-  echo "$out" >&2
+log="$build_dir/build.log"
+NINJA_STATUS="[%f/%t] " cmake --build "$build_dir" -j "$jobs" >"$log" 2>&1 &
+build_pid=$!
+shown="" ticks=0 started=$SECONDS
+while kill -0 "$build_pid" 2>/dev/null; do
+  sleep 1
+  ticks=$((ticks + 1))
+  [ $((ticks % 5)) = 0 ] || continue
+  status="$(grep -oE '^\[ *[0-9]+(/[0-9]+|%)\]' "$log" | tail -1 | tr -d '[] ')" || true
+  if [ -n "$status" ] && [ "$status" != "$shown" ]; then
+    case "$status" in
+      */*) echo "setup: building: $status steps ($(( ${status%/*} * 100 / ${status#*/} ))%, $((SECONDS - started)) s)" ;;
+      *) echo "setup: building: $status ($((SECONDS - started)) s)" ;;
+    esac
+    shown="$status"
+  fi
+done
+if ! wait "$build_pid"; then
+  grep -E "error|Error|FAILED" "$log" | head -40 >&2
+  echo "setup: the build failed; the whole log is $log" >&2
   exit 1
 fi
-echo "$out" | grep -E "warning:|error:" || true
+grep -E "warning:|error:" "$log" || true
+[ -n "$shown" ] && echo "setup: build done in $((SECONDS - started)) s"
+true

@@ -110,9 +110,9 @@ class NcclComm final : public Comm {
     }
 
     // The watchdog has its own store connection: the main thread's client is not shared.
-    if (size > 1 && std::getenv("LAUNCH_STORE_ADDR")) {
+    if (size > 1 && store) {
       try {
-        watch_store_ = std::make_unique<proto::Client>(proto::Client::from_env());
+        watch_store_ = std::make_unique<proto::Client>(store->options());
       } catch (const std::exception& e) {
         std::fprintf(stderr, "[%s] warning: NCCL watchdog without the store (%s)\n",
                      where().c_str(), e.what());

@@ -13,6 +13,7 @@
 #include "worker/train/env.h"
 #include "worker/train/options.h"
 #include "worker/train/ring_comm.h"
+#include "worker/train/torchrun_store.h"
 #include "worker/train/trainer.h"
 
 namespace worker {
@@ -57,9 +58,11 @@ Device choose_device(const TrainOptions& o, const WorkerEnv& env) {
     }
     d.gpu = true;
   } else {
-    d.gpu = env.selected_gpus.has_value() && gpu_backend_built();
+    d.gpu = env.gpu_ordinal.has_value() && gpu_backend_built();
   }
-  if (d.gpu) d.ordinal = env.selected_gpus ? gpu_ordinal(*env.selected_gpus, env.cuda_visible_devices) : 0;
+  // FLAGS_selected_gpus is the ordinal; under torchrun's contract the local rank is (as in
+  // torch.cuda.set_device(LOCAL_RANK)).
+  if (d.gpu) d.ordinal = env.gpu_ordinal.value_or(env.contract == proto::Contract::Torchrun ? env.local_rank : 0);
   return d;
 }
 
@@ -73,32 +76,38 @@ std::unique_ptr<Ops> make_backend(const TrainOptions& opt, const Device& dev) {
   return make_cpu_ops(opt.threads);
 }
 
-// The communicator of the job: none for one rank; NCCL on GPUs; else the TCP ring, whose ranks
-// meet through the launcher's store or, without one, on the endpoints the launcher assigned.
-// `store` receives the store client, which must outlive the communicator (NCCL's watches the
-// job's status through it).
+// The communicator of the job: none for one rank; NCCL on GPUs; else the TCP ring. The ranks
+// meet through the launcher's store; under torchrun's contract through the store rank 0 serves
+// on MASTER_ADDR:MASTER_PORT; under paddle's launcher (no store) the CPU ring uses the endpoints
+// it assigned. `store` / `master` receive the store, which must outlive the communicator
+// (NCCL's watchdog watches the job's status through it).
 std::unique_ptr<Comm> make_comm(const WorkerEnv& env, const Device& dev, Ops& ops,
-                                std::optional<proto::Client>& store) {
+                                std::optional<proto::Client>& store, std::optional<TorchrunStore>& master) {
+  using namespace proto::env;
   if (env.world == 1) return make_single_process_comm();
+  proto::Client* client = nullptr;
   if (env.store_addr) {
-    store.emplace(proto::Client::from_env());
+    client = &store.emplace(proto::Client::from_env(env));
+  } else if (env.contract == proto::Contract::Torchrun) {
+    client = &master.emplace(env).client();
   } else if (dev.gpu || env.endpoints.empty()) {
-    throw EnvError("PADDLE_TRAINERS_NUM=" + std::to_string(env.world) + " but LAUNCH_STORE_ADDR is not set" +
-                   (dev.gpu ? "" : " (nor PADDLE_TRAINER_ENDPOINTS)") +
+    throw EnvError(std::string(kPaddleTrainersNum) + "=" + std::to_string(env.world) + " but " + kStoreAddr +
+                   " is not set" + (dev.gpu ? "" : std::string(" (nor ") + kPaddleTrainerEndpoints + ")") +
                    ": run the ranks under `launch`, whose store they meet in");
   }
 #ifdef WORKER_HAVE_GPU
-  if (dev.gpu) return make_nccl_comm(ops, &*store, env.rank, env.world, "world", env.restart_count);
+  if (dev.gpu) return make_nccl_comm(ops, client, env.rank, env.world, "world", env.restart_count);
 #endif
   RingConfig rc;
   rc.rank = env.rank;
   rc.world = env.world;
   rc.job_id = env.job_id;
   if (!env.current_host().empty()) rc.bind_host = env.current_host();
+  else if (master) rc.bind_host = master->local_host();
   rc.key_prefix = "ring/world/" + std::to_string(env.restart_count);  // a restart meets anew
   std::unique_ptr<Rendezvous> rdv;
-  if (store) {
-    rdv = make_store_rendezvous(*store);
+  if (client) {
+    rdv = make_store_rendezvous(*client);
   } else {  // a launcher without our store (e.g. paddle's): the endpoints it assigned
     const std::string& me = env.endpoints[size_t(env.rank)];
     rc.bind_port = uint16_t(std::stoi(me.substr(me.rfind(':') + 1)));
@@ -111,7 +120,8 @@ std::unique_ptr<Comm> make_comm(const WorkerEnv& env, const Device& dev, Ops& op
 int run(const TrainOptions& opt, const WorkerEnv& env) {
   if (env.checkpoint_signal != 0) {
     if (opt.save.empty()) {
-      throw UsageError("LAUNCH_CHECKPOINT_SIGNAL is set but there is no --save PATH to write the checkpoint to");
+      throw UsageError(std::string(proto::env::kCheckpointSignal) +
+                       " is set but there is no --save PATH to write the checkpoint to");
     }
     install(env.checkpoint_signal, on_checkpoint_signal, 0);
   }
@@ -128,8 +138,9 @@ int run(const TrainOptions& opt, const WorkerEnv& env) {
   }
   const Device dev = choose_device(opt, env);
   std::unique_ptr<Ops> ops = make_backend(opt, dev);
+  std::optional<TorchrunStore> master;  // declared first: it outlives the client and the comm
   std::optional<proto::Client> store;
-  std::unique_ptr<Comm> comm = make_comm(env, dev, *ops, store);
+  std::unique_ptr<Comm> comm = make_comm(env, dev, *ops, store, master);
   const TrainResult r = train(opt, env, *ops, *comm, std::cout, requests);
   if (r.stop_signal != 0) return 128 + r.stop_signal;  // as a shell reports a death by that signal
   if (!r.checksums_agree) {
