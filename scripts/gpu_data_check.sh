@@ -33,7 +33,7 @@ train() {  # name, launch args...
   local rc=$?
   local ok=1
   [ $rc -eq 0 ] && grep -q 'Checksums: all' "$OUT/$name.log" && grep -q 'unreadable image read(s) skipped' "$OUT/$name.log" && ok=0
-  row "train from JPEGs: $name" "$(verdict $ok)" "$(grep -E '^Data: (ImageFolder|waited)' "$OUT/$name.log" | sed 's/ImageFolder [^:]*: //' | cut -c1-160 | tr '\n' ';')"
+  row "train from JPEGs: $name" "$(verdict $ok)" "$({ grep -E '^Data: ImageFolder' "$OUT/$name.log" | sed 's/ImageFolder [^:]*: //' | cut -c1-160; grep -o 'data wait: [0-9.]* ms/step' "$OUT/$name.log" | tail -1; grep -o '[0-9]* unreadable image read(s) skipped' "$OUT/$name.log"; } | tr '\n' ';')"
 }
 train 1gpu_gpu_loader --gpus 0 "$BIN/train_resnet" "${small[@]}" --data "$ds/small" --loader gpu
 train 1gpu_cpu_loader --gpus 0 "$BIN/train_resnet" "${small[@]}" --data "$ds/small" --loader cpu

@@ -18,7 +18,9 @@ packages=(
   clang-14 libfuzzer-14-dev
   iproute2 procps
   slurm-wlm munge
-  libjpeg62-turbo-dev libpng-dev python3-pil  # issue 11: the image pipeline and its reference
+  # issue 12 (trainer): plot_metrics.py, the digits convergence test, the .venv/tools venv
+  python3-matplotlib python3-sklearn python3-pil python3-venv
+  libjpeg62-turbo-dev libpng-dev  # issue 11: the image pipeline (python3-pil, above, is its reference too)
 )
 
 missing=()
@@ -78,6 +80,9 @@ pip_venv() {
 }
 # The Paddle drop-in test (tests/launcher/frameworks): paddle's CPU build, isolated.
 pip_venv paddle "paddlepaddle==3.3.1"
+# issue 12 (trainer): the tensorboard package, whose event reader the TensorBoard test uses; the
+# venv sees Debian's torch and numpy.
+pip_venv tools "tensorboard" --system-site-packages
 
 generator=()
 command -v ninja >/dev/null && [ ! -f "$build_dir/Makefile" ] && generator=(-G Ninja)

@@ -78,6 +78,10 @@ std::unique_ptr<BatchSource> make_batch_source(const TrainOptions& opt, Split sp
   if (split == Split::Train) {
     return std::make_unique<SyntheticSource>(kind, opt.seed, opt.num_samples, 0, opt.image_size, opt.num_classes, ops);
   }
+  if (opt.val_samples > 0) {  // the samples after the training set's: never trained on
+    return std::make_unique<SyntheticSource>(kind, opt.seed, opt.val_samples, opt.num_samples, opt.image_size,
+                                             opt.num_classes, ops);
+  }
   return nullptr;
 }
 

@@ -1,5 +1,6 @@
 #include "worker/train/optimizer.h"
 
+#include <algorithm>
 #include <stdexcept>
 
 namespace worker {
@@ -12,8 +13,22 @@ std::vector<std::string> optimizer_buffer_names(OptimizerKind kind) {
   return {};
 }
 
-Optimizer::Optimizer(const OptimizerConfig& cfg, Ops& ops, size_t count) : cfg_(cfg), ops_(ops), count_(count) {
+std::vector<uint8_t> decay_mask_without_bn_and_bias(const Model& model) {
+  std::vector<uint8_t> mask(model.num_params(), 1);
+  for (const StateEntry& e : model.state_entries())
+    if (e.kind == StateKind::Param && e.shape.size() == 1) std::fill_n(mask.begin() + long(e.offset), e.count, uint8_t(0));
+  return mask;
+}
+
+Optimizer::Optimizer(const OptimizerConfig& cfg, Ops& ops, size_t count, const std::vector<uint8_t>& decay_mask)
+    : cfg_(cfg), ops_(ops), count_(count) {
   auto alloc = [&] { return static_cast<float*>(ops_.alloc(count_ * sizeof(float))); };
+  if (!decay_mask.empty()) {
+    if (decay_mask.size() != count_) throw std::invalid_argument("optimizer: the weight-decay mask has the wrong size");
+    auto* mask = static_cast<uint8_t*>(ops_.alloc(count_));
+    ops_.upload(mask, decay_mask.data(), count_);
+    decay_mask_ = mask;
+  }
   if (cfg_.kind == OptimizerKind::Adam) {
     exp_avg_ = alloc();
     exp_avg_sq_ = alloc();
@@ -24,9 +39,10 @@ Optimizer::Optimizer(const OptimizerConfig& cfg, Ops& ops, size_t count) : cfg_(
 
 void Optimizer::step(float lr) {
   if (cfg_.kind == OptimizerKind::Adam) {
-    ops_.adam_step(lr, cfg_.beta1, cfg_.beta2, cfg_.eps, cfg_.weight_decay, taken_ + 1, exp_avg_, exp_avg_sq_);
+    ops_.adam_step(lr, cfg_.beta1, cfg_.beta2, cfg_.eps, cfg_.weight_decay, taken_ + 1, exp_avg_, exp_avg_sq_,
+                   decay_mask_);
   } else {
-    ops_.sgd_step(lr, cfg_.momentum, cfg_.weight_decay, momentum_buffer_, taken_ == 0);
+    ops_.sgd_step(lr, cfg_.momentum, cfg_.weight_decay, momentum_buffer_, taken_ == 0, cfg_.nesterov, decay_mask_);
   }
   ++taken_;
 }

@@ -2,6 +2,7 @@
 
 #include <CLI/CLI.hpp>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdlib>
 #include <iostream>
@@ -23,6 +24,8 @@ const Choices<OptimizerKind> kOptimizers = {{"adam", OptimizerKind::Adam}, {"sgd
 const Choices<DataSourceKind> kData = {
     {"random", DataSourceKind::Random}, {"learnable", DataSourceKind::Learnable}, {"images", DataSourceKind::Images}};
 const Choices<DeviceChoice> kDevices = {{"auto", DeviceChoice::Auto}, {"cpu", DeviceChoice::Cpu}, {"gpu", DeviceChoice::Gpu}};
+const Choices<LrScheduleKind> kSchedules = {
+    {"constant", LrScheduleKind::Constant}, {"step", LrScheduleKind::Step}, {"cosine", LrScheduleKind::Cosine}};
 const Choices<Precision> kPrecisions = {{"fp32", Precision::Fp32}, {"bf16", Precision::Bf16}, {"fp16", Precision::Fp16}};
 
 template <typename E>
@@ -103,6 +106,45 @@ void validate_images(const TrainOptions& o) {
   require(o.val_data.empty() || o.data == DataSourceKind::Images, "--val-data needs a list-file --data");
 }
 
+// Digits only: CLI11 would read "-1" as 2^64-1.
+uint64_t parse_seed(const std::string& v) {
+  size_t used = 0;
+  uint64_t x = 0;
+  const bool digits = !v.empty() && v.find_first_not_of("0123456789") == std::string::npos;
+  try {
+    if (digits) x = std::stoull(v, &used);
+  } catch (const std::exception&) {
+    used = 0;
+  }
+  if (!digits || used != v.size()) {
+    throw UsageError("--seed must be an integer from 0 to 18446744073709551615, got '" + v + "'");
+  }
+  return x;
+}
+
+// "30,60,90" -> {30, 60, 90}; one repeated option replaces the whole list.
+std::vector<int> parse_epoch_list(const std::string& flag, const std::string& v) {
+  std::vector<int> out;
+  size_t start = 0;
+  while (start <= v.size()) {
+    const size_t end = std::min(v.find(',', start), v.size());
+    const std::string item = v.substr(start, end - start);
+    size_t used = 0;
+    int x = 0;
+    try {
+      x = std::stoi(item, &used);
+    } catch (const std::exception&) {
+      used = 0;
+    }
+    if (item.empty() || used != item.size()) {
+      throw UsageError(flag + " must be comma-separated epochs, e.g. 30,60,90; got '" + v + "'");
+    }
+    out.push_back(x);
+    start = end + 1;
+  }
+  return out;
+}
+
 CLI::App& describe(CLI::App& app, TrainOptions& o) {
   // --- model and run (issue 4)
   app.add_option("--depth", o.depth, "ResNet depth: 18, 34, 50, 101 or 152")->capture_default_str();
@@ -119,7 +161,10 @@ CLI::App& describe(CLI::App& app, TrainOptions& o) {
   app.add_option("--weight-decay", o.weight_decay, "L2 weight decay (added to the gradient, as torch.optim)")
       ->capture_default_str();
   app.add_option("--accum-steps", o.accum_steps, "micro-batches accumulated per optimizer step")->capture_default_str();
-  app.add_option("--seed", o.seed, "seed of the initialisation, the data and the shuffling")->capture_default_str();
+  app.add_option_function<std::string>(
+         "--seed", [&o](const std::string& v) { o.seed = parse_seed(v); },
+         "seed of the initialisation, the data and the shuffling (0 .. 2^64-1)")
+      ->default_str("0");
   app.add_option("--init", o.init, "start from these weights (safetensors, torchvision names)");
   app.add_option("--save", o.save, "write the weights here at the end (rank 0; training state beside it)");
   app.add_option("--save-every", o.save_every, "also save every N optimizer steps (needs --save)");
@@ -151,6 +196,39 @@ CLI::App& describe(CLI::App& app, TrainOptions& o) {
       ->default_str("random");
   app.add_option("--num-samples", o.num_samples, "size of the synthetic data set")->capture_default_str();
   describe_images(app, o);
+
+
+  // --- recipe (issue 12)
+  add_choice(app, "--lr-schedule", o.lr_schedule, kSchedules,
+             "constant, step (x --lr-gamma at each of --lr-steps) or cosine (to 0 at the last epoch), per step");
+  app.add_option("--warmup-epochs", o.warmup_epochs, "linear warm-up of the learning rate from 0 over this many epochs")
+      ->capture_default_str();
+  app.add_option_function<std::string>(
+         "--lr-steps", [&o](const std::string& v) { o.lr_steps = parse_epoch_list("--lr-steps", v); },
+         "epochs at which --lr-schedule step multiplies the rate by --lr-gamma (comma-separated)")
+      ->default_str("30,60,90");
+  app.add_option("--lr-gamma", o.lr_gamma, "factor of each step of --lr-schedule step")->capture_default_str();
+  app.add_option("--lr-base-batch", o.lr_base_batch,
+                 "N: --lr is the rate for a global batch of N images, used as lr x global batch / N (linear scaling); "
+                 "0: --lr is used as given")
+      ->capture_default_str();
+  app.add_option("--label-smoothing", o.label_smoothing, "label smoothing of the loss (torch's CrossEntropyLoss)")
+      ->capture_default_str();
+  app.add_flag("--nesterov", o.nesterov, "Nesterov momentum (SGD)");
+  app.add_flag("--no-wd-on-bn-bias", o.no_wd_on_bn_bias,
+               "no weight decay on batch-norm weights and biases and the FC bias (NVIDIA's recipe)");
+
+  // --- validation (issue 12)
+  app.add_option("--val-samples", o.val_samples,
+                 "validation samples of the synthetic data (generator indices after the training set; 0: none)")
+      ->capture_default_str();
+  app.add_option("--eval-every", o.eval_every, "evaluate every N epochs (and at the end) when there is validation data")
+      ->capture_default_str();
+  app.add_flag("--eval-only", o.eval_only, "evaluate the --init weights on the validation data, print the accuracy, exit");
+  app.add_flag("--save-best", o.save_best, "also keep the weights of the best validation top-1 beside --save (.best)");
+
+  // --- what a user sees (issue 12)
+  app.add_option("--tensorboard", o.tensorboard, "write TensorBoard event files (scalars) into this folder (rank 0)");
   return app;
 }
 
@@ -179,6 +257,7 @@ std::optional<TrainOptions> parse_impl(const std::vector<std::string>& args) {
 const char* to_string(OptimizerKind k) { return name_of(kOptimizers, k); }
 const char* to_string(DataSourceKind k) { return name_of(kData, k); }
 const char* to_string(DeviceChoice k) { return name_of(kDevices, k); }
+const char* to_string(LrScheduleKind k) { return name_of(kSchedules, k); }
 const char* to_string(Precision p) { return p == Precision::Default ? "default" : name_of(kPrecisions, p); }
 
 std::optional<TrainOptions> parse_options(const std::vector<std::string>& args) { return parse_impl(args); }
@@ -218,6 +297,29 @@ void validate(const TrainOptions& o) {
   // --- data (issue 4: synthetic; issue 11 adds images)
   require(o.num_samples >= 1, "--num-samples must be positive, got " + std::to_string(o.num_samples));
   validate_images(o);
+
+
+  // --- recipe (issue 12)
+  require(std::isfinite(o.warmup_epochs) && o.warmup_epochs >= 0 && o.warmup_epochs <= o.epochs,
+          "--warmup-epochs must be between 0 and --epochs (" + std::to_string(o.epochs) + ")");
+  for (size_t i = 0; i < o.lr_steps.size(); ++i) {
+    require(o.lr_steps[i] >= 1 && (i == 0 || o.lr_steps[i] > o.lr_steps[i - 1]),
+            "--lr-steps must be epochs >= 1 in increasing order, e.g. 30,60,90");
+  }
+  require(std::isfinite(o.lr_gamma) && o.lr_gamma > 0, "--lr-gamma must be a positive number");
+  require(o.lr_base_batch >= 0, "--lr-base-batch must be >= 0 (0: --lr is used as given)");
+  require(std::isfinite(o.label_smoothing) && o.label_smoothing >= 0 && o.label_smoothing < 1,
+          "--label-smoothing must be in [0, 1)");
+  require(!o.nesterov || (o.optimizer == OptimizerKind::Sgd && o.momentum > 0),
+          "--nesterov needs --optimizer sgd and a --momentum above 0");
+
+  // --- validation (issue 12)
+  require(o.val_samples >= 0, "--val-samples must be >= 0, got " + std::to_string(o.val_samples));
+  require(o.eval_every >= 1, "--eval-every must be positive, got " + std::to_string(o.eval_every));
+  require(!o.eval_only || !o.init.empty(), "--eval-only needs --init WEIGHTS (the checkpoint to evaluate)");
+  require(!o.eval_only || (o.save.empty() && o.resume.empty()),
+          "--eval-only trains nothing: it takes --init WEIGHTS, not --save or --resume");
+  require(!o.save_best || !o.save.empty(), "--save-best needs --save PATH (the best weights go beside it)");
 }
 
 DType resolve_precision(const TrainOptions& o, bool gpu) {

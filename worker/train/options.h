@@ -12,6 +12,7 @@
 
 #include "worker/core/ops.h"
 #include "worker/data/loader_kind.h"
+#include "worker/train/lr_schedule.h"
 
 namespace worker {
 
@@ -31,6 +32,7 @@ const char* to_string(OptimizerKind k);
 const char* to_string(DataSourceKind k);
 const char* to_string(DeviceChoice k);
 const char* to_string(Precision p);
+const char* to_string(LrScheduleKind k);
 
 struct TrainOptions {
   // --- model and run (issue 4)
@@ -73,6 +75,25 @@ struct TrainOptions {
   Augment augment = Augment::Standard;   // none: the evaluation transform for training too
   bool decode_scaling = true;            // CPU back end: DCT-domain downscaling of large crops
   bool num_classes_given = false;        // --num-classes was on the command line (else: the data's)
+
+  // --- recipe (issue 12): defaults as torchvision's reference recipe where it has one
+  LrScheduleKind lr_schedule = LrScheduleKind::Constant;
+  double warmup_epochs = 0.0;          // linear warm-up from 0 (fractional epochs allowed)
+  std::vector<int> lr_steps = {30, 60, 90};  // epochs at which the step schedule multiplies by lr_gamma
+  double lr_gamma = 0.1;
+  int64_t lr_base_batch = 0;           // 0: --lr as given; N: --lr is for N images, scaled linearly
+  double label_smoothing = 0.0;
+  bool nesterov = false;
+  bool no_wd_on_bn_bias = false;       // batch-norm weights, biases and the FC bias not decayed
+
+  // --- validation (issue 12)
+  int64_t val_samples = 0;             // synthetic validation samples (0: no validation)
+  int eval_every = 1;                  // epochs between evaluations (and one at the end)
+  bool eval_only = false;              // evaluate --init's weights and exit
+  bool save_best = false;              // keep the best top-1's weights beside --save
+
+  // --- what a user sees (issue 12)
+  std::string tensorboard;             // folder for TensorBoard event files (rank 0)
 };
 
 // Parses argv (argv[0] included). Returns nullopt when --help was printed. Throws UsageError.

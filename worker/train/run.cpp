@@ -10,6 +10,7 @@
 #include "proto/client.h"
 #include "worker/core/backend.h"
 #include "worker/data/data_error.h"
+#include "worker/train/checkpoint.h"
 #include "worker/train/env.h"
 #include "worker/train/options.h"
 #include "worker/train/ring_comm.h"
@@ -20,18 +21,28 @@ namespace worker {
 
 namespace {
 
-// Set by the checkpoint signal's handler, read by the training loop at step boundaries.
+// Set by the signal handlers, read by the training loop at step boundaries.
 std::atomic<bool> g_save_request{false};
-static_assert(std::atomic<bool>::is_always_lock_free, "the signal handler needs a lock-free flag");
+std::atomic<int> g_stop_signal{0};
+static_assert(std::atomic<bool>::is_always_lock_free && std::atomic<int>::is_always_lock_free,
+              "the signal handlers need lock-free flags");
 
 extern "C" void on_checkpoint_signal(int) { g_save_request.store(true); }
+extern "C" void on_stop_signal(int sig) { g_stop_signal.store(sig); }
 
-void install_checkpoint_signal(int sig) {
+void install(int sig, void (*handler)(int), int flags) {
   struct sigaction sa{};
-  sa.sa_handler = on_checkpoint_signal;
+  sa.sa_handler = handler;
   sigemptyset(&sa.sa_mask);
-  sa.sa_flags = SA_RESTART;
+  sa.sa_flags = SA_RESTART | flags;
   ::sigaction(sig, &sa, nullptr);
+}
+
+// With --save, Ctrl-C and SIGTERM (launch's teardown, Slurm, kill) save at the next step
+// boundary and end the run with the signal's exit code; a second one kills at once
+// (SA_RESETHAND restores the default action).
+void install_stop_signals() {
+  for (int sig : {SIGINT, SIGTERM}) install(sig, on_stop_signal, SA_RESETHAND);
 }
 
 struct Device {
@@ -113,14 +124,26 @@ int run(const TrainOptions& opt, const WorkerEnv& env) {
       throw UsageError(std::string(proto::env::kCheckpointSignal) +
                        " is set but there is no --save PATH to write the checkpoint to");
     }
-    install_checkpoint_signal(env.checkpoint_signal);
+    install(env.checkpoint_signal, on_checkpoint_signal, 0);
+  }
+  Requests requests;
+  requests.save = &g_save_request;
+  if (!opt.save.empty()) {
+    // Before anything else: a --save that cannot be written fails now, not after the training.
+    if (env.rank == 0) {
+      check_save_path(opt.save);
+      for (const std::string& line : recover_interrupted_save(opt.save)) std::cout << line << std::endl;
+    }
+    install_stop_signals();
+    requests.stop = &g_stop_signal;
   }
   const Device dev = choose_device(opt, env);
   std::unique_ptr<Ops> ops = make_backend(opt, dev);
   std::optional<TorchrunStore> master;  // declared first: it outlives the client and the comm
   std::optional<proto::Client> store;
   std::unique_ptr<Comm> comm = make_comm(env, dev, *ops, store, master);
-  const TrainResult r = train(opt, env, *ops, *comm, std::cout, &g_save_request);
+  const TrainResult r = train(opt, env, *ops, *comm, std::cout, requests);
+  if (r.stop_signal != 0) return 128 + r.stop_signal;  // as a shell reports a death by that signal
   if (!r.checksums_agree) {
     std::cerr << "train_resnet: error: the ranks' parameters differ at the end of training" << std::endl;
     return 1;

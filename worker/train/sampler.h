@@ -22,6 +22,11 @@ struct SamplerConfig {
   uint64_t seed = 0;
 };
 
+// The order of an evaluation pass: rank r reads samples r, r + world, r + 2 world, ... of the
+// split, in micro-batches of at most `batch` (the last one shorter). No padding and no
+// shuffling: every sample is read exactly once by exactly one rank, whatever the split's size.
+std::vector<std::vector<int64_t>> eval_order(int64_t size, int rank, int world, int batch);
+
 class Sampler {
  public:
   explicit Sampler(const SamplerConfig& cfg);  // throws std::invalid_argument on bad sizes

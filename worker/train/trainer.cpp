@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
 #include <cstdlib>
 #include <stdexcept>
 #include <string>
@@ -45,6 +46,7 @@ int64_t checked_steps_per_epoch(const Sampler& sampler, const TrainOptions& opt,
 
 ModelConfig model_config(const TrainOptions& opt, const BatchSource& data) {
   ModelConfig mc;
+  mc.label_smoothing = float(opt.label_smoothing);
   mc.depth = opt.depth;
   mc.width = opt.width;
   mc.num_classes = data.info().num_classes;
@@ -58,21 +60,54 @@ OptimizerConfig optimizer_config(const TrainOptions& opt) {
   c.kind = opt.optimizer;
   c.momentum = float(opt.momentum);
   c.weight_decay = float(opt.weight_decay);
+  c.nesterov = opt.nesterov;
   return c;
 }
+
+// The learning rate rule: --lr as given, or (--lr-base-batch N) scaled linearly to the global
+// batch, lr x global / N (Goyal et al.; NVIDIA's recipe gives 0.256 per 256 images).
+LrSchedule lr_schedule(const TrainOptions& opt, int64_t global_batch, int64_t steps_per_epoch) {
+  LrSchedule s;
+  s.kind = opt.lr_schedule;
+  s.base_lr = opt.lr_base_batch > 0 ? opt.lr * double(global_batch) / double(opt.lr_base_batch) : opt.lr;
+  s.steps_per_epoch = steps_per_epoch;
+  s.total_steps = int64_t(opt.epochs) * steps_per_epoch;
+  s.warmup_steps = std::llround(opt.warmup_epochs * double(steps_per_epoch));
+  s.milestones = opt.lr_steps;
+  s.gamma = opt.lr_gamma;
+  return s;
+}
+
+std::string hms(double seconds) {
+  const int64_t s = std::llround(std::max(seconds, 0.0));
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%lld:%02lld:%02lld", (long long)(s / 3600), (long long)(s / 60 % 60),
+                (long long)(s % 60));
+  return buf;
+}
+
 
 }  // namespace
 
 // --- Set-up: data, sampler, model, optimizer (nothing is allocated in the loop)
 
 TrainingSession::TrainingSession(const TrainOptions& opt, Ops& ops, Comm& comm, std::ostream& out,
-                                 std::atomic<bool>* save_request)
-    : opt_(opt), ops_(ops), comm_(comm), out_(out), save_request_(save_request), rank_(comm.rank()),
+                                 const Requests& requests)
+    : opt_(opt), ops_(ops), comm_(comm), out_(out), requests_(requests), rank_(comm.rank()),
       world_(comm.size()), lead_(rank_ == 0), train_data_(train_source(opt, ops)),
+      val_data_(make_batch_source(opt, Split::Val, ops)),
       sampler_(sampler_config(opt, *train_data_, world_)), steps_per_epoch_(checked_steps_per_epoch(sampler_, opt, world_)),
       global_batch_(int64_t(world_) * opt.batch_size * opt.accum_steps), model_(model_config(opt, *train_data_), ops),
-      optimizer_(optimizer_config(opt), ops, model_.num_params()),
+      optimizer_(optimizer_config(opt), ops, model_.num_params(),
+                 opt.no_wd_on_bn_bias ? decay_mask_without_bn_and_bias(model_) : std::vector<uint8_t>{}),
       reducer_(comm, model_.grads(), model_.num_params(), size_t(25) << 18) {  // 25 MiB of fp32, as DDP's bucket
+  if (!val_data_ && (opt.eval_only || opt.save_best)) {
+    throw UsageError(std::string(opt.eval_only ? "--eval-only" : "--save-best") +
+                     " needs validation data (--val-samples N for synthetic data)");
+  }
+  schedule_ = lr_schedule(opt, global_batch_, steps_per_epoch_);
+  total_steps_ = int64_t(opt.epochs) * steps_per_epoch_;
+  if (opt.max_steps > 0) total_steps_ = std::min(total_steps_, opt.max_steps);
   // fp16 needs loss scaling (GradScaler's semantics); bf16 and fp32 do not.
   scaler_.enabled = ops.compute_dtype() == DType::F16;
   // Gradient all-reduce during backward only where the communicator overlaps with compute.
@@ -87,9 +122,13 @@ TrainingSession::TrainingSession(const TrainOptions& opt, Ops& ops, Comm& comm, 
 // --- The run: llm.c's main loop, in named steps
 
 TrainResult TrainingSession::run() {
+  if (lead_) {
+    metrics_.open(opt_.metrics_file);
+    tensorboard_.open(opt_.tensorboard);
+  }
   resume();
   announce();
-  if (lead_) metrics_.open(opt_.metrics_file);
+  if (opt_.eval_only) return eval_only();
   comm_timed_ = comm_.timing(&comm_prev_);
   t_start_ = Clock::now();
   for (int64_t epoch = pos_.epoch; epoch < opt_.epochs && !finished(); ++epoch) {
@@ -99,19 +138,19 @@ TrainResult TrainingSession::run() {
     for (int64_t b = first; b < steps_per_epoch_ && !finished(); ++b) {
       const bool log_now = b % opt_.log_every == 0;
       const StepStats s = step(log_now);
-      wait_window_ms_ += s.data_wait_ms;
-      wait_total_ms_ += s.data_wait_ms;
-      ++wait_window_steps_;
       pos_ = {epoch + (b + 1) / steps_per_epoch_, (b + 1) % steps_per_epoch_};
       if (log_now) log({epoch, b}, s);
       const bool scheduled = opt_.save_every > 0 && state_.step % opt_.save_every == 0;
-      const bool requested = save_request_ && save_request_->exchange(false);
+      const bool requested = requests_.save && requests_.save->exchange(false);
       if (scheduled || requested) save(pos_);
       if (lead_ && requested && !scheduled) {
         out_ << "Saved " << opt_.save << " at step " << state_.step << " (checkpoint signal)" << std::endl;
       }
+      if (stop_requested()) return stop();
     }
+    if (val_data_ && pos_.batch == 0 && (epoch + 1) % opt_.eval_every == 0) validate(epoch);
   }
+  if (val_data_ && last_eval_step_ != state_.step && result_.steps > 0) validate(pos_.batch ? pos_.epoch : pos_.epoch - 1);
   report();
   return result_;
 }
@@ -148,17 +187,20 @@ StepStats TrainingSession::step(bool want_loss) {
   // Average over ranks and undo the loss scale in one pass. An inf or NaN on any rank survives
   // the all-reduce, so every rank reaches the same verdict.
   if (world_ > 1 || scaler_.enabled) ops_.scale_grads(1.0f / (float(world_) * scaler_.multiplier()));
+  s.lr = schedule_.lr(state_.step);
   if (scaler_.update(!scaler_.enabled || ops_.grads_finite())) {
-    optimizer_.step(float(opt_.lr));
+    optimizer_.step(float(s.lr));
     ops_.params_updated();
   }
   ++state_.step;
   ++result_.steps;
   ++window_steps_;
+  window_wait_ms_ += s.data_wait_ms;
   if (result_.steps == 1) {  // the first step pays for warm-up: throughput starts after it
     ops_.synchronize();
     t_first_ = t_window_ = Clock::now();
     window_steps_ = 0;
+    window_wait_ms_ = 0.0;
   }
   return s;
 }
@@ -171,8 +213,7 @@ void TrainingSession::dump_first_batch(const std::vector<int64_t>& indices) {
 
 void TrainingSession::resume() {
   model_.init(opt_.seed);
-  std::string from = opt_.resume;
-  if (from == "auto") from = checkpoint_exists(opt_.save) ? opt_.save : "";
+  const std::string from = resume_source(opt_.resume, opt_.save);
   if (!opt_.init.empty()) {
     model_.set_state(load_weights(opt_.init, model_));
   } else if (!from.empty()) {
@@ -188,6 +229,7 @@ void TrainingSession::resume() {
       scaler_.growth_tracker = saved.loss_scale_growth_tracker;
     }
     scaler_.skipped = saved.skipped_steps;
+    state_.best_top1 = saved.best_top1;
     pos_ = {saved.epoch, saved.batch};
     if (lead_) {
       out_ << "Resuming from " << from << " at step " << state_.step << " (epoch " << pos_.epoch << ", batch "
@@ -211,6 +253,31 @@ void TrainingSession::announce() {
        << opt_.accum_steps << " micro-batch(es), " << steps_per_epoch_ << " steps per epoch, "
        << to_string(opt_.optimizer) << " lr " << opt_.lr << std::endl;
   out_ << "Data: " << train_data_->describe() << std::endl;
+  if (val_data_) {
+    out_ << "Validation: " << val_data_->describe();
+    if (!opt_.eval_only) out_ << "; every " << opt_.eval_every << " epoch(s) and at the end";
+    out_ << std::endl;
+  }
+  if (opt_.eval_only) return;
+  out_ << "Recipe: global batch " << global_batch_ << " (" << world_ << " rank(s) x " << opt_.batch_size << " x "
+       << opt_.accum_steps << "), lr " << schedule_.base_lr;
+  if (opt_.lr_base_batch > 0) {
+    out_ << " (--lr " << opt_.lr << " per " << opt_.lr_base_batch << " images x " << global_batch_ << " / "
+         << opt_.lr_base_batch << ")";
+  } else {
+    out_ << " (--lr as given)";
+  }
+  out_ << ", " << to_string(opt_.lr_schedule) << " schedule";
+  if (opt_.lr_schedule == LrScheduleKind::Step) {
+    out_ << " (x " << opt_.lr_gamma << " at epochs";
+    for (size_t i = 0; i < opt_.lr_steps.size(); ++i) out_ << (i ? "," : " ") << opt_.lr_steps[i];
+    out_ << ")";
+  }
+  if (schedule_.warmup_steps > 0) out_ << ", " << schedule_.warmup_steps << " warm-up steps";
+  out_ << ", " << to_string(opt_.optimizer);
+  if (opt_.optimizer == OptimizerKind::Sgd) out_ << " momentum " << opt_.momentum << (opt_.nesterov ? " (Nesterov)" : "");
+  out_ << ", weight decay " << opt_.weight_decay << (opt_.no_wd_on_bn_bias ? " (not on batch-norm and biases)" : "")
+       << ", label smoothing " << opt_.label_smoothing << "; " << total_steps_ << " steps" << std::endl;
 }
 
 // --- Log: the loss averaged over ranks, throughput over the window since the last log
@@ -226,11 +293,11 @@ void TrainingSession::log(const Position& at, const StepStats& s) {
   const auto now = Clock::now();
   const double dt = std::chrono::duration<double>(now - t_window_).count();
   const double ips = window_steps_ > 0 && dt > 0 ? double(window_steps_ * global_batch_) / dt : 0.0;
+  const double wait_ms = window_steps_ > 0 ? window_wait_ms_ / double(window_steps_) : s.data_wait_ms;
+  const double eta = window_steps_ > 0 ? dt / double(window_steps_) * double(total_steps_ - state_.step) : -1.0;
   t_window_ = now;
   window_steps_ = 0;
-  const double wait_ms = wait_window_steps_ > 0 ? wait_window_ms_ / double(wait_window_steps_) : 0.0;
-  wait_window_ms_ = 0;
-  wait_window_steps_ = 0;
+  window_wait_ms_ = 0.0;
   // All-reduce time per step over this window (NCCL: device-side events).
   Comm::Timing ct;
   double ar_ms = -1, exposed_ms = -1;
@@ -241,22 +308,107 @@ void TrainingSession::log(const Position& at, const StepStats& s) {
     comm_prev_ = ct;
   }
   if (lead_) {
-    out_ << "Epoch[" << at.epoch << "], Batch[" << at.batch << "], Loss: " << strf("%.6f", mean);
+    // The paddle guide's "Epoch[e], Batch[b], Loss: x" first, then what a user watches.
+    out_ << "Epoch[" << at.epoch << "], Batch[" << at.batch << "], Loss: " << strf("%.6f", mean)
+         << ", lr: " << strf("%.6g", s.lr);
     if (ips > 0) out_ << ", images/s: " << strf("%.1f", ips);
-    out_ << ", data_wait_ms: " << strf("%.1f", wait_ms) << std::endl;
+    out_ << ", data wait: " << strf("%.2f", wait_ms) << " ms/step, step " << state_.step << "/" << total_steps_;
+    if (eta >= 0) out_ << ", ETA " << hms(eta);
+    out_ << std::endl;
     nlohmann::json j = {{"epoch", at.epoch}, {"batch", at.batch}, {"step", state_.step - 1}, {"loss", mean},
-                        {"images_per_s", ips > 0 ? nlohmann::json(ips) : nlohmann::json(nullptr)},
-                        {"time", seconds_since(t_start_)}, {"data_wait_ms", wait_ms}};
+                        {"lr", s.lr}, {"images_per_s", ips > 0 ? nlohmann::json(ips) : nlohmann::json(nullptr)},
+                        {"data_wait_ms", wait_ms}, {"time", seconds_since(t_start_)}};
     if (ar_ms >= 0) {
       j["allreduce_ms"] = ar_ms;
       j["allreduce_exposed_ms"] = exposed_ms;
     }
+    if (scaler_.enabled) j["loss_scale"] = scaler_.scale;
     metrics_.write(j);
+    std::vector<std::pair<std::string, float>> tb = {
+        {"train/loss", float(mean)}, {"train/lr", float(s.lr)}, {"train/data_wait_ms", float(wait_ms)}};
+    if (ips > 0) tb.emplace_back("train/images_per_s", float(ips));
+    if (scaler_.enabled) tb.emplace_back("train/loss_scale", scaler_.scale);
+    tensorboard_.scalars(state_.step - 1, tb);
   }
   if (!std::isfinite(mean)) {
     throw std::runtime_error("loss is " + strf("%f", mean) + " at step " + std::to_string(state_.step - 1) +
                              ": training diverged (lower --lr)");
   }
+}
+
+// --- Evaluate: eval mode (batch-norm running statistics), every validation image once
+
+EvalCounts TrainingSession::evaluate() {
+  // Rank 0's running statistics everywhere: the ranks evaluate the model rank 0 saves.
+  if (world_ > 1) {
+    comm_.broadcast(model_.buffers(), model_.num_buffers() * sizeof(float), 0);
+    comm_.wait();
+  }
+  const int classes = model_.config().num_classes;
+  const auto order = eval_order(val_data_->info().size, rank_, world_, opt_.batch_size);
+  val_data_->start(0, order);
+  EvalCounts mine;
+  std::vector<int32_t> labels(size_t(opt_.batch_size));
+  for (size_t i = 0; i < order.size(); ++i) {
+    const int n = val_data_->next(model_.input(), model_.labels(), nullptr);
+    model_.forward_eval();
+    const std::vector<float> logits = model_.last_logits();  // synchronizes
+    ops_.download(labels.data(), model_.labels(), size_t(n) * sizeof(int32_t));
+    mine.add(logits.data(), labels.data(), n, classes, float(opt_.label_smoothing));
+  }
+  // Summed in rank order on every rank: exact counts, one identical result everywhere.
+  std::vector<EvalCounts> all(static_cast<size_t>(world_));
+  comm_.allgather_host(&mine, all.data(), sizeof(EvalCounts));
+  EvalCounts total;
+  for (const EvalCounts& c : all) total += c;
+  return total;
+}
+
+void TrainingSession::validate(int64_t epoch) {
+  const auto t0 = Clock::now();
+  const EvalCounts c = evaluate();
+  const double secs = seconds_since(t0);
+  // Training throughput leaves the validation passes out (the summary gives their time).
+  eval_seconds_ += secs;
+  t_window_ += std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(secs));
+  last_eval_step_ = state_.step;
+  result_.last_top1 = c.top1_percent();
+  const bool best = c.top1_percent() > state_.best_top1;
+  if (best) {
+    state_.best_top1 = c.top1_percent();
+    best_epoch_ = epoch;
+  }
+  result_.best_top1 = state_.best_top1;
+  if (!lead_) return;
+  out_ << "Validation: epoch " << epoch << ", step " << state_.step << ": top-1 " << strf("%.2f", c.top1_percent())
+       << " %, top-5 " << strf("%.2f", c.top5_percent()) << " %, loss " << strf("%.4f", c.mean_loss()) << " ("
+       << c.images << " images, " << strf("%.1f", secs) << " s)" << std::endl;
+  metrics_.write({{"eval", true}, {"epoch", epoch}, {"step", state_.step}, {"top1", c.top1_percent()},
+                  {"top5", c.top5_percent()}, {"val_loss", c.mean_loss()}, {"val_images", c.images},
+                  {"eval_s", secs}, {"time", seconds_since(t_start_)}});
+  tensorboard_.scalars(state_.step, {{"val/top1", float(c.top1_percent())},
+                                     {"val/top5", float(c.top5_percent())},
+                                     {"val/loss", float(c.mean_loss())}});
+  if (best && opt_.save_best) {
+    write_weights(best_weights_path(opt_.save), model_, model_.get_state(), state_.step,
+                  {{"top1", strf("%.4f", c.top1_percent())}, {"epoch", std::to_string(epoch)}});
+    out_ << "Saved " << best_weights_path(opt_.save) << " (best top-1 so far)" << std::endl;
+  }
+}
+
+TrainResult TrainingSession::eval_only() {
+  t_start_ = Clock::now();
+  const EvalCounts c = evaluate();
+  result_.best_top1 = result_.last_top1 = c.top1_percent();
+  if (lead_) {
+    out_ << "Evaluated " << opt_.init << ": top-1 " << strf("%.2f", c.top1_percent()) << " %, top-5 "
+         << strf("%.2f", c.top5_percent()) << " %, loss " << strf("%.4f", c.mean_loss()) << " (" << c.images
+         << " images, " << strf("%.1f", seconds_since(t_start_)) << " s)" << std::endl;
+    metrics_.write({{"eval", true}, {"epoch", 0}, {"step", 0}, {"top1", c.top1_percent()},
+                    {"top5", c.top5_percent()}, {"val_loss", c.mean_loss()}, {"val_images", c.images},
+                    {"weights", opt_.init}});
+  }
+  return result_;
 }
 
 // --- Save: rank 0 writes the weights and everything needed to continue from `next`
@@ -278,13 +430,15 @@ void TrainingSession::save(const Position& next) {
 void TrainingSession::report() {
   ops_.synchronize();
   if (result_.steps > 1) {
-    const double dt = seconds_since(t_first_);
+    const double dt = seconds_since(t_first_) - eval_seconds_;
     result_.images_per_s = dt > 0 ? double((result_.steps - 1) * global_batch_) / dt : 0.0;
   }
   if (lead_ && result_.steps > 0) {
     out_ << "Throughput: " << strf("%.1f", result_.images_per_s) << " images/s (" << world_ << " rank(s), "
-         << result_.steps << " steps, first step excluded), total " << strf("%.1f", seconds_since(t_start_)) << " s"
-         << std::endl;
+         << result_.steps << " steps, first step" << (eval_seconds_ > 0 ? " and validation" : "")
+         << " excluded), total " << strf("%.1f", seconds_since(t_start_)) << " s";
+    if (eval_seconds_ > 0) out_ << " (validation " << strf("%.1f", eval_seconds_) << " s)";
+    out_ << std::endl;
   }
   if (lead_ && scaler_.enabled) {
     out_ << "fp16 loss scaling: scale " << scaler_.scale << ", " << scaler_.skipped
@@ -297,7 +451,7 @@ void TrainingSession::report() {
   comm_.allgather_host(&my_peak, peaks.data(), sizeof(uint64_t));
   const uint64_t max_peak = *std::max_element(peaks.begin(), peaks.end());
   // Unreadable images skipped (issue 11), over all ranks: each reads its own shard.
-  const int64_t my_skipped = train_data_->skipped();
+  const int64_t my_skipped = train_data_->skipped() + (val_data_ ? val_data_->skipped() : 0);
   std::vector<int64_t> skipped(static_cast<size_t>(world_));
   comm_.allgather_host(&my_skipped, skipped.data(), sizeof(int64_t));
   int64_t skipped_all = 0;
@@ -313,14 +467,11 @@ void TrainingSession::report() {
            << " ms per step on the communication stream, " << strf("%.2f", ct.exposed_ms / double(ct.steps))
            << " ms of it after backward ended (not overlapped), " << ct.steps << " steps" << std::endl;
     }
-    out_ << "Data: waited " << strf("%.2f", result_.steps > 0 ? wait_total_ms_ / double(result_.steps) : 0.0)
-         << " ms per step for input (rank 0)";
-    if (opt_.data == DataSourceKind::Images) out_ << ", " << skipped_all << " unreadable image read(s) skipped (all ranks)";
-    out_ << std::endl;
     if (env_flag("WORKER_MEM_REPORT")) memory_report(out_, model_, ops_, optimizer_.state_bytes());
     nlohmann::json j = {{"final", true}, {"steps", result_.steps}, {"throughput_images_per_s", result_.images_per_s},
+                        {"eval_s", eval_seconds_}, {"skipped_images", skipped_all},
                         {"peak_bytes", my_peak}, {"peak_bytes_max_rank", max_peak}, {"world", world_},
-                        {"skipped_images", skipped_all}, {"time", seconds_since(t_start_)}};
+                        {"time", seconds_since(t_start_)}};
     if (have_ct) {
       j["allreduce_ms"] = ct.allreduce_ms / double(ct.steps);
       j["allreduce_exposed_ms"] = ct.exposed_ms / double(ct.steps);
@@ -338,11 +489,51 @@ void TrainingSession::report() {
     if (lead_) out_ << "Saved " << opt_.save << " (training state: " << train_state_path(opt_.save) << ")" << std::endl;
   }
   result_.checksums_agree = report_checksums(model_, comm_, out_);
+  if (!lead_) return;
+  out_ << "Summary: " << result_.steps << " steps in " << hms(seconds_since(t_start_)) << ", "
+       << strf("%.1f", result_.images_per_s) << " images/s";
+  if (result_.last_top1 >= 0) {
+    out_ << "; validation top-1 best " << strf("%.2f", state_.best_top1) << " %";
+    if (best_epoch_ >= 0) out_ << " (epoch " << best_epoch_ << ")";
+    out_ << ", last " << strf("%.2f", result_.last_top1) << " %";
+  }
+  if (!opt_.save.empty()) {
+    out_ << "; checkpoint " << opt_.save;
+    if (opt_.save_best && best_epoch_ >= 0) out_ << ", best " << best_weights_path(opt_.save);
+  }
+  if (tensorboard_.is_open()) out_ << "; TensorBoard " << tensorboard_.path();
+  if (opt_.data == DataSourceKind::Images) out_ << "; " << skipped_all << " unreadable image read(s) skipped (all ranks)";
+  out_ << std::endl;
+}
+
+// --- Stop (SIGINT, SIGTERM with --save): every rank stops at the same step boundary
+
+bool TrainingSession::stop_requested() {
+  if (!requests_.stop) return false;
+  int mine = requests_.stop->load(), any = mine;
+  if (world_ > 1) {  // a signal may reach the ranks on either side of a boundary: agree on one
+    std::vector<int> all(static_cast<size_t>(world_));
+    comm_.allgather_host(&mine, all.data(), sizeof(int));
+    for (int s : all) any = any ? any : s;
+  }
+  stop_signal_ = any;
+  return any != 0;
+}
+
+TrainResult TrainingSession::stop() {
+  save(pos_);
+  result_.stop_signal = stop_signal_;
+  if (lead_) {
+    out_ << "Stopped by signal " << stop_signal_ << " at step " << state_.step << ": saved " << opt_.save
+         << " (training state " << train_state_path(opt_.save) << "); continue with --resume " << opt_.save
+         << std::endl;
+  }
+  return result_;
 }
 
 TrainResult train(const TrainOptions& opt, const WorkerEnv& /*env*/, Ops& ops, Comm& comm, std::ostream& out,
-                  std::atomic<bool>* save_request) {
-  TrainingSession session(opt, ops, comm, out, save_request);
+                  const Requests& requests) {
+  TrainingSession session(opt, ops, comm, out, requests);
   return session.run();
 }
 

@@ -363,8 +363,8 @@ def case_skip(a, tmp):
     m = re.search(r"(\d+) unreadable image read\(s\) skipped", p.stdout)
     # Every bad file is read once per epoch (batch 8, 247 images, 1 rank: 30 of 247 per epoch dropped).
     check(m and 3 <= int(m.group(1)) <= 6, f"summary: {m.group(0) if m else 'missing'}:\n{p.stdout[-800:]}")
-    check(all(re.search(r"data_wait_ms: [0-9.]+$", l) for l in p.stdout.splitlines() if l.startswith("Epoch[")),
-          "a log line without data_wait_ms")
+    check(all(re.search(r"data wait: [0-9.]+ ms/step", l) for l in p.stdout.splitlines() if l.startswith("Epoch[")),
+          "a log line without its data wait")
     p = run([a.train, *SMALL, "--epochs", "1", "--data", ds["root"], "--strict-data"])
     check(p.returncode == 2 and "--strict-data" in p.stderr and any(b in p.stderr for b in ds["bad"]),
           f"--strict-data: exit {p.returncode}: {p.stderr[-800:]}")

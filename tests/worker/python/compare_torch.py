@@ -26,9 +26,14 @@ except ImportError as e:  # honest skip: CI machines without python3-torch
     print(f"SKIPPED: torch/torchvision not importable ({e})")
     sys.exit(77)
 
-# Must match tests/worker/cpu/model_driver.cpp.
+# Must match tests/worker/reference_step.h.
 SGD = dict(lr=0.1, momentum=0.9, weight_decay=1e-4)
 ADAM = dict(lr=1e-3, betas=(0.9, 0.999), eps=1e-8, weight_decay=1e-4)
+# Issue 12's recipe: label smoothing, then two Nesterov steps with weight decay only on the
+# parameters of more than one dimension (NVIDIA's --no-wd-on-bn-bias as torch parameter groups).
+SMOOTHING = 0.1
+NESTEROV = dict(lr=0.1, momentum=0.875, nesterov=True)
+NESTEROV_WD = 5e-2
 
 # Tolerances, relative to the tensor's largest magnitude; the reference is torch in fp32.
 # Measured: loss ~1e-6, gradients <= ~5e-5 (ResNet-18 and -50). fp32 summation order differs
@@ -122,6 +127,8 @@ def run_depth(driver, depth, image_size, batch, classes, verbose):
         fwd = st.load(os.path.join(d, "fwd.safetensors"))
         after_sgd = st.load(os.path.join(d, "sgd.safetensors"))
         after_adam = st.load(os.path.join(d, "adam.safetensors"))
+        smooth = st.load(os.path.join(d, "smooth.safetensors"))
+        after_nesterov = st.load(os.path.join(d, "nesterov.safetensors"))
 
     x = torch.from_numpy(batch_t["images"]).permute(0, 3, 1, 2).contiguous()
     y = torch.from_numpy(batch_t["labels"])
@@ -206,6 +213,28 @@ def run_depth(driver, depth, image_size, batch, classes, verbose):
           f"{flips_torch}, torch float32 without oneDNN {flips_alt} (limit {limit:.0f} = max({ADAM_FLIP_FACTOR} x torch's larger, {ADAM_MIN_FLIPS}))")
     if flips_ours > limit:
         rep.failures.append(f"Adam step: {flips_ours} weights step differently from float64 (limit {limit:.0f})")
+    # Label smoothing (CrossEntropyLoss(label_smoothing=)) and Nesterov with parameter groups.
+    m = fresh()
+    m.zero_grad()
+    ls = torch.nn.CrossEntropyLoss(label_smoothing=SMOOTHING)(m(x), y)
+    ls.backward()
+    rep.check("loss, label smoothing 0.1", smooth["loss"], ls.item(), TOL_LOSS, True)
+    for name, p in m.named_parameters():
+        worst["smooth"] = max(worst.get("smooth", 0.0), rep.check(
+            f"grad, label smoothing: {name}", smooth[name], p.grad.double().numpy(), tol_g, verbose, metric))
+    params = dict(m.named_parameters())
+    groups = [{"params": [p for p in params.values() if p.ndim > 1], "weight_decay": NESTEROV_WD},
+              {"params": [p for p in params.values() if p.ndim == 1], "weight_decay": 0.0}]
+    opt = torch.optim.SGD(groups, **NESTEROV)
+    opt.step()
+    opt.step()  # the same gradients again: the momentum buffer's recurrence
+    for name, p in params.items():
+        d_ours = after_nesterov[name].astype(np.float64) - init[name]
+        d_ref = p.detach().double().numpy() - init[name]
+        worst["nesterov"] = max(worst.get("nesterov", 0.0), rep.check(
+            f"Nesterov steps, masked weight decay: {name}", d_ours, d_ref, tol_g, verbose, metric))
+    print(f"  label smoothing gradients {worst['smooth']:.2e}, two Nesterov steps with parameter groups "
+          f"{worst['nesterov']:.2e} (tol {tol_g:g})")
     print(f"  worst rel err ({metric}): gradients {worst['grad']:.2e} (tol {tol_g:g}), running stats {worst['state']:.2e} "
           f"(tol {TOL_STATE:g}), SGD step {worst['sgd']:.2e}, Adam: {worst['adam']:.2e} of the weights step "
           f"differently")

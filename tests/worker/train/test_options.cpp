@@ -109,3 +109,61 @@ TEST_CASE("bad values are usage errors naming the option", "[train][options]") {
   o.precision = worker::Precision::Fp16;
   CHECK_THROWS_AS(worker::resolve_precision(o, false), UsageError);  // auto picked the CPU
 }
+
+TEST_CASE("the recipe, validation and TensorBoard options (issue 12)", "[train][options]") {
+  const auto d = parse_options(std::vector<std::string>{});
+  REQUIRE(d);
+  CHECK(d->lr_schedule == worker::LrScheduleKind::Constant);
+  CHECK(d->warmup_epochs == 0.0);
+  CHECK(d->lr_steps == std::vector<int>{30, 60, 90});
+  CHECK(d->lr_gamma == 0.1);
+  CHECK(d->lr_base_batch == 0);
+  CHECK(d->label_smoothing == 0.0);
+  CHECK_FALSE(d->nesterov);
+  CHECK_FALSE(d->no_wd_on_bn_bias);
+  CHECK(d->val_samples == 0);
+  CHECK(d->eval_every == 1);
+  const auto o = parse_options(std::vector<std::string>{
+      "--optimizer", "sgd", "--momentum", "0.875", "--lr", "0.256", "--lr-base-batch", "256", "--lr-schedule", "cosine",
+      "--warmup-epochs", "5", "--epochs", "90", "--label-smoothing", "0.1", "--nesterov", "--no-wd-on-bn-bias",
+      "--lr-steps", "10,20", "--lr-steps", "5", "--lr-gamma", "0.5", "--val-samples", "100", "--eval-every", "2",
+      "--save", "c.safetensors", "--save-best", "--tensorboard", "tb"});
+  REQUIRE(o);
+  CHECK(o->lr_schedule == worker::LrScheduleKind::Cosine);
+  CHECK(o->warmup_epochs == 5.0);
+  CHECK(o->lr_steps == std::vector<int>{5});  // a repeated option replaces the list
+  CHECK(o->lr_gamma == 0.5);
+  CHECK(o->lr_base_batch == 256);
+  CHECK(o->label_smoothing == 0.1);
+  CHECK(o->nesterov);
+  CHECK(o->no_wd_on_bn_bias);
+  CHECK(o->val_samples == 100);
+  CHECK(o->eval_every == 2);
+  CHECK(o->save_best);
+  CHECK(o->tensorboard == "tb");
+  CHECK(parse_options(std::vector<std::string>{"--eval-only", "--init", "w.safetensors"})->eval_only);
+
+  const std::vector<std::pair<std::vector<std::string>, std::string>> bad = {
+      {{"--lr-schedule", "linear"}, "--lr-schedule must be constant, step or cosine"},
+      {{"--warmup-epochs", "-1"}, "--warmup-epochs"},
+      {{"--warmup-epochs", "4", "--epochs", "3"}, "--warmup-epochs"},
+      {{"--lr-steps", "60,30"}, "--lr-steps"},
+      {{"--lr-steps", "30,x"}, "--lr-steps"},
+      {{"--lr-steps", "30,,60"}, "--lr-steps"},
+      {{"--lr-gamma", "0"}, "--lr-gamma"},
+      {{"--lr-base-batch", "-1"}, "--lr-base-batch"},
+      {{"--label-smoothing", "1"}, "--label-smoothing"},
+      {{"--nesterov"}, "--nesterov needs --optimizer sgd"},
+      {{"--nesterov", "--optimizer", "sgd", "--momentum", "0"}, "--nesterov"},
+      {{"--val-samples", "-1"}, "--val-samples"},
+      {{"--eval-every", "0"}, "--eval-every"},
+      {{"--eval-only"}, "--eval-only needs --init"},
+      {{"--eval-only", "--init", "w", "--save", "c"}, "--eval-only"},
+      {{"--save-best"}, "--save-best needs --save"},
+  };
+  for (const auto& [args, needle] : bad) {
+    const std::string err = usage_error(args);
+    INFO(args[0] << " -> '" << err << "'");
+    CHECK(err.find(needle) != std::string::npos);
+  }
+}
