@@ -64,10 +64,12 @@ struct Tag {
 
 // Every worker starts two grandchildren through a wrapper (`sh -c "sleep &"`) and one that
 // leaves the worker's process group and session (setsid), then waits; `ready.R` when all run.
+// On SIGTERM the worker takes 0.3 s to exit, as a program that cleans up does: its setsid child
+// is adopted by the launcher only then, after any first signalling pass.
 std::string family_script(const std::string& d, const std::string& tag) {
   const std::string sleeper = "sleep 1000 " + tag;
-  return "sh -c '" + sleeper + " & " + sleeper + " & wait' & setsid " + sleeper + " & touch " + d +
-         "/ready.$RANK; wait";
+  return "trap 'sleep 0.3; exit 0' TERM; sh -c '" + sleeper + " & " + sleeper + " & wait' & setsid " + sleeper +
+         " & touch " + d + "/ready.$RANK; wait";
 }
 
 }  // namespace
