@@ -542,7 +542,14 @@ bool Loop::finished() {
     begin_stop(SIGTERM);
     return false;
   }
-  return !box_.anything_left(have_children_);
+  if (!box_.anything_left(have_children_)) return true;
+  if (phase_ == Phase::Stopping && stop_sig_ != SIGTERM) {
+    // Every worker has ended, but not all they started: a shell's background jobs ignore SIGINT
+    // and SIGQUIT by rule. Stop what they left behind as above instead of waiting out the grace.
+    log::info("every worker has ended; stopping the processes they left behind (SIGTERM)");
+    signal_everyone(SIGTERM);
+  }
+  return false;
 }
 
 // ---------------------------------------------------------------------------------------------

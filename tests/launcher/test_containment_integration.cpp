@@ -149,3 +149,24 @@ TEST_CASE("containment: after kill -9 of the launcher, nothing of the job is ali
     CHECK(all_gone);
   }
 }
+
+TEST_CASE("containment: SIGINT: what the workers leave behind is stopped once they have ended", "[containment]") {
+  // A non-interactive shell's background jobs ignore SIGINT and SIGQUIT (POSIX): the workers
+  // die of Ctrl-C, their `sleep &` would wait for the SIGKILL at the end of the grace.
+  require_mode();
+  TempDir td;
+  const std::string& d = td.path;
+  Tag tag;
+  const std::string sleeper = "sleep 1000 " + tag.value;
+  Proc p = start({kLaunch, "--log_dir", d + "/log", "--devices", "cpu", "--nproc_per_node", "2", "--grace", "30", "sh",
+                  "-c", sleeper + " & " + sleeper + " & touch " + d + "/ready.$RANK; wait"},
+                 d);
+  Reaper guard(p.pid);
+  REQUIRE(wait_until([&] { return exists(d + "/ready.0") && exists(d + "/ready.1") && tagged(tag.value).size() == 4; }, 20));
+  const double t0 = now_s();
+  kill(p.pid, SIGINT);
+  REQUIRE(wait_exit(p.pid, 20) == 128 + SIGINT);
+  INFO(p.err());
+  CHECK(now_s() - t0 < 2.0);
+  CHECK(tagged(tag.value).empty());
+}
