@@ -56,9 +56,9 @@ struct ChildJoin {
 class Containment {
  public:
   // Sets up the strongest containment available (or the one LAUNCH_CONTAINMENT names), makes the
-  // launcher a child subreaper, and logs which one is in force and why. Call before any thread
-  // or worker is started and before the stop signals are forwarded anywhere. Throws UsageError
-  // for a bad LAUNCH_CONTAINMENT or one that cannot be had here.
+  // launcher a child subreaper, and logs which one is in force and why. Call before any worker
+  // is started (threads may exist: what the forked helpers run is async-signal-safe). Throws
+  // UsageError for a bad LAUNCH_CONTAINMENT or one that cannot be had here.
   static std::unique_ptr<Containment> create();
   // Kills whatever is left and removes the cgroup / ends the namespace.
   virtual ~Containment() = default;

@@ -82,10 +82,10 @@ int run_job(const Plan& p) {
   // From here on signals are read from one signalfd only; blocked before any thread exists.
   StopSignals stops(p.opt.checkpoint_signal.value_or(0));
   std::signal(SIGPIPE, SIG_IGN);  // a closed console (launch | head) must not kill the launcher
-  // Cgroup, PID namespace or process groups (logged); makes us the subreaper of our orphans.
-  const std::unique_ptr<Containment> containment = Containment::create();
   std::unique_ptr<JobMode> mode = make_job_mode(p, stops);  // a bad --start_port fails before the log dir
   make_dirs(p.job.log_dir);
+  // Cgroup, PID namespace or process groups (logged); makes us the subreaper of our orphans.
+  const std::unique_ptr<Containment> containment = Containment::create();
 
   SupervisorConfig cfg;
   cfg.stream = p.opt.stream;
