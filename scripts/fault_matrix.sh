@@ -170,25 +170,21 @@ result=FAIL; [ "$rc" = 0 ] && [ "$said" = 1 ] && [ "$lines" = 100000 ] && result
 row "full disk: console file ($where)" "$result" "exit $rc, ENOSPC said $said time(s), log $lines/100000 lines"
 [ -n "$mounted" ] && umount "$mounted" && mounted=""
 
-# --- a stopped rank: SIGSTOP one train_resnet rank
-fresh
-"$launch" --devices cpu --nproc_per_node 2 --grace 5 "$train" "${TA[@]}" --num-samples 100000 --epochs 1 \
-  --log-every 1 --comm-timeout 2 >out 2>err &
-pid=$!
-wait_for 'grep -q "Batch\[2\]" log/workerlog.0 2>/dev/null' 60
-r1=$(worker_pid "$pid" 1)
-t0=$(now_ms); kill -STOP "$r1"; wait_exit "$pid" 30; ms=$(( $(now_ms) - t0 ))
+# --- a stopped rank, a killed peer: signal rank 1 of a 2-rank train_resnet once it trains
+# signal_rank1 SIG: sets rc and ms (signal -> launch's exit).
+signal_rank1() {
+  fresh
+  "$launch" --devices cpu --nproc_per_node 2 --grace 5 "$train" "${TA[@]}" --num-samples 100000 --epochs 1 \
+    --log-every 1 --comm-timeout 2 >out 2>err &
+  local pid=$!
+  wait_for 'grep -q "Batch\[2\]" log/workerlog.0 2>/dev/null' 60
+  local r1; r1=$(worker_pid "$pid" 1)
+  local t0; t0=$(now_ms); kill -"$1" "$r1"; wait_exit "$pid" 30; ms=$(( $(now_ms) - t0 ))
+}
+signal_rank1 STOP
 result=FAIL; [ "$rc" = 86 ] && grep -q 'root cause: rank 1 stopped responding' err && result=PASS
 row "SIGSTOP of one train_resnet rank" "$result" "root cause rank 1 after $ms ms (--comm-timeout 2), exit $rc"
-
-# --- a killed peer: SIGKILL one train_resnet rank
-fresh
-"$launch" --devices cpu --nproc_per_node 2 --grace 5 "$train" "${TA[@]}" --num-samples 100000 --epochs 1 \
-  --log-every 1 >out 2>err &
-pid=$!
-wait_for 'grep -q "Batch\[2\]" log/workerlog.0 2>/dev/null' 60
-r1=$(worker_pid "$pid" 1)
-t0=$(now_ms); kill -KILL "$r1"; wait_exit "$pid" 30; ms=$(( $(now_ms) - t0 ))
+signal_rank1 KILL
 result=FAIL; [ "$rc" = 137 ] && grep -q 'root cause: rank 1 killed by SIGKILL' err && result=PASS
 row "SIGKILL of one train_resnet rank" "$result" "root cause rank 1 after $ms ms, exit $rc"
 

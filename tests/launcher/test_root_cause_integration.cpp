@@ -3,8 +3,6 @@
 #include <catch2/catch.hpp>
 
 #include <dirent.h>
-#include <netinet/in.h>
-#include <sys/socket.h>
 
 #include <nlohmann/json.hpp>
 
@@ -16,28 +14,6 @@ namespace {
 
 const std::string kLaunch = LAUNCH_BIN;
 const std::string kTrain = TRAIN_BIN;
-
-// Like testutil::start, with stdout on `out_fd` (a pipe nobody reads, /dev/full).
-Proc start_with_stdout(const std::vector<std::string>& argv, const std::string& dir, int out_fd,
-                       const std::map<std::string, std::string>& env = {}, const std::string& tag = "launch") {
-  Proc p;
-  p.out_path = "";
-  p.err_path = dir + "/" + tag + ".err";
-  std::vector<char*> av;
-  for (const auto& a : argv) av.push_back(const_cast<char*>(a.c_str()));
-  av.push_back(nullptr);
-  p.pid = fork();
-  if (p.pid == 0) {
-    for (const auto& [k, v] : env) setenv(k.c_str(), v.c_str(), 1);
-    if (chdir(dir.c_str()) < 0) _exit(126);
-    int e = open(p.err_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
-    dup2(out_fd, 1);
-    dup2(e, 2);
-    execv(av[0], av.data());
-    _exit(127);
-  }
-  return p;
-}
 
 // The launcher's worker of this rank (host PID: found through the launcher's children and their
 // environment, whatever PID namespace the worker sees itself in).
@@ -65,18 +41,6 @@ size_t count_lines(const std::string& path) {
   return static_cast<size_t>(std::count(s.begin(), s.end(), '\n'));
 }
 
-std::string free_master() {
-  int s = socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in a{};
-  a.sin_family = AF_INET;
-  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  socklen_t len = sizeof a;
-  bind(s, reinterpret_cast<sockaddr*>(&a), sizeof a);
-  getsockname(s, reinterpret_cast<sockaddr*>(&a), &len);
-  close(s);
-  return "127.0.0.1:" + std::to_string(ntohs(a.sin_port));
-}
-
 }  // namespace
 
 // --- item 7: the root cause is the rank at fault ----------------------------------------------
@@ -91,7 +55,7 @@ TEST_CASE("root cause: a worker that lost a stopped peer puts that peer first, e
       "0) while [ ! -e " + d + "/go ]; do sleep 0.01; done; "
       "   echo 'LAUNCH_PEER_LOST rank=1: no progress for 2000 ms waiting for rank 1 (emulated)' >&2; exit 86;; "
       "1) exec sleep 60;; "
-      "2) " + kLaunch + " kv get never --timeout 30;; esac";
+      "2) trap '' TERM; " + kLaunch + " kv get never --timeout 30;; esac";  // hears the store, not our SIGTERM
   Proc p = start({kLaunch, "--log_dir", d + "/log", "--devices", "cpu", "--nproc_per_node", "3", "--grace", "5",
                   "--summary", d + "/summary.json", "sh", "-c", script},
                  d);
@@ -112,7 +76,8 @@ TEST_CASE("root cause: a worker that lost a stopped peer puts that peer first, e
   auto j = nlohmann::json::parse(slurp(d + "/summary.json"));
   CHECK(j["root_cause"]["rank"] == 1);
   CHECK(j["exit_code"] == 86);
-  // The survivor blocked in the store heard it from the store.
+  // The store recorded it, and the survivor blocked there heard it from the store.
+  CHECK_THAT(err, Catch::Contains("store: job failed (rank 1: stopped responding"));
   CHECK_THAT(slurp(d + "/log/workerlog.2"), Catch::Contains("rank 1: stopped responding"));
 }
 
@@ -143,7 +108,7 @@ TEST_CASE("root cause: SIGSTOP of one train_resnet rank names that rank (--comm-
 TEST_CASE("root cause: one node's launcher killed; the other node names that node, not its own noticer", "[launcher][root_cause][multinode]") {
   TempDir td;
   const std::string& d = td.path;
-  const std::string master = free_master();
+  const std::string master = free_loopback_address();
   const std::map<std::string, std::string> token = {{"LAUNCH_STORE_TOKEN", "0123456789abcdef0123456789abcdef-test"}};
   // Rank 0 (node 0) notices its ring neighbour, rank 1 on node 1, vanish -- as soon as the test
   // has killed node 1 -- and says so, long before the heartbeat can tell who died.
@@ -193,9 +158,9 @@ TEST_CASE("console: a stalled stdout never delays failure handling; the logs are
   int fds[2];
   REQUIRE(pipe(fds) == 0);  // nobody ever reads fds[0]
   const int lines = 1000000;  // 6.9 MB: more than the pipe (64 KiB) and the console's buffer (4 MiB)
-  Proc p = start_with_stdout({kLaunch, "--log_dir", d + "/log", "--devices", "cpu", "--nproc_per_node", "2",
-                              "--grace", "2", "sh", "-c", flood_script(d, lines, true)},
-                             d, fds[1]);
+  Proc p = start({kLaunch, "--log_dir", d + "/log", "--devices", "cpu", "--nproc_per_node", "2", "--grace", "2", "sh",
+                  "-c", flood_script(d, lines, true)},
+                 d, {}, "launch", fds[1]);
   close(fds[1]);
   Reaper guard(p.pid);
   REQUIRE(wait_until([&] { return exists(d + "/done"); }, 60));
@@ -217,9 +182,9 @@ TEST_CASE("console: SIGTERM is acted on at once with a stalled stdout", "[launch
   const std::string& d = td.path;
   int fds[2];
   REQUIRE(pipe(fds) == 0);
-  Proc p = start_with_stdout({kLaunch, "--log_dir", d + "/log", "--devices", "cpu", "--nproc_per_node", "2",
-                              "--grace", "5", "sh", "-c", flood_script(d, 1000000, false)},
-                             d, fds[1]);
+  Proc p = start({kLaunch, "--log_dir", d + "/log", "--devices", "cpu", "--nproc_per_node", "2", "--grace", "5", "sh",
+                  "-c", flood_script(d, 1000000, false)},
+                 d, {}, "launch", fds[1]);
   close(fds[1]);
   Reaper guard(p.pid);
   REQUIRE(wait_until([&] { return exists(d + "/done"); }, 60));
@@ -239,9 +204,9 @@ TEST_CASE("console: ENOSPC on stdout is said once; the logs are complete", "[lau
   const std::string& d = td.path;
   const int full = open("/dev/full", O_WRONLY);
   REQUIRE(full >= 0);
-  Proc p = start_with_stdout({kLaunch, "--log_dir", d + "/log", "--devices", "cpu", "--nproc_per_node", "1", "--stream",
-                              "all", "sh", "-c", "i=0; while [ $i -lt 300 ]; do echo line $i; i=$((i+1)); done"},
-                             d, full);
+  Proc p = start({kLaunch, "--log_dir", d + "/log", "--devices", "cpu", "--nproc_per_node", "1", "--stream", "all",
+                  "sh", "-c", "i=0; while [ $i -lt 300 ]; do echo line $i; i=$((i+1)); done"},
+                 d, {}, "launch", full);
   close(full);
   Reaper guard(p.pid);
   REQUIRE(wait_exit(p.pid, 20) == 0);

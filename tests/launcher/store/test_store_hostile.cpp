@@ -71,9 +71,11 @@ long status_kib(pid_t pid, const std::string& field) {
 TEST_CASE("store: 1,000 hostile clients at once keep the launcher below 64 MB; the job goes on", "[store][hostile]") {
   rlimit rl{};
   getrlimit(RLIMIT_NOFILE, &rl);
-  if (rl.rlim_max < 2200) {
-    WARN("RLIMIT_NOFILE hard limit " << rl.rlim_max << " < 2200: cannot hold 1,000 clients here");
-    return;
+  if (rl.rlim_max < 2200) {  // 1,000 sockets here and 1,000 in the launcher
+    std::printf("SKIPPED: RLIMIT_NOFILE hard limit %lu < 2200: cannot hold 1,000 clients here\n",
+                static_cast<unsigned long>(rl.rlim_max));
+    std::fflush(stdout);
+    std::_Exit(77);
   }
   rl.rlim_cur = std::max<rlim_t>(rl.rlim_cur, 4096);
   REQUIRE(setrlimit(RLIMIT_NOFILE, &rl) == 0);  // the launcher inherits it
