@@ -154,9 +154,7 @@ class CgroupContainment final : public Containment {
 
   std::vector<pid_t> members() const override {
     std::vector<pid_t> out = my_children();
-    std::ifstream f(dir_ + "/cgroup.procs");
-    pid_t p;
-    while (f >> p) out.push_back(p);
+    list_procs(dir_, out, 0);
     return out;
   }
   bool kill_all() override {
@@ -171,6 +169,20 @@ class CgroupContainment final : public Containment {
 
  private:
   CgroupContainment() = default;
+
+  // cgroup.procs lists a cgroup's own processes only: a worker may have made child cgroups (a
+  // nested launch does), whose processes belong to the job as well.
+  static void list_procs(const std::string& dir, std::vector<pid_t>& out, int depth) {
+    std::ifstream f(dir + "/cgroup.procs");
+    pid_t p;
+    while (f >> p) out.push_back(p);
+    if (depth >= 16) return;
+    DIR* d = opendir(dir.c_str());
+    if (!d) return;
+    while (dirent* e = readdir(d))
+      if (e->d_type == DT_DIR && e->d_name[0] != '.') list_procs(dir + "/" + e->d_name, out, depth + 1);
+    closedir(d);
+  }
 
   // Removes the cgroups of launchers that died with their guard (both SIGKILLed): empty ones.
   static void sweep_stale(const std::string& parent) {
