@@ -220,3 +220,22 @@ TEST_CASE("console: ENOSPC on stdout is said once; the logs are complete", "[lau
   CHECK_THAT(err, Catch::Contains("did not reach the console"));
   CHECK(count_lines(d + "/log/workerlog.0") == 300);
 }
+
+TEST_CASE("logs: ENOSPC on a worker's log is said once and counted; the job and the console go on", "[launcher][console]") {
+  TempDir td;
+  const std::string& d = td.path;
+  REQUIRE(mkdir((d + "/log").c_str(), 0755) == 0);
+  REQUIRE(symlink("/dev/full", (d + "/log/workerlog.0").c_str()) == 0);  // every write: ENOSPC
+  Proc p = start({kLaunch, "--log_dir", d + "/log", "--devices", "cpu", "--nproc_per_node", "1", "sh", "-c", "seq 1 5000"}, d);
+  Reaper guard(p.pid);
+  REQUIRE(wait_exit(p.pid, 20) == 0);
+  const std::string err = p.err();
+  INFO(err);
+  size_t said = 0;
+  for (size_t at = err.find("cannot write " + d + "/log/workerlog.0"); at != std::string::npos;
+       at = err.find("cannot write " + d + "/log/workerlog.0", at + 1))
+    ++said;
+  CHECK(said == 1);
+  CHECK_THAT(err, Catch::Contains("misses 23893 bytes of output (No space left on device)"));  // seq 1 5000
+  CHECK(count_lines(p.out_path) == 5000);
+}
