@@ -62,7 +62,8 @@ wait_exit() {
 worker_pid() {
   local k
   for k in $(cat /proc/"$1"/task/*/children 2>/dev/null); do
-    if tr '\0' '\n' < /proc/"$k"/environ 2>/dev/null | grep -qx "RANK=$2"; then echo "$k"; return; fi
+    # (2> before <: a child that has just gone must not print an error)
+    if tr '\0' '\n' 2>/dev/null < /proc/"$k"/environ | grep -qx "RANK=$2"; then echo "$k"; return; fi
   done
 }
 fresh() { rm -rf "$work/c"; mkdir -p "$work/c"; cd "$work/c" || exit 2; }
