@@ -36,15 +36,15 @@ void print_python_error(const std::string& path, const PythonError& e) {
 
 void print_failure_report(const JobOutcome& o, const std::string& log_dir) {
   const auto& p = o.policy;
-  if (auto r = p.root_rank()) {
+  if (const auto& root = p.root()) {
+    const int r = root->rank;
     const WorkerRecord* rec = nullptr;
     for (const auto& w : o.records)
-      if (w.rank == *r) rec = &w;
-    const Termination t = *p.root_termination();
+      if (w.rank == r) rec = &w;
     log::error("==================== failure report ====================");
-    log::error("root cause: " + describe(*r, t) + " (pid " + std::to_string(rec->pid) + ", " +
-               launch::describe(rec->device) + "); launch exits with " + std::to_string(exit_code_of(t)));
-    const std::string error_file = worker_error_file(log_dir, *r);
+    log::error("root cause: rank " + std::to_string(r) + " " + root->description + " (pid " + std::to_string(rec->pid) +
+               ", " + launch::describe(rec->device) + "); launch exits with " + std::to_string(p.exit_code()));
+    const std::string error_file = worker_error_file(log_dir, r);
     if (auto e = read_error_file(error_file)) print_python_error(error_file, *e);
     log::error("log: " + rec->log_path + "; its last " + std::to_string(rec->tail.size()) + " line(s) of this run:");
     for (const auto& line : rec->tail) log::error("  | " + line);

@@ -41,7 +41,7 @@ class LocalJob final : public JobMode {
   }
 
   void install(SupervisorConfig& cfg) override {
-    cfg.on_failure = [report = store_->report_failure](int rank, const Termination& t) { report(rank, describe(t)); };
+    cfg.on_failure = [report = store_->report_failure](const RootCause& rc) { report(rc.rank, rc.description); };
   }
 
   void finish(int, bool) override {}

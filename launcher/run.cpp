@@ -1,6 +1,5 @@
 #include "launcher/run.h"
 
-#include <sys/prctl.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -9,6 +8,7 @@
 #include <iostream>
 
 #include "launcher/cli.h"
+#include "launcher/containment.h"
 #include "launcher/dry_run.h"
 #include "launcher/errors.h"
 #include "launcher/exit_policy.h"
@@ -82,16 +82,16 @@ int run_job(const Plan& p) {
   // From here on signals are read from one signalfd only; blocked before any thread exists.
   StopSignals stops(p.opt.checkpoint_signal.value_or(0));
   std::signal(SIGPIPE, SIG_IGN);  // a closed console (launch | head) must not kill the launcher
-  // Orphaned grandchildren come to us, so we can reap them and know when none is left.
-  SYS_CHECK(prctl(PR_SET_CHILD_SUBREAPER, 1));
   std::unique_ptr<JobMode> mode = make_job_mode(p, stops);  // a bad --start_port fails before the log dir
   make_dirs(p.job.log_dir);
+  // Cgroup, PID namespace or process groups (logged); makes us the subreaper of our orphans.
+  const std::unique_ptr<Containment> containment = Containment::create();
 
   SupervisorConfig cfg;
   cfg.stream = p.opt.stream;
   cfg.grace_s = p.opt.grace_s;
   cfg.signal_fd = stops.fd();
-  cfg.child_mask = stops.child_mask();
+  cfg.containment = containment.get();
   cfg.checkpoint_signal = p.opt.checkpoint_signal.value_or(0);
 
   JobOutcome outcome;

@@ -147,9 +147,11 @@ class MultinodeJob final : public JobMode {
   }
 
   void install(SupervisorConfig& cfg) override {
-    cfg.on_failure = [this](int rank, const Termination& t) {
+    cfg.on_failure = [this](const RootCause& rc) {
+      // A rank that stopped responding never ended: the record carries the job's code for it.
+      const Termination t = rc.end.value_or(Termination{Termination::How::Exited, rc.exit_code});
       const int sig = t.how == Termination::How::Signaled ? t.value : 0;
-      publish_in_store(monitor_->report_worker_exit(rank, exit_code_of(t), sig));
+      publish_in_store(monitor_->report_worker_exit(rc.rank, exit_code_of(t), sig));
     };
     cfg.remote_fd = monitor_->event_fd();
     cfg.remote_failure = [this]() -> std::pair<int, std::string> {

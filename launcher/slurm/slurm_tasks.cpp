@@ -209,7 +209,7 @@ class TaskGroup final : public JobMode {
   void install(SupervisorConfig& cfg) override {
     // Task 0 publishes a worker failure in its store (wakes waiters with JOB_FAILED).
     if (store_)
-      cfg.on_failure = [report = store_->report_failure](int rank, const Termination& t) { report(rank, describe(t)); };
+      cfg.on_failure = [report = store_->report_failure](const RootCause& rc) { report(rc.rank, rc.description); };
   }
 
   void finish(int exit_code, bool last) override {

@@ -229,6 +229,12 @@ CLI::App& describe(CLI::App& app, TrainOptions& o) {
 
   // --- what a user sees (issue 12)
   app.add_option("--tensorboard", o.tensorboard, "write TensorBoard event files (scalars) into this folder (rank 0)");
+
+  // --- communication (issue 14)
+  app.add_option("--comm-timeout", o.comm_timeout_s,
+                 "seconds a collective may make no progress before this rank gives up, naming the silent peer "
+                 "(CPU ring: a neighbour's silence; GPU: NCCL's watchdog)")
+      ->capture_default_str();
   return app;
 }
 
@@ -320,6 +326,10 @@ void validate(const TrainOptions& o) {
   require(!o.eval_only || (o.save.empty() && o.resume.empty()),
           "--eval-only trains nothing: it takes --init WEIGHTS, not --save or --resume");
   require(!o.save_best || !o.save.empty(), "--save-best needs --save PATH (the best weights go beside it)");
+
+  // --- communication (issue 14)
+  require(std::isfinite(o.comm_timeout_s) && o.comm_timeout_s >= 0.1 && o.comm_timeout_s <= 86400 * 7,
+          "--comm-timeout must be between 0.1 and 604800 seconds");
 }
 
 DType resolve_precision(const TrainOptions& o, bool gpu) {

@@ -94,6 +94,12 @@ struct TrainOptions {
 
   // --- what a user sees (issue 12)
   std::string tensorboard;             // folder for TensorBoard event files (rank 0)
+
+  // --- communication (issue 14)
+  // A collective that makes no progress this long gives up: the CPU ring after this much
+  // silence from a neighbour (and its set-up), NCCL's watchdog on a collective not finished.
+  // The rank then names the silent peer to the launcher and exits 86 (proto/peer_lost.h).
+  double comm_timeout_s = 300;
 };
 
 // Parses argv (argv[0] included). Returns nullopt when --help was printed. Throws UsageError.

@@ -8,6 +8,7 @@
 #include <string>
 
 #include "proto/client.h"
+#include "proto/peer_lost.h"
 #include "worker/core/backend.h"
 #include "worker/data/data_error.h"
 #include "worker/train/checkpoint.h"
@@ -82,9 +83,10 @@ std::unique_ptr<Ops> make_backend(const TrainOptions& opt, const Device& dev) {
 // on MASTER_ADDR:MASTER_PORT; under paddle's launcher (no store) the CPU ring uses the endpoints
 // it assigned. `store` / `master` receive the store, which must outlive the communicator
 // (NCCL's watchdog watches the job's status through it).
-std::unique_ptr<Comm> make_comm(const WorkerEnv& env, const Device& dev, Ops& ops,
+std::unique_ptr<Comm> make_comm(const TrainOptions& opt, const WorkerEnv& env, const Device& dev, Ops& ops,
                                 std::optional<proto::Client>& store, std::optional<TorchrunStore>& master) {
   using namespace proto::env;
+  const auto timeout = std::chrono::milliseconds(static_cast<int64_t>(opt.comm_timeout_s * 1000));
   if (env.world == 1) return make_single_process_comm();
   proto::Client* client = nullptr;
   if (env.store_addr) {
@@ -97,7 +99,7 @@ std::unique_ptr<Comm> make_comm(const WorkerEnv& env, const Device& dev, Ops& op
                    ": run the ranks under `launch`, whose store they meet in");
   }
 #ifdef WORKER_HAVE_GPU
-  if (dev.gpu) return make_nccl_comm(ops, client, env.rank, env.world, "world", env.restart_count);
+  if (dev.gpu) return make_nccl_comm(ops, client, env.rank, env.world, "world", env.restart_count, timeout);
 #endif
   RingConfig rc;
   rc.rank = env.rank;
@@ -106,6 +108,7 @@ std::unique_ptr<Comm> make_comm(const WorkerEnv& env, const Device& dev, Ops& op
   if (!env.current_host().empty()) rc.bind_host = env.current_host();
   else if (master) rc.bind_host = master->local_host();
   rc.key_prefix = "ring/world/" + std::to_string(env.restart_count);  // a restart meets anew
+  rc.timeout = timeout;
   std::unique_ptr<Rendezvous> rdv;
   if (client) {
     rdv = make_store_rendezvous(*client);
@@ -141,7 +144,7 @@ int run(const TrainOptions& opt, const WorkerEnv& env) {
   std::unique_ptr<Ops> ops = make_backend(opt, dev);
   std::optional<TorchrunStore> master;  // declared first: it outlives the client and the comm
   std::optional<proto::Client> store;
-  std::unique_ptr<Comm> comm = make_comm(env, dev, *ops, store, master);
+  std::unique_ptr<Comm> comm = make_comm(opt, env, dev, *ops, store, master);
   const TrainResult r = train(opt, env, *ops, *comm, std::cout, requests);
   if (r.stop_signal != 0) return 128 + r.stop_signal;  // as a shell reports a death by that signal
   if (!r.checksums_agree) {
@@ -176,6 +179,15 @@ int run_train(int argc, const char* const* argv) {
   } catch (const DataError& e) {  // bad data: before training, or a corrupt file under --strict-data
     std::cerr << "train_resnet: error: " << who << e.what() << std::endl;
     return 2;
+  } catch (const CommFailure& e) {
+    const std::string msg = e.what();
+    std::cerr << "train_resnet: error: " << (msg.rfind("rank ", 0) == 0 ? "" : who) << msg << std::endl;
+    if (!e.peer_lost()) return 1;
+    // The launcher reads this line and the exit code: the peer, not this rank, is at fault.
+    const std::string me = "rank " + std::to_string(env.rank) + ": ";
+    std::cerr << proto::format_peer_lost({e.lost_peer(), msg.rfind(me, 0) == 0 ? msg.substr(me.size()) : msg})
+              << std::endl;
+    return proto::kPeerLostExitCode;
   } catch (const std::exception& e) {
     const std::string msg = e.what();
     std::cerr << "train_resnet: error: " << (msg.rfind("rank ", 0) == 0 ? "" : who) << msg << std::endl;

@@ -167,3 +167,11 @@ TEST_CASE("the recipe, validation and TensorBoard options (issue 12)", "[train][
     CHECK(err.find(needle) != std::string::npos);
   }
 }
+
+// --- communication (issue 14)
+TEST_CASE("--comm-timeout: 300 s by default, any positive number of seconds", "[train][options][comm]") {
+  CHECK(parse_options(std::vector<std::string>{})->comm_timeout_s == 300);
+  CHECK(parse_options(std::vector<std::string>{"--comm-timeout", "1.5"})->comm_timeout_s == 1.5);
+  for (const char* bad : {"0", "-3", "nan", "1e9"})
+    CHECK_THAT(usage_error({"--comm-timeout", bad}), Catch::Contains("--comm-timeout"));
+}

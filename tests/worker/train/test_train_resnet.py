@@ -262,7 +262,8 @@ def free_port():
 
 def case_peer_dies(a, tmp):
     """Two ranks on fixed endpoints (no launcher); SIGKILL rank 1 mid-training: rank 0 exits
-    within seconds with one error line naming rank 1."""
+    within seconds with one error line naming rank 1, and says it lost rank 1 the way launch
+    reads it (a LAUNCH_PEER_LOST line, exit code 86: proto/peer_lost.h)."""
     import select
     import signal
     import time
@@ -286,9 +287,10 @@ def case_peer_dies(a, tmp):
         rc = procs[0].wait(timeout=30)
         elapsed = time.monotonic() - t0
         err = procs[0].stderr.read().strip().splitlines()
-        check(rc == 1, f"rank 0 exited {rc} after its peer died")
-        check(len(err) == 1 and err[0].startswith("train_resnet: error: rank 0:") and "rank 1 (" in err[0],
+        check(rc == 86, f"rank 0 exited {rc} after its peer died (86: it lost a peer)")
+        check(len(err) == 2 and err[0].startswith("train_resnet: error: rank 0:") and "rank 1 (" in err[0],
               f"rank 0's error does not name rank 1: {err}")
+        check(err[1].startswith("LAUNCH_PEER_LOST rank=1: "), f"rank 0 does not report its lost peer: {err}")
         check(elapsed < 10, f"rank 0 took {elapsed:.1f} s to notice")
         print(f"rank 0 exited {elapsed:.2f} s after rank 1 was killed: {err[0]}")
     finally:
