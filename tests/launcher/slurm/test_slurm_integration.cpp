@@ -178,7 +178,7 @@ TEST_CASE("slurm: a short CPU training, both forms, the same parameters as witho
     argv.insert(argv.end(), args.begin(), args.end());
     Proc p = start(argv, d, g_env, "srun" + form[0]);
     Reaper g(p.pid);
-    const int rc = wait_exit(p.pid, 120);
+    const auto rc = wait_exit(p.pid, 120);
     INFO("srun " << form[0] << " output:\n" << p.out());
     REQUIRE(rc == 0);
     CHECK(checksum(p.out()) == want);
