@@ -56,6 +56,20 @@ double seconds_since(std::chrono::steady_clock::time_point t0) {
 
 const float kOne = 1.f, kZero = 0.f;
 
+// Labels of the per-operation breakdown (OpTimer).
+std::string conv_label(const ConvDesc& d) {
+  return std::to_string(d.kh) + "x" + std::to_string(d.kw) + "/" + std::to_string(d.stride) + " " +
+         std::to_string(d.cin) + "->" + std::to_string(d.cout) + " " + std::to_string(d.h) + "x" +
+         std::to_string(d.w);
+}
+std::string bn_label(const BnDesc& d, bool residual, bool relu) {
+  return std::to_string(d.c) + " " + std::to_string(d.h) + "x" + std::to_string(d.w) +
+         (residual ? " +res" : "") + (relu ? " relu" : "");
+}
+std::string act_label(const Act& a) {
+  return std::to_string(a.c) + " " + std::to_string(a.h) + "x" + std::to_string(a.w);
+}
+
 }  // namespace
 
 GpuOptions gpu_options_from_env(int device, DType precision) {
@@ -295,10 +309,12 @@ GpuOps::GpuOps(const GpuOptions& opt) : opt_(opt), pool_(opt.pool_chunk) {
   mem_cublas_ = kCublasWs;
   CUBLAS_CHECK(cublasSetMathMode(cublas_, CUBLAS_DEFAULT_MATH));
   flag_ = static_cast<int*>(pool_.alloc(sizeof(int)));
+  timer_ = std::make_unique<OpTimer>(stream_);
 }
 
 GpuOps::~GpuOps() {
   if (stream_) cudaStreamSynchronize(stream_);
+  timer_.reset();
   plans_.clear();
   if (cublas_) cublasDestroy(cublas_);
   if (cudnn_) cudnnDestroy(cudnn_);
@@ -342,6 +358,7 @@ void GpuOps::download(void* host_dst, const void* src, size_t bytes) {
 }
 
 void GpuOps::zero(void* dst, size_t bytes) {
+  auto timed = timer_->scope("zero", [&] { return std::to_string(bytes >> 20) + " MiB"; });
   CUDA_CHECK(cudaMemsetAsync(dst, 0, bytes, stream_));
 }
 
@@ -363,6 +380,7 @@ void GpuOps::bind_params(float* params, float* grads, size_t count) {
 void GpuOps::register_conv(const ConvDesc& d, ParamView) { plan(d); }
 
 void GpuOps::params_updated() {
+  auto timed = timer_->scope("optimizer", [] { return std::string("bf16/fp16 weight shadow"); });
   if (shadow_) cast_from_f32(opt_.precision, params_, shadow_, count_, stream_);
 }
 
@@ -386,6 +404,7 @@ void GpuOps::conv_forward(const ConvDesc& d, const Act& x, ParamView w, Act& y) 
   check_act(x, "conv_forward input");
   check_act(y, "conv_forward output");
   ConvPlan& p = plan(d);
+  auto timed = timer_->scope("conv fwd", [&] { return conv_label(d); });
   void* ws = workspace(p.ws_fwd);
   CUDNN_CHECK(cudnnConvolutionForward(cudnn_, &kOne, p.x, x.data, p.w, weight_ptr(w), p.cf, p.fwd,
                                       ws, p.ws_fwd, &kZero, p.y, y.data));
@@ -398,11 +417,13 @@ void GpuOps::conv_backward(const ConvDesc& d, const Act& x, ParamView w, const A
   ConvPlan& p = plan(d);
   if (dx) {
     check_act(*dx, "conv_backward input gradient");
+    auto timed = timer_->scope("conv dgrad", [&] { return conv_label(d); });
     void* ws = workspace(p.ws_data);
     CUDNN_CHECK(cudnnConvolutionBackwardData(cudnn_, &kOne, p.w, weight_ptr(w), p.y, dy.data,
                                              p.cd, p.bwd_data, ws, p.ws_data,
                                              accumulate_dx ? &kOne : &kZero, p.x, dx->data));
   }
+  auto timed = timer_->scope("conv wgrad", [&] { return conv_label(d); });
   void* ws = workspace(p.ws_filter);
   if (opt_.precision == DType::F32) {
     CUDNN_CHECK(cudnnConvolutionBackwardFilter(cudnn_, &kOne, p.x, x.data, p.y, dy.data, p.cw,
@@ -423,9 +444,11 @@ void GpuOps::bn_forward_train(const BnDesc& d, const Act& x, ParamView gamma, Pa
                               float* running_mean, float* running_var, float* save_mean,
                               float* save_invstd, const Act* residual, bool relu, Act& y) {
   check_act(x, "bn_forward_train input");
+  auto timed = timer_->scope("bn fwd", [&] { return bn_label(d, residual != nullptr, relu); });
   const int64_t m = int64_t(d.n) * d.h * d.w;
   const size_t np = bn_partials_floats(m, d.c);
   float* s = scratch_f32(np + 4 * size_t(d.c));
+  bn_forwards_[y.data] = BnForward{x.data, gamma.offset, relu && residual == nullptr};
   gpu::bn_forward_train(opt_.precision, x.data, m, d.c, params_ + gamma.offset,
                         params_ + beta.offset, d.eps, d.momentum, running_mean, running_var,
                         save_mean, save_invstd, residual ? residual->data : nullptr, relu, y.data,
@@ -436,6 +459,8 @@ void GpuOps::bn_forward_eval(const BnDesc& d, const Act& x, ParamView gamma, Par
                              const float* running_mean, const float* running_var,
                              const Act* residual, bool relu, Act& y) {
   check_act(x, "bn_forward_eval input");
+  auto timed = timer_->scope("bn fwd", [&] { return bn_label(d, residual != nullptr, relu) + " eval"; });
+  bn_forwards_.erase(y.data);  // y no longer holds a training forward's output
   const int64_t m = int64_t(d.n) * d.h * d.w;
   float* s = scratch_f32(2 * size_t(d.c));
   gpu::bn_forward_eval(opt_.precision, x.data, m, d.c, params_ + gamma.offset,
@@ -447,34 +472,52 @@ void GpuOps::bn_backward(const BnDesc& d, const Act& x, const Act& y, const Act&
                          ParamView gamma, const float* save_mean, const float* save_invstd,
                          bool relu, Act& dx, Act* dresidual, ParamView dgamma, ParamView dbeta) {
   check_act(dy, "bn_backward output gradient");
+  auto timed = timer_->scope("bn bwd", [&] { return bn_label(d, dresidual != nullptr, relu); });
   const int64_t m = int64_t(d.n) * d.h * d.w;
   const size_t np = bn_partials_floats(m, d.c);
   float* s = scratch_f32(np + 4 * size_t(d.c));
+  // The ReLU mask from x (one tensor less to read) only where this backend's own training
+  // forward wrote y = relu(bn(x)) from this very x and gamma.
+  BnMask mask = relu ? BnMask::FromOutput : BnMask::None;
+  if (relu) {
+    const auto it = bn_forwards_.find(y.data);
+    if (it != bn_forwards_.end() && it->second.plain_relu && it->second.x == x.data &&
+        it->second.gamma == gamma.offset)
+      mask = BnMask::FromInput;
+  }
+  // dbeta views beta's gradient: the same offset in the parameter buffer is beta.
   gpu::bn_backward(opt_.precision, x.data, y.data, dy.data, m, d.c, params_ + gamma.offset,
-                   save_mean, save_invstd, relu, dx.data, dresidual ? dresidual->data : nullptr,
-                   grads_ + dgamma.offset, grads_ + dbeta.offset, s, s + np, stream_);
+                   params_ + dbeta.offset, save_mean, save_invstd, mask, dx.data,
+                   dresidual ? dresidual->data : nullptr, grads_ + dgamma.offset,
+                   grads_ + dbeta.offset, s, s + np, stream_);
 }
 
 // --- Pooling
 
 void GpuOps::maxpool_forward(const PoolDesc& d, const Act& x, Act& y) {
   check_act(x, "maxpool_forward input");
+  auto timed = timer_->scope("max-pool fwd", [&] { return act_label(x); });
   gpu::maxpool_forward(opt_.precision, x.data, y.data, d, stream_);
 }
 
 void GpuOps::maxpool_backward(const PoolDesc& d, const Act& x, const Act&, const Act& dy,
                               Act& dx) {
   check_act(dy, "maxpool_backward output gradient");
-  gpu::maxpool_backward(opt_.precision, x.data, dy.data, dx.data, d, stream_);
+  auto timed = timer_->scope("max-pool bwd", [&] { return act_label(x); });
+  // The argmax bytes share the byte scratch (stream-ordered, like the half-precision dW).
+  void* arg = scratch_half(maxpool_argmax_bytes(d));
+  gpu::maxpool_backward(opt_.precision, x.data, dy.data, dx.data, d, arg, stream_);
 }
 
 void GpuOps::avgpool_forward(const Act& x, Act& y) {
   check_act(x, "avgpool_forward input");
+  auto timed = timer_->scope("avg-pool", [&] { return act_label(x) + " fwd"; });
   gpu::avgpool_forward(opt_.precision, x.data, y.data, x.n, x.h * x.w, x.c, stream_);
 }
 
 void GpuOps::avgpool_backward(const Act& dy, Act& dx) {
   check_act(dy, "avgpool_backward output gradient");
+  auto timed = timer_->scope("avg-pool", [&] { return act_label(dx) + " bwd"; });
   gpu::avgpool_backward(opt_.precision, dy.data, dx.data, dx.n, dx.h * dx.w, dx.c, stream_);
 }
 
@@ -482,6 +525,7 @@ void GpuOps::avgpool_backward(const Act& dy, Act& dx) {
 
 void GpuOps::fc_forward(const Act& x, ParamView w, ParamView b, int out, float* logits) {
   check_act(x, "fc_forward input");
+  auto timed = timer_->scope("fc", [&] { return std::to_string(x.c) + "->" + std::to_string(out) + " fwd"; });
   const int n = x.n, in = x.h * x.w * x.c;
   gpu::fill_rows(logits, params_ + b.offset, n, out, stream_);
   const cudaDataType_t t = cuda_type(opt_.precision);
@@ -497,6 +541,7 @@ void GpuOps::fc_forward(const Act& x, ParamView w, ParamView b, int out, float* 
 void GpuOps::fc_backward(const Act& x, ParamView w, const float* dlogits, int out, Act& dx,
                          ParamView dw, ParamView db) {
   check_act(x, "fc_backward input");
+  auto timed = timer_->scope("fc", [&] { return std::to_string(x.c) + "->" + std::to_string(out) + " bwd"; });
   const int n = x.n, in = x.h * x.w * x.c;
   const cudaDataType_t t = cuda_type(opt_.precision);
   const cublasComputeType_t ct = (opt_.precision == DType::F32 && opt_.allow_tf32)
@@ -521,6 +566,7 @@ void GpuOps::fc_backward(const Act& x, ParamView w, const float* dlogits, int ou
 
 void GpuOps::softmax_xent(int n, int classes, const float* logits, const int32_t* labels,
                           float grad_scale, float* loss, float* dlogits) {
+  auto timed = timer_->scope("loss", [&] { return std::to_string(classes) + " classes"; });
   float* rows = scratch_f32(size_t(n));
   gpu::softmax_xent(n, classes, logits, labels, grad_scale, loss, dlogits, rows, stream_);
 }
@@ -530,13 +576,17 @@ void GpuOps::softmax_xent(int n, int classes, const float* logits, const int32_t
 void GpuOps::make_batch(DataKind kind, uint64_t seed, const int64_t* host_indices, int n,
                         int image_size, int classes, Act& images, int32_t* labels) {
   check_act(images, "make_batch images");
+  auto timed = timer_->scope("data", [&] { return act_label(images); });
   gpu::make_batch(opt_.precision, kind, seed, host_indices, n, image_size, classes, images.data,
                   labels, stream_);
 }
 
 // --- Optimizers
 
-void GpuOps::scale_grads(float s) { scale_f32(grads_, s, count_, stream_); }
+void GpuOps::scale_grads(float s) {
+  auto timed = timer_->scope("optimizer", [] { return std::string("scale gradients"); });
+  scale_f32(grads_, s, count_, stream_);
+}
 
 bool GpuOps::grads_finite() {
   CUDA_CHECK(cudaMemsetAsync(flag_, 0, sizeof(int), stream_));
@@ -549,12 +599,14 @@ bool GpuOps::grads_finite() {
 
 void GpuOps::sgd_step(float lr, float momentum, float weight_decay, float* momentum_buf,
                       bool first_step) {
+  auto timed = timer_->scope("optimizer", [] { return std::string("sgd"); });
   gpu::sgd_step(params_, grads_, momentum_buf, count_, lr, momentum, weight_decay, first_step,
                 stream_);
 }
 
 void GpuOps::adam_step(float lr, float beta1, float beta2, float eps, float weight_decay,
                        int64_t step, float* m, float* v) {
+  auto timed = timer_->scope("optimizer", [] { return std::string("adam"); });
   gpu::adam_step(params_, grads_, m, v, count_, lr, beta1, beta2, eps, weight_decay, step,
                  stream_);
 }

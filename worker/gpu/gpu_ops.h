@@ -16,6 +16,7 @@
 #include <cudnn.h>
 
 #include "worker/core/ops.h"
+#include "worker/gpu/op_timer.h"
 #include "worker/gpu/pool.h"
 
 namespace worker {
@@ -99,9 +100,19 @@ class GpuOps final : public Ops {
   double algo_search_seconds() const { return search_seconds_; }
   size_t workspace_bytes() const { return ws_bytes_; }
   size_t reserved_bytes() const { return pool_.reserved(); }
+  // Per-operation device time between the two calls (the benchmark's breakdown); not while a
+  // CUDA graph is being captured.
+  void profile_start() { timer_->start(); }
+  std::vector<OpTimer::Row> profile_stop() { return timer_->stop(); }
 
  private:
   struct ConvPlan;
+  // What bn_backward needs to know about the forward that wrote y (keyed by y's address).
+  struct BnForward {
+    const void* x = nullptr;
+    size_t gamma = 0;
+    bool plain_relu = false;  // y = relu(bn(x)), no residual: the mask can be recomputed from x
+  };
   using ConvKey = std::tuple<int, int, int, int, int, int, int, int, int>;
   ConvPlan& plan(const ConvDesc& d);
   void* workspace(size_t bytes);
@@ -131,6 +142,8 @@ class GpuOps final : public Ops {
   void* half_scratch_ = nullptr;
   size_t half_scratch_bytes_ = 0;
   int* flag_ = nullptr;  // grads_finite
+  std::map<const void*, BnForward> bn_forwards_;
+  std::unique_ptr<OpTimer> timer_;
   // Bytes carved for each purpose, outgrown carvings included (the pool never frees).
   size_t mem_ws_ = 0, mem_scratch_ = 0, mem_shadow_ = 0, mem_cublas_ = 0;
   double search_seconds_ = 0;

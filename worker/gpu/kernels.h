@@ -25,16 +25,24 @@ void bn_forward_eval(DType t, const void* x, int64_t m, int c, const float* gamm
                      const float* beta, float eps, const float* running_mean,
                      const float* running_var, const void* residual, bool relu, void* y,
                      float* scale_shift, cudaStream_t s);
+// Where the backward's ReLU mask comes from: no ReLU; y > 0 (y = relu(bn(x) + residual));
+// or recomputed from x, gamma, beta and the saved statistics (only where y was relu(bn(x))
+// alone): y is then not read.
+enum class BnMask : uint8_t { None, FromOutput, FromInput };
 // coef: scratch of 3*c floats. dgamma/dbeta are accumulated (+=).
 void bn_backward(DType t, const void* x, const void* y, const void* dy, int64_t m, int c,
-                 const float* gamma, const float* save_mean, const float* save_invstd, bool relu,
-                 void* dx, void* dresidual, float* dgamma, float* dbeta, float* part, float* coef,
-                 cudaStream_t s);
+                 const float* gamma, const float* beta, const float* save_mean,
+                 const float* save_invstd, BnMask mask, void* dx, void* dresidual, float* dgamma,
+                 float* dbeta, float* part, float* coef, cudaStream_t s);
 
 // --- Pooling (pooling.cu).
 void maxpool_forward(DType t, const void* x, void* y, const PoolDesc& d, cudaStream_t s);
+// Two passes: the argmax of every window (PyTorch's rule) into `argmax`, scratch of
+// maxpool_argmax_bytes(d), then every input position gathers the gradients of the windows
+// whose argmax it is (no atomics: deterministic).
+size_t maxpool_argmax_bytes(const PoolDesc& d);
 void maxpool_backward(DType t, const void* x, const void* dy, void* dx, const PoolDesc& d,
-                      cudaStream_t s);
+                      void* argmax, cudaStream_t s);
 void avgpool_forward(DType t, const void* x, void* y, int n, int hw, int c, cudaStream_t s);
 void avgpool_backward(DType t, const void* dy, void* dx, int n, int hw, int c, cudaStream_t s);
 
