@@ -36,15 +36,37 @@ void bn_backward(DType t, const void* x, const void* y, const void* dy, int64_t 
                  float* dbeta, float* part, float* coef, cudaStream_t s);
 
 // --- Pooling (pooling.cu).
-void maxpool_forward(DType t, const void* x, void* y, const PoolDesc& d, cudaStream_t s);
-// Two passes: the argmax of every window (PyTorch's rule) into `argmax`, scratch of
-// maxpool_argmax_bytes(d), then every input position gathers the gradients of the windows
-// whose argmax it is (no atomics: deterministic).
+// The forward also writes the position of each window's maximum (PyTorch's rule) into
+// `argmax` (maxpool_argmax_bytes(d), one byte per output element) unless it is null. The
+// backward finds them again from x unless argmax_valid (they are the forward's for this very
+// x), then every input position gathers the gradients of the windows whose argmax it is (no
+// atomics: deterministic).
 size_t maxpool_argmax_bytes(const PoolDesc& d);
+void maxpool_forward(DType t, const void* x, void* y, void* argmax, const PoolDesc& d,
+                     cudaStream_t s);
 void maxpool_backward(DType t, const void* x, const void* dy, void* dx, const PoolDesc& d,
-                      void* argmax, cudaStream_t s);
+                      void* argmax, bool argmax_valid, cudaStream_t s);
 void avgpool_forward(DType t, const void* x, void* y, int n, int hw, int c, cudaStream_t s);
 void avgpool_backward(DType t, const void* dy, void* dx, int n, int hw, int c, cudaStream_t s);
+
+// --- Space-to-depth form of a strided convolution with few input channels (space_to_depth.cu):
+// the stem's 7x7/2 over 3 channels becomes a 4x4/1 over 16 (see the file's comment).
+struct S2dDesc {
+  int n = 0, h = 0, w = 0, c = 0;  // the original input
+  int cout = 0, k = 0, pad = 0;    // the original filter (k x k, stride 2)
+  int kp = 0;                      // rearranged filter: kp x kp, stride 1, no padding
+  int hs = 0, ws = 0, cs = 0;      // rearranged input (cs = 4c rounded up to a multiple of 8)
+};
+bool s2d_applies(const ConvDesc& d);  // stride 2, square kernel >= 3, 1..4 input channels
+S2dDesc s2d_desc(const ConvDesc& d);
+ConvDesc s2d_conv(const ConvDesc& d);  // the equivalent stride-1 convolution
+void s2d_input(DType t, const void* x, void* xs, const S2dDesc& g, cudaStream_t s);
+void s2d_weight(DType t, const void* w, void* wsd, const S2dDesc& g, cudaStream_t s);
+// dw (fp32, the original layout) += the rearranged weight gradient dwsd.
+void s2d_wgrad_fold(DType t, const void* dwsd, float* dw, const S2dDesc& g, cudaStream_t s);
+
+// --- The stream busy for about `microseconds` (busy.cu), e.g. ahead of a timed call.
+void busy_wait(int microseconds, cudaStream_t s);
 
 // --- Loss and fully connected helpers (loss.cu).
 // row_loss: scratch of n floats.

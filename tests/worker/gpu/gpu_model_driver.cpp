@@ -12,7 +12,7 @@
 //     graph and timed again replayed (images_per_s is that figure; images_per_s_stream the one
 //     without); the graph's kernel count is the number of kernels per step.
 //     --profile 1: one more step with CUDA events around every backend operation: "breakdown"
-//     lists device ms per operation and shape.
+//     lists device ms per operation and shape (the step is the NVTX range "profiled_step").
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -24,6 +24,8 @@
 #include <stdexcept>
 #include <string>
 #include <vector>
+
+#include <nvtx3/nvToolsExt.h>
 
 #include "worker/core/backend.h"
 #include "worker/core/model.h"
@@ -83,9 +85,14 @@ int bench(const std::map<std::string, std::string>& a, Clock::time_point t_start
   cfg.image_size = geti(a, "image-size", 224);
   cfg.batch = geti(a, "batch", 256);
   const int per_window = geti(a, "steps-per-window", 10), windows = geti(a, "windows", 5);
+  // Where the time to the first step goes (stderr): back-end set-up, model, initialisation.
+  auto since = [&] { return std::chrono::duration<double>(Clock::now() - t_start).count(); };
   auto ops = make_gpu_ops(0, precision(a));
+  const double t_ops = since();
   Model m(cfg, *ops);
+  const double t_model = since();
   m.init(1);
+  const double t_init = since();
   float* mom = static_cast<float*>(ops->alloc(m.num_params() * 4));
   std::vector<int64_t> idx(static_cast<size_t>(cfg.batch));
   int64_t next = 0;
@@ -106,7 +113,12 @@ int bench(const std::map<std::string, std::string>& a, Clock::time_point t_start
   if (const char* t0 = std::getenv("BENCH_T0"))
     first_step_s = std::chrono::duration<double>(
                        std::chrono::system_clock::now().time_since_epoch()).count() - std::atof(t0);
-  for (int i = 0; i < 5; ++i) train_step(false);  // warm-up
+  std::fprintf(stderr, "startup (s from main): backend %.2f, model and plans %.2f, init %.2f, first step done %.2f\n",
+               t_ops, t_model, t_init, since());
+  // Warm-up: the convolution engines are timed during these steps (conv_engines.h).
+  for (int i = 0; i < 10; ++i) train_step(false);
+  auto* gops = dynamic_cast<gpu::GpuOps*>(ops.get());
+  if (gops) gops->settle_conv_engines();
   ops->synchronize();
   auto time_windows = [&](const std::function<void()>& one_step) {
     std::vector<double> rates;
@@ -121,8 +133,13 @@ int bench(const std::map<std::string, std::string>& a, Clock::time_point t_start
     return rates;
   };
   std::vector<double> rates = time_windows([&] { train_step(false); });
-  auto* gops = dynamic_cast<gpu::GpuOps*>(ops.get());
   std::string extra;
+  if (gops) {
+    extra += ", \"conv_engines\": [";
+    const auto lines = gops->conv_engine_report();
+    for (size_t i = 0; i < lines.size(); ++i) extra += std::string(i ? ", " : "") + "\"" + lines[i] + "\"";
+    extra += "]";
+  }
   if (geti(a, "graph", 0) && gops) {
     // The batch stays outside the graph (its sample indices are kernel arguments).
     gpu::StepGraph graph(gops->stream());
@@ -145,8 +162,12 @@ int bench(const std::map<std::string, std::string>& a, Clock::time_point t_start
              ", \"graph_nodes\": " + std::to_string(graph.nodes());
   }
   if (geti(a, "profile", 0) && gops) {
+    // In an NVTX range, so that Nsight Compute can time this one step's kernels:
+    //   ncu --nvtx --nvtx-include "profiled_step/" ... gpu_model_driver bench --profile 1
     gops->profile_start();
+    nvtxRangePushA("profiled_step");
     train_step(false);
+    nvtxRangePop();
     const auto prof = gops->profile_stop();
     extra += ", \"breakdown\": [";
     for (size_t i = 0; i < prof.size(); ++i)
