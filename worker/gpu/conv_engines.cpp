@@ -111,26 +111,39 @@ std::unique_ptr<GraphConv> GraphConv::make(cudnnHandle_t h, ConvDir dir, const C
     }();
     std::array<fe::Operation const*, 1> ops{&op};
     auto graph = fe::OperationGraphBuilder().setHandle(h).setOperationGraph(1, ops.data()).build();
-    auto heur = fe::EngineHeuristicsBuilder_v8().setOperationGraph(graph).setHeurMode(CUDNN_HEUR_MODE_A).build();
-    auto& cfgs = heur.getEngineConfig(heur.getEngineConfigCount());
     auto impl = std::make_unique<Impl>();
     impl->handle = h;
+    size_t configs = 0;
     int considered = 0;
-    for (auto& cfg : cfgs) {
+    // Mode A's list first; mode B (a different model) adds engines A ranks low or misses.
+    for (cudnnBackendHeurMode_t mode : {CUDNN_HEUR_MODE_A, CUDNN_HEUR_MODE_B}) {
       if (int(impl->plans.size()) >= max_plans) break;
-      if (unwanted(cfg->get_backend_descriptor())) continue;
-      ++considered;
+      std::vector<fe::ManagedOpaqueDescriptor> cfgs;
       try {
-        auto plan = fe::ExecutionPlanBuilder().setHandle(h).setEngineConfig(cfg, graph.getTag()).build();
-        if (plan.getWorkspaceSize() < 0 || size_t(plan.getWorkspaceSize()) > max_workspace) continue;
-        impl->names.push_back(plan.getTag());
-        impl->plans.push_back(std::move(plan));
+        auto heur = fe::EngineHeuristicsBuilder_v8().setOperationGraph(graph).setHeurMode(mode).build();
+        cfgs = heur.getEngineConfig(heur.getEngineConfigCount());
       } catch (const std::exception&) {
-        // This engine cannot run this convolution: the next one may.
+        continue;  // this mode offers nothing here
+      }
+      configs += cfgs.size();
+      for (auto& cfg : cfgs) {
+        if (int(impl->plans.size()) >= max_plans) break;
+        if (unwanted(cfg->get_backend_descriptor())) continue;
+        ++considered;
+        try {
+          auto plan = fe::ExecutionPlanBuilder().setHandle(h).setEngineConfig(cfg, graph.getTag()).build();
+          if (plan.getWorkspaceSize() < 0 || size_t(plan.getWorkspaceSize()) > max_workspace) continue;
+          const std::string tag = plan.getTag();
+          if (std::find(impl->names.begin(), impl->names.end(), tag) != impl->names.end()) continue;
+          impl->names.push_back(tag);
+          impl->plans.push_back(std::move(plan));
+        } catch (const std::exception&) {
+          // This engine cannot run this convolution: the next one may.
+        }
       }
     }
     if (impl->plans.empty()) {
-      *why = "no graph-API plan builds (" + std::to_string(cfgs.size()) + " engine configs, " +
+      *why = "no graph-API plan builds (" + std::to_string(configs) + " engine configs, " +
              std::to_string(considered) + " wanted)";
       return nullptr;
     }

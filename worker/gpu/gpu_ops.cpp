@@ -316,6 +316,17 @@ float* GpuOps::scratch_f32(size_t count) {
   return f32_scratch_;
 }
 
+BnSync GpuOps::bn_sync(int c) {
+  if (c > bn_sync_c_) {
+    const size_t bytes = bn_sync_bytes(c);
+    bn_sync_ = pool_.alloc(bytes);
+    CUDA_CHECK(cudaMemsetAsync(bn_sync_, 0, bytes, stream_));  // the kernels keep it zeroed
+    mem_scratch_ += bytes;
+    bn_sync_c_ = c;
+  }
+  return bn_sync_view(bn_sync_, c);
+}
+
 void* GpuOps::scratch_half(size_t bytes) {
   if (bytes > half_scratch_bytes_) {
     const size_t b = std::max(bytes, half_scratch_bytes_ * 2);
@@ -390,7 +401,7 @@ std::vector<std::pair<std::string, size_t>> GpuOps::memory_breakdown() const {
   return {{std::string(dtype_name(opt_.precision)) + " weight shadow", mem_shadow_},
           {"cuDNN workspace", mem_ws_},
           {"cuBLAS workspace", mem_cublas_},
-          {"backend scratch (BN partial sums, half dW, max-pool argmax)", mem_scratch_},
+          {"backend scratch (BN sums, half dW, max-pool argmax)", mem_scratch_},
           {"stem space-to-depth input", mem_s2d_},
           {"pool reserved, not handed out", pool_.reserved() - pool_.used()}};
 }
@@ -567,13 +578,12 @@ void GpuOps::bn_forward_train(const BnDesc& d, const Act& x, ParamView gamma, Pa
   check_act(x, "bn_forward_train input");
   auto timed = timer_->scope("bn fwd", [&] { return bn_label(d, residual != nullptr, relu); });
   const int64_t m = int64_t(d.n) * d.h * d.w;
-  const size_t np = bn_partials_floats(m, d.c);
-  float* s = scratch_f32(np + 4 * size_t(d.c));
+  float* s = scratch_f32(2 * size_t(d.c));
   bn_forwards_[y.data] = BnForward{x.data, gamma.offset, relu && residual == nullptr};
   gpu::bn_forward_train(opt_.precision, x.data, m, d.c, params_ + gamma.offset,
                         params_ + beta.offset, d.eps, d.momentum, running_mean, running_var,
                         save_mean, save_invstd, residual ? residual->data : nullptr, relu, y.data,
-                        s, s + np, stream_);
+                        bn_sync(d.c), s, stream_);
 }
 
 void GpuOps::bn_forward_eval(const BnDesc& d, const Act& x, ParamView gamma, ParamView beta,
@@ -595,8 +605,7 @@ void GpuOps::bn_backward(const BnDesc& d, const Act& x, const Act& y, const Act&
   check_act(dy, "bn_backward output gradient");
   auto timed = timer_->scope("bn bwd", [&] { return bn_label(d, dresidual != nullptr, relu); });
   const int64_t m = int64_t(d.n) * d.h * d.w;
-  const size_t np = bn_partials_floats(m, d.c);
-  float* s = scratch_f32(np + 4 * size_t(d.c));
+  float* s = scratch_f32(3 * size_t(d.c));
   // The ReLU mask from x (one tensor less to read) only where this backend's own training
   // forward wrote y = relu(bn(x)) from this very x and gamma.
   BnMask mask = relu ? BnMask::FromOutput : BnMask::None;
@@ -610,7 +619,7 @@ void GpuOps::bn_backward(const BnDesc& d, const Act& x, const Act& y, const Act&
   gpu::bn_backward(opt_.precision, x.data, y.data, dy.data, m, d.c, params_ + gamma.offset,
                    params_ + dbeta.offset, save_mean, save_invstd, mask, dx.data,
                    dresidual ? dresidual->data : nullptr, grads_ + dgamma.offset,
-                   grads_ + dbeta.offset, s, s + np, stream_);
+                   grads_ + dbeta.offset, bn_sync(d.c), s, stream_);
 }
 
 // --- Pooling

@@ -17,6 +17,7 @@
 #include <cudnn.h>
 
 #include "worker/core/ops.h"
+#include "worker/gpu/kernels.h"
 #include "worker/gpu/op_timer.h"
 #include "worker/gpu/pool.h"
 
@@ -139,6 +140,8 @@ class GpuOps final : public Ops {
   // Scratch that only grows (between steps, never inside the loop after the first step).
   float* scratch_f32(size_t count);
   void* scratch_half(size_t bytes);
+  // The batch norms' zero-kept accumulators, large enough for c channels (kernels.h).
+  BnSync bn_sync(int c);
   const void* weight_ptr(ParamView w) const;  // compute-dtype view of the master weights
   void check_act(const Act& a, const char* what) const;
 
@@ -163,6 +166,8 @@ class GpuOps final : public Ops {
   size_t half_scratch_bytes_ = 0;
   int* flag_ = nullptr;  // grads_finite
   std::map<const void*, BnForward> bn_forwards_;
+  void* bn_sync_ = nullptr;
+  int bn_sync_c_ = 0;
   // The argmax bytes of the last max-pool forward, and which x/y/shape they belong to.
   void* pool_arg_ = nullptr;
   size_t pool_arg_bytes_ = 0;

@@ -12,14 +12,21 @@
 namespace worker {
 namespace gpu {
 
-// --- Batch norm (bn.cu). `part` is scratch of bn_partials_floats(m, c) floats.
-size_t bn_partials_floats(int64_t m, int c);
+// --- Batch norm (bn.cu). `sync`: per-channel accumulators and block counters that every
+// kernel leaves zeroed again; bn_sync_view() over bn_sync_bytes(c) bytes that are zero before
+// the first call (one such buffer serves every batch norm of a stream, in turn).
+struct BnSync {
+  double* acc = nullptr;
+  unsigned* count = nullptr;
+};
+size_t bn_sync_bytes(int c);
+BnSync bn_sync_view(void* zeroed, int c);
 // Training forward: statistics, running-stat update, saved mean/invstd, then the fused
 // normalise + residual + ReLU. scale_shift: scratch of 2*c floats.
 void bn_forward_train(DType t, const void* x, int64_t m, int c, const float* gamma,
                       const float* beta, float eps, float momentum, float* running_mean,
                       float* running_var, float* save_mean, float* save_invstd,
-                      const void* residual, bool relu, void* y, float* part, float* scale_shift,
+                      const void* residual, bool relu, void* y, BnSync sync, float* scale_shift,
                       cudaStream_t s);
 void bn_forward_eval(DType t, const void* x, int64_t m, int c, const float* gamma,
                      const float* beta, float eps, const float* running_mean,
@@ -33,7 +40,7 @@ enum class BnMask : uint8_t { None, FromOutput, FromInput };
 void bn_backward(DType t, const void* x, const void* y, const void* dy, int64_t m, int c,
                  const float* gamma, const float* beta, const float* save_mean,
                  const float* save_invstd, BnMask mask, void* dx, void* dresidual, float* dgamma,
-                 float* dbeta, float* part, float* coef, cudaStream_t s);
+                 float* dbeta, BnSync sync, float* coef, cudaStream_t s);
 
 // --- Pooling (pooling.cu).
 // The forward also writes the position of each window's maximum (PyTorch's rule) into

@@ -27,10 +27,13 @@ constexpr uint8_t kNone = 255;
 
 // Grids of both kernels: x over one row of (columns x channel groups), y over the rows (n, h),
 // so that each thread decodes its position with one 32-bit division.
-template <typename T, int V, bool kY, bool kArg>
+// kK: the window size when known at compile time (the stem's 3: its loops unrolled, the 9
+// loads in flight together), else 0.
+template <typename T, int V, bool kY, bool kArg, int kK>
 __global__ void maxpool_fwd_kernel(const T* __restrict__ x, T* __restrict__ y,
                                    uint8_t* __restrict__ arg_out, PoolDesc d) {
   const int groups = d.c / V;
+  const int K = kK ? kK : d.k;
   const int j = blockIdx.x * blockDim.x + threadIdx.x;
   if (j >= d.wo * groups) return;
   const int g = j % groups, ow = j / groups;
@@ -44,10 +47,12 @@ __global__ void maxpool_fwd_kernel(const T* __restrict__ x, T* __restrict__ y,
       best[k] = -INFINITY;
       arg[k] = kNone;
     }
-    for (int kh = 0; kh < d.k; ++kh) {
+#pragma unroll
+    for (int kh = 0; kh < K; ++kh) {
       const int ih = oh * d.stride - d.pad + kh;
       if (ih < 0 || ih >= d.h) continue;
-      for (int kw = 0; kw < d.k; ++kw) {
+#pragma unroll
+      for (int kw = 0; kw < K; ++kw) {
         const int iw = ow * d.stride - d.pad + kw;
         if (iw < 0 || iw >= d.w) continue;
         float v[V];
@@ -56,7 +61,7 @@ __global__ void maxpool_fwd_kernel(const T* __restrict__ x, T* __restrict__ y,
         for (int k = 0; k < V; ++k)
           if (arg[k] == kNone || v[k] > best[k] || isnan(v[k])) {
             best[k] = v[k];
-            arg[k] = kh * d.k + kw;
+            arg[k] = kh * K + kw;
           }
       }
     }
@@ -72,7 +77,9 @@ __global__ void maxpool_fwd_kernel(const T* __restrict__ x, T* __restrict__ y,
 
 // Pass 2: every input position adds the gradients of the (at most ceil(k/stride)^2) windows
 // covering it whose maximum it is, in a fixed order.
-template <typename T, int V>
+// kSpan: the most windows covering an input along one axis when known at compile time (2 for
+// 3x3/2: the up to 4 windows' loads in flight together), else 0.
+template <typename T, int V, int kSpan>
 __global__ void maxpool_gather_kernel(const uint8_t* __restrict__ arg, const T* __restrict__ dy,
                                       T* __restrict__ dx, PoolDesc d) {
   const int groups = d.c / V;
@@ -90,8 +97,14 @@ __global__ void maxpool_gather_kernel(const uint8_t* __restrict__ arg, const T* 
     const int oh_hi = min(d.ho - 1, (ih + d.pad) / d.stride);
     const int ow_lo = max(0, (iw + d.pad - d.k + d.stride) / d.stride);
     const int ow_hi = min(d.wo - 1, (iw + d.pad) / d.stride);
-    for (int oh = oh_lo; oh <= oh_hi; ++oh) {
-      for (int ow = ow_lo; ow <= ow_hi; ++ow) {
+    const int span_h = kSpan ? kSpan : oh_hi - oh_lo + 1, span_w = kSpan ? kSpan : ow_hi - ow_lo + 1;
+#pragma unroll
+    for (int a = 0; a < span_h; ++a) {
+      const int oh = oh_lo + a;
+#pragma unroll
+      for (int b = 0; b < span_w; ++b) {
+        const int ow = ow_lo + b;
+        if (oh > oh_hi || ow > ow_hi) continue;
         const int rel = (ih - (oh * d.stride - d.pad)) * d.k + (iw - (ow * d.stride - d.pad));
         const size_t o = ((size_t(n) * d.ho + oh) * d.wo + ow) * d.c + size_t(g) * V;
         const Vec<uint8_t, V> a = *reinterpret_cast<const Vec<uint8_t, V>*>(arg + o);
@@ -171,14 +184,20 @@ dim3 row_grid(int per_row, int rows) {
   return dim3(unsigned((per_row + kThreads - 1) / kThreads), unsigned(std::min(rows, 65535)));
 }
 
+// The ResNet stem's 3x3/2 window gets the unrolled kernels.
+bool stem_window(const PoolDesc& d) { return d.k == 3 && d.stride == 2; }
+
 template <typename T, bool kY, bool kArg>
 void launch_fwd(const T* x, T* y, uint8_t* arg, const PoolDesc& d, cudaStream_t s) {
   if (can_vec<T>(d.c, x, kY ? static_cast<const void*>(y) : x, kArg ? arg : nullptr)) {
     constexpr int V = 16 / sizeof(T);
-    maxpool_fwd_kernel<T, V, kY, kArg>
-        <<<row_grid(d.wo * (d.c / V), d.n * d.ho), kThreads, 0, s>>>(x, y, arg, d);
+    const dim3 grid = row_grid(d.wo * (d.c / V), d.n * d.ho);
+    if (stem_window(d))
+      maxpool_fwd_kernel<T, V, kY, kArg, 3><<<grid, kThreads, 0, s>>>(x, y, arg, d);
+    else
+      maxpool_fwd_kernel<T, V, kY, kArg, 0><<<grid, kThreads, 0, s>>>(x, y, arg, d);
   } else {
-    maxpool_fwd_kernel<T, 1, kY, kArg><<<row_grid(d.wo * d.c, d.n * d.ho), kThreads, 0, s>>>(x, y, arg, d);
+    maxpool_fwd_kernel<T, 1, kY, kArg, 0><<<row_grid(d.wo * d.c, d.n * d.ho), kThreads, 0, s>>>(x, y, arg, d);
   }
   KERNEL_CHECK();
 }
@@ -209,9 +228,13 @@ void maxpool_backward(DType t, const void* x, const void* dy, void* dx, const Po
     if (!argmax_valid) launch_fwd<T, false, true>(xt, nullptr, arg, d, s);
     if (can_vec<T>(d.c, dy, dx, argmax)) {
       constexpr int V = 16 / sizeof(T);
-      maxpool_gather_kernel<T, V><<<row_grid(d.w * (d.c / V), d.n * d.h), kThreads, 0, s>>>(arg, dyt, dxt, d);
+      const dim3 grid = row_grid(d.w * (d.c / V), d.n * d.h);
+      if (stem_window(d))
+        maxpool_gather_kernel<T, V, 2><<<grid, kThreads, 0, s>>>(arg, dyt, dxt, d);
+      else
+        maxpool_gather_kernel<T, V, 0><<<grid, kThreads, 0, s>>>(arg, dyt, dxt, d);
     } else {
-      maxpool_gather_kernel<T, 1><<<row_grid(d.w * d.c, d.n * d.h), kThreads, 0, s>>>(arg, dyt, dxt, d);
+      maxpool_gather_kernel<T, 1, 0><<<row_grid(d.w * d.c, d.n * d.h), kThreads, 0, s>>>(arg, dyt, dxt, d);
     }
     KERNEL_CHECK();
   });

@@ -116,7 +116,7 @@ int bench(const std::map<std::string, std::string>& a, Clock::time_point t_start
   std::fprintf(stderr, "startup (s from main): backend %.2f, model and plans %.2f, init %.2f, first step done %.2f\n",
                t_ops, t_model, t_init, since());
   // Warm-up: the convolution engines are timed during these steps (conv_engines.h).
-  for (int i = 0; i < 10; ++i) train_step(false);
+  for (int i = 0; i < 14; ++i) train_step(false);
   auto* gops = dynamic_cast<gpu::GpuOps*>(ops.get());
   if (gops) gops->settle_conv_engines();
   ops->synchronize();

@@ -10,6 +10,7 @@
 #include <string>
 
 #include "tests/worker/gpu/gpu_test_util.h"
+#include "worker/gpu/conv_engines.h"
 #include "worker/gpu/gpu_ops.h"
 
 using namespace gputest;
@@ -42,7 +43,8 @@ std::unique_ptr<Ops> gpu_ops_with(const char* engines) {
 TEST_CASE("graph-API convolution engines match the legacy plans on every ResNet-50 convolution",
           "[gpu]") {
   const DType t = DType::BF16;
-  const int n = 4, calls = 6;  // first, legacy timed, 3 candidates, the choice
+  // First call, then every trial of every candidate (legacy included), then the choice.
+  const int n = 4, calls = 2 + (gpu::ConvTuner::kCandidates + 1) * gpu::ConvTuner::kTrials;
   size_t graph_shapes = 0;
   for (const Shape& s : kShapes) {
     const int pad = s.k / 2;
