@@ -1,5 +1,7 @@
-// worker::Ops on one GPU: cuDNN convolutions (legacy API, NHWC, algorithms chosen once per
-// shape), cuBLAS for the fully connected layer, the backend's kernels (kernels.h) for the rest.
+// worker::Ops on one GPU: cuDNN convolutions (NHWC; the legacy API's algorithms chosen once per
+// shape, then per shape and direction the fastest of them and a few graph-API engines, timed on
+// the first steps: conv_engines.h; the stem in space-to-depth form), cuBLAS for the fully
+// connected layer, the backend's kernels (kernels.h) for the rest.
 #include "worker/gpu/gpu_ops.h"
 
 #include <algorithm>
