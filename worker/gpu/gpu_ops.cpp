@@ -713,7 +713,6 @@ void GpuOps::fc_backward(const Act& x, ParamView w, const float* dlogits, int ou
 
 void GpuOps::softmax_xent(int n, int classes, const float* logits, const int32_t* labels,
                           float grad_scale, float* loss, float* dlogits) {
-  auto timed = timer_->scope("loss", [&] { return std::to_string(classes) + " classes"; });
   float* rows = scratch_f32(size_t(n));
   gpu::softmax_xent(n, classes, logits, labels, grad_scale, loss, dlogits, rows, stream_);
 }
@@ -730,10 +729,7 @@ void GpuOps::make_batch(DataKind kind, uint64_t seed, const int64_t* host_indice
 
 // --- Optimizers
 
-void GpuOps::scale_grads(float s) {
-  auto timed = timer_->scope("optimizer", [] { return std::string("scale gradients"); });
-  scale_f32(grads_, s, count_, stream_);
-}
+void GpuOps::scale_grads(float s) { scale_f32(grads_, s, count_, stream_); }
 
 bool GpuOps::grads_finite() {
   CUDA_CHECK(cudaMemsetAsync(flag_, 0, sizeof(int), stream_));
@@ -746,14 +742,12 @@ bool GpuOps::grads_finite() {
 
 void GpuOps::sgd_step(float lr, float momentum, float weight_decay, float* momentum_buf,
                       bool first_step) {
-  auto timed = timer_->scope("optimizer", [] { return std::string("sgd"); });
   gpu::sgd_step(params_, grads_, momentum_buf, count_, lr, momentum, weight_decay, first_step,
                 stream_);
 }
 
 void GpuOps::adam_step(float lr, float beta1, float beta2, float eps, float weight_decay,
                        int64_t step, float* m, float* v) {
-  auto timed = timer_->scope("optimizer", [] { return std::string("adam"); });
   gpu::adam_step(params_, grads_, m, v, count_, lr, beta1, beta2, eps, weight_decay, step,
                  stream_);
 }
