@@ -1,20 +1,26 @@
-// Command line of `launch` (CLI11), compatible with paddle.distributed.launch where paddle has
-// the option. Pure: argv in, Options out; no file system or process access.
+// Command line of `launch` (CLI11): our options, and paddle.distributed.launch's and torchrun's
+// spellings mapped onto them (README: "torchrun and paddle spellings"). Environment variables
+// apply as those tools apply them: torchrun's PET_<OPTION> fills an option not given on the
+// command line; paddle's PADDLE_NNODES, PADDLE_MASTER, ... override the command line, with a
+// warning. Pure: argv and the environment in, Options out.
 #pragma once
 
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "launcher/options.h"
+#include "proto/worker_env.h"
 
 namespace launch {
 
 struct CliResult {
-  std::optional<Options> options;  // empty: --help was asked, print `help` and exit 0
-  std::string help;
+  std::optional<Options> options;  // empty: --help or --version was asked, print `text`, exit 0
+  std::string text;
+  std::vector<std::string> warnings;  // e.g. which PADDLE_* variable overrode which option
 };
 
 // Throws UsageError with a one-line message on any bad option.
-CliResult parse_cli(int argc, const char* const* argv);
+CliResult parse_cli(int argc, const char* const* argv, const proto::EnvMap& env = {});
 
 }  // namespace launch

@@ -2,10 +2,10 @@
 
 #include <dirent.h>
 
-#include <cstdlib>
 #include <set>
 
 #include "launcher/errors.h"
+#include "proto/worker_env.h"
 
 namespace launch {
 
@@ -71,17 +71,6 @@ std::vector<int> parse_device_list(std::string_view list, std::string_view optio
   return ids;
 }
 
-int count_cuda_visible(std::string_view v) {
-  int n = 0;
-  if (trim(v).empty()) return 0;
-  for (std::string_view e : split_commas(v)) {
-    e = trim(e);
-    if (e.empty() || e[0] == '-') break;
-    ++n;
-  }
-  return n;
-}
-
 std::vector<RankDevice> plan_devices(const DeviceRequest& req, int visible) {
   if (req.gpus && req.devices)
     throw UsageError("give either --gpus or --devices, not both");
@@ -129,8 +118,9 @@ std::vector<RankDevice> plan_devices(const DeviceRequest& req, int visible) {
   return out;
 }
 
-int detect_visible_gpus() {
-  if (const char* v = std::getenv("CUDA_VISIBLE_DEVICES")) return count_cuda_visible(v);
+int detect_visible_gpus(const proto::EnvMap& env) {
+  if (auto it = env.find(proto::env::kCudaVisibleDevices); it != env.end())
+    return proto::count_cuda_visible(it->second);
   int n = 0;
   if (DIR* d = opendir("/dev")) {
     while (dirent* e = readdir(d)) {

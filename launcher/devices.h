@@ -7,6 +7,8 @@
 #include <string_view>
 #include <vector>
 
+#include "proto/worker_env.h"
+
 namespace launch {
 
 enum class DeviceKind { Cpu, Gpu };
@@ -21,9 +23,6 @@ struct RankDevice {
 // duplicate, empty) and `option` (e.g. "--gpus").
 std::vector<int> parse_device_list(std::string_view list, std::string_view option);
 
-// How many GPUs CUDA_VISIBLE_DEVICES exposes. Like the CUDA runtime, the list ends at the first
-// invalid entry (empty or negative, e.g. "-1" hides every GPU); UUIDs count as one GPU each.
-int count_cuda_visible(std::string_view cuda_visible_devices);
 
 struct DeviceRequest {
   std::optional<std::string> gpus;
@@ -34,9 +33,10 @@ struct DeviceRequest {
 // One entry per local rank. `visible_gpus` comes from detect_visible_gpus(). Throws UsageError.
 std::vector<RankDevice> plan_devices(const DeviceRequest& req, int visible_gpus);
 
-// CUDA_VISIBLE_DEVICES when set, else the number of /dev/nvidiaN device nodes. No CUDA linkage:
-// the launcher must start (and stay fast) on machines without a driver.
-int detect_visible_gpus();
+// CUDA_VISIBLE_DEVICES of `env` when set (proto::count_cuda_visible), else the number of
+// /dev/nvidiaN device nodes. No CUDA linkage: the launcher must start (and stay fast) on
+// machines without a driver.
+int detect_visible_gpus(const proto::EnvMap& env);
 
 std::string describe(const RankDevice& d);  // "gpu:1" or "cpu"
 

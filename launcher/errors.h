@@ -37,16 +37,19 @@ class SystemError : public std::runtime_error {
 
 namespace launch {
 
-// A stop signal (SIGTERM from Slurm, SIGINT, ...) arrived while the launcher was waiting, before
-// any worker ran: nothing to forward it to, the launcher exits 128+signal.
+// A stop signal (SIGTERM from Slurm, SIGINT, ...) arrived while the launcher was waiting with no
+// worker running (for the other Slurm tasks or nodes, or for them to finish): nothing to forward
+// it to, the launcher exits as that signal says (exit_policy).
 class StopRequested : public std::runtime_error {
  public:
-  explicit StopRequested(int sig)
-      : std::runtime_error("stopped by signal " + std::to_string(sig)), sig_(sig) {}
+  StopRequested(int sig, const std::string& doing)
+      : std::runtime_error("stopped by signal " + std::to_string(sig) + " while " + doing), sig_(sig), doing_(doing) {}
   int sig() const { return sig_; }
+  const std::string& doing() const { return doing_; }
 
  private:
   int sig_;
+  std::string doing_;
 };
 
 }  // namespace launch

@@ -12,8 +12,10 @@ Termination from_wait_status(int st) {
   return {Termination::How::Exited, WIFEXITED(st) ? WEXITSTATUS(st) : 0};
 }
 
+int exit_code_for_signal(int sig) { return 128 + sig; }
+
 int exit_code_of(const Termination& t) {
-  return t.how == Termination::How::Signaled ? 128 + t.value : t.value;
+  return t.how == Termination::How::Signaled ? exit_code_for_signal(t.value) : t.value;
 }
 
 bool is_failure(const Termination& t) { return exit_code_of(t) != 0; }
@@ -79,8 +81,47 @@ std::string describe(int rank, const Termination& t) { return "rank " + std::to_
 
 bool ExitPolicy::on_worker_end(int rank, const Termination& t) {
   if (!is_failure(t) || stopping()) return false;
-  root_rank_ = rank;
-  root_ = t;
+  root_ = RootCause{rank, t, describe(t), std::nullopt, exit_code_of(t)};
+  code_from_ = t;
+  return true;
+}
+
+ExitPolicy::Verdict ExitPolicy::on_peer_lost(const LostPeerReport& r) {
+  if (stopping()) return Verdict::Consequence;
+  const std::string peer = r.peer ? "rank " + std::to_string(*r.peer) : "a peer";
+  const std::string noticer = "rank " + std::to_string(r.noticer);
+  code_from_ = r.end;
+  switch (r.peer_is) {
+    case LostPeerReport::Peer::Alive:
+      root_ = RootCause{*r.peer, std::nullopt,
+                        "stopped responding (its process " + r.peer_state + "); " + noticer +
+                            " lost it: " + r.what,
+                        r.noticer, exit_code_of(r.end)};
+      return Verdict::RootCause;
+    case LostPeerReport::Peer::Ended:
+      root_ = RootCause{r.noticer, r.end,
+                        describe(r.end) + " after losing " + peer + ", which had already exited cleanly: " + r.what,
+                        std::nullopt, exit_code_of(r.end)};
+      return Verdict::RootCause;
+    case LostPeerReport::Peer::Unknown:
+      root_ = RootCause{r.noticer, r.end, describe(r.end) + " after losing a peer it could not name: " + r.what,
+                        std::nullopt, exit_code_of(r.end)};
+      return Verdict::RootCause;
+    case LostPeerReport::Peer::Remote:
+      pending_ = r;
+      return Verdict::AwaitRemote;
+  }
+  return Verdict::Consequence;
+}
+
+bool ExitPolicy::settle_remote() {
+  if (!pending_) return false;
+  const LostPeerReport& r = *pending_;
+  root_ = RootCause{r.noticer, r.end,
+                    describe(r.end) + " after losing rank " + std::to_string(r.peer.value_or(-1)) +
+                        ", which is not one of this launcher's workers and whose failure nobody reported: " + r.what,
+                    std::nullopt, exit_code_of(r.end)};
+  pending_.reset();
   return true;
 }
 
@@ -91,7 +132,10 @@ bool ExitPolicy::on_launcher_signal(int sig) {
 }
 
 bool ExitPolicy::on_remote_failure(int exit_code, const std::string& description) {
-  if (stopping()) return false;
+  if (stopping() && !pending_) return false;
+  // A local worker's lost peer on another node, explained: that node's failure is the cause.
+  pending_.reset();
+  code_from_.reset();
   remote_ = description;
   // The root cause's code, so every node of the job exits alike; 1 when it was no worker's exit
   // (a launcher that stopped responding).
@@ -100,9 +144,10 @@ bool ExitPolicy::on_remote_failure(int exit_code, const std::string& description
 }
 
 int ExitPolicy::exit_code() const {
-  if (root_) return exit_code_of(*root_);
-  if (signal_) return 128 + *signal_;
   if (remote_) return remote_code_;
+  if (code_from_) return exit_code_of(*code_from_);
+  if (pending_) return exit_code_of(pending_->end);
+  if (signal_) return exit_code_for_signal(*signal_);
   return 0;
 }
 

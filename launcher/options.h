@@ -1,4 +1,5 @@
-// The launcher's options, as parsed from the command line (cli.cpp).
+// The launcher's options, as parsed from the command line (cli.cpp): ours, paddle launch's and
+// torchrun's spellings, with PET_* and PADDLE_* environment variables applied as those tools do.
 #pragma once
 
 #include <optional>
@@ -9,10 +10,19 @@ namespace launch {
 
 enum class StreamMode { Rank0, All, None };
 
+// How PROGRAM is started (program.h).
+enum class ProgramKind {
+  Auto,          // a *.py program runs under the Python interpreter, anything else as it is
+  Module,        // -m MODULE: python -m MODULE ARGS
+  PythonScript,  // --run-path: PROGRAM is a Python script whatever its name
+  NoPython,      // --no-python: PROGRAM is executed as it is, even a *.py
+};
+
 struct Options {
   std::optional<std::string> gpus;     // --gpus 0,1,3
   std::optional<std::string> devices;  // --devices 0,1 | cpu
-  std::optional<int> nproc_per_node;
+  std::optional<int> nproc_per_node;   // N; "gpu"/"cpu"/"auto" are resolved in make_plan
+  std::optional<std::string> nproc_word;  // --nproc-per-node gpu|cpu|auto (torchrun's)
   int nnodes = 1;
   std::string job_id = "default";
   std::string log_dir = "log";
@@ -25,18 +35,24 @@ struct Options {
   StreamMode stream = StreamMode::Rank0;
   double grace_s = 10.0;
   std::optional<std::string> summary;
-  std::optional<int> checkpoint_signal;
+  std::optional<int> checkpoint_signal;  // --checkpoint-signal USR2: forwarded, does not stop the job
   // Multi-node (launcher/multinode): node 0 serves the store on --master, every node meets there.
-  std::optional<std::string> master;      // --master IP:PORT
-  int rank = -1;                          // --rank: this node's rank; -1: in arrival order
+  std::optional<std::string> master;      // --master HOST:PORT (or --master-addr/--master-port, --rdzv-endpoint)
+  int rank = -1;                          // --rank / --node-rank: this node's rank; -1: in arrival order
   std::optional<std::string> token_file;  // --token-file; else LAUNCH_STORE_TOKEN
-  double elastic_timeout_s = 600;         // --elastic_timeout: how long the nodes wait for each other  // --checkpoint-signal USR2: forwarded, does not stop the job
+  double elastic_timeout_s = 600;         // --elastic_timeout: how long the nodes wait for each other
+  // Single node: torchrun's --master-addr/--master-port name what the program's rank 0 binds.
+  std::optional<std::string> framework_addr;
+  std::optional<int> framework_port;
+  // The program.
+  ProgramKind program_kind = ProgramKind::Auto;
+  std::optional<std::string> python;  // --python PATH (else PYTHON_EXEC, else python3 in PATH)
   // Which of the options above were given, so that Slurm's values fill only the others.
   bool nnodes_given = false;
   bool job_id_given = false;
   bool grace_given = false;
   bool host_given = false;
-  std::vector<std::string> command;  // PROGRAM ARGS...
+  std::vector<std::string> command;  // PROGRAM ARGS... (MODULE ARGS... with -m)
 };
 
 }  // namespace launch

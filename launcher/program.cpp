@@ -4,7 +4,6 @@
 #include <unistd.h>
 
 #include <climits>
-#include <cstdlib>
 
 #include "launcher/errors.h"
 
@@ -43,24 +42,37 @@ std::string find_in(const std::string& name, const LookupContext& ctx,
 
 // ---------------------------------------------------------------------------------------------
 
-std::vector<std::string> resolve_command(const std::vector<std::string>& command,
-                                         const LookupContext& ctx) {
+std::vector<std::string> resolve_command(const std::vector<std::string>& command, const LookupContext& ctx,
+                                         ProgramKind kind) {
   if (command.empty() || command.front().empty())
     throw UsageError("no PROGRAM given: usage is launch [options] PROGRAM [ARGS...]");
   const std::string& prog = command.front();
   const bool has_slash = prog.find('/') != std::string::npos;
+  const bool python = kind == ProgramKind::Module || kind == ProgramKind::PythonScript ||
+                      (kind == ProgramKind::Auto && ends_with(prog, ".py"));
   std::vector<std::string> argv;
 
-  if (ends_with(prog, ".py")) {
-    // python resolves a relative script against the working directory, so that comes first.
-    std::string script = ctx.is_file(prog) ? prog : has_slash ? "" : find_in(prog, ctx, ctx.is_file);
-    if (script.empty())
-      throw UsageError("python program '" + prog + "' not found (looked in the current directory" +
-                       std::string(has_slash ? "" : ", PATH and beside launch") + ")");
-    std::string python = find_in("python3", ctx, ctx.is_executable);
-    if (python.empty())
-      throw UsageError("python3 not found in PATH; it is needed to run " + prog);
-    argv = {python, "-u", script};
+  if (python) {
+    std::string interpreter;
+    if (ctx.python.empty()) {
+      interpreter = find_in("python3", ctx, ctx.is_executable);
+      if (interpreter.empty())
+        throw UsageError("python3 not found in PATH; it is needed to run " + prog + " (or give --python PATH)");
+    } else {
+      interpreter = ctx.python.find('/') != std::string::npos ? ctx.python : find_in(ctx.python, ctx, ctx.is_executable);
+      if (interpreter.empty() || !ctx.is_executable(interpreter))
+        throw UsageError(ctx.python_source + " '" + ctx.python + "' is not an executable interpreter");
+    }
+    if (kind == ProgramKind::Module) {
+      argv = {interpreter, "-u", "-m", prog};
+    } else {
+      // python resolves a relative script against the working directory, so that comes first.
+      std::string script = ctx.is_file(prog) ? prog : has_slash ? "" : find_in(prog, ctx, ctx.is_file);
+      if (script.empty())
+        throw UsageError("python program '" + prog + "' not found (looked in the current directory" +
+                         std::string(has_slash ? "" : ", PATH and beside launch") + ")");
+      argv = {interpreter, "-u", script};
+    }
   } else if (has_slash) {
     if (!ctx.is_executable(prog))
       throw UsageError("program '" + prog + "' does not exist or is not executable");
@@ -76,10 +88,26 @@ std::vector<std::string> resolve_command(const std::vector<std::string>& command
   return argv;
 }
 
-LookupContext real_lookup_context() {
+std::string join_command(const std::vector<std::string>& argv) {
+  auto quote = [](const std::string& a) {
+    if (!a.empty() && a.find_first_not_of("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ"
+                                          "0123456789_-+=./:,@%") == std::string::npos)
+      return a;
+    std::string out = "'";
+    for (char c : a) out += c == '\'' ? std::string("'\\''") : std::string(1, c);
+    return out + "'";
+  };
+  std::string out;
+  for (size_t i = 0; i < argv.size(); ++i) out += (i ? " " : "") + quote(argv[i]);
+  return out;
+}
+
+LookupContext real_lookup_context(const std::string& path_var, const std::string& python,
+                                  const std::string& python_source) {
   LookupContext ctx;
-  const char* path = std::getenv("PATH");
-  ctx.path_var = path ? path : "/usr/local/bin:/usr/bin:/bin";
+  ctx.path_var = path_var;
+  ctx.python = python;
+  ctx.python_source = python_source;
   char buf[PATH_MAX];
   ssize_t n = readlink("/proc/self/exe", buf, sizeof buf - 1);
   if (n > 0) {

@@ -30,8 +30,8 @@ std::string summary_json(const std::string& job_id, const JobOutcome& o) {
   j["exit_code"] = o.policy.exit_code();
   j["world_size"] = o.records.size();
   j["root_cause"] = nullptr;
-  if (auto r = o.policy.root_rank())
-    j["root_cause"] = {{"rank", *r}, {"description", describe(*r, *o.policy.root_termination())}};
+  if (const auto& root = o.policy.root())
+    j["root_cause"] = {{"rank", root->rank}, {"description", "rank " + std::to_string(root->rank) + " " + root->description}};
   else if (auto remote = o.policy.remote_failure())  // multi-node: another node's failure
     j["root_cause"] = {{"rank", nullptr}, {"description", *remote}};
   j["restart_count"] = o.restart_count;

@@ -1,25 +1,27 @@
 #include "launcher/supervisor.h"
 
-#include <dirent.h>
 #include <fcntl.h>
 #include <sys/epoll.h>
 #include <sys/signalfd.h>
-#include <sys/syscall.h>
 #include <sys/timerfd.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <fstream>
 #include <map>
+#include <memory>
 #include <set>
 
 #include "launcher/errors.h"
 #include "launcher/line_buffer.h"
 #include "launcher/log.h"
+#include "launcher/output.h"
 #include "launcher/spawn.h"
+#include "proto/peer_lost.h"
 
 namespace launch {
 
@@ -28,6 +30,11 @@ namespace {
 // After SIGKILL, how long we wait for the kernel to deliver it before we stop waiting (a process
 // in uninterruptible sleep, e.g. stuck in a driver, cannot be reaped sooner).
 constexpr double kKillBoundS = 5.0;
+// While stopping: how often to look for processes the stop signal has not reached yet (adopted
+// orphans, processes born since). The kernel tells us of none of these.
+constexpr long kRescanNs = 10'000'000;
+// At the end: how long the console may make no progress before its queued output is dropped.
+constexpr std::chrono::milliseconds kConsoleFinish{250};
 
 double now_unix() {
   timespec ts;
@@ -41,25 +48,43 @@ std::string secs(double s) {
   return buf;
 }
 
-bool write_all(int fd, const char* p, size_t n) {
-  while (n > 0) {
-    ssize_t w = write(fd, p, n);
-    if (w < 0 && errno == EINTR) continue;
-    if (w <= 0) return false;
-    p += w;
-    n -= static_cast<size_t>(w);
-  }
-  return true;
+// The state letter of /proc/<pid>/stat ('R', 'S', 'D', 'T', 't', 'Z', ...); 0 when gone.
+char process_state(pid_t pid) {
+  std::ifstream f("/proc/" + std::to_string(pid) + "/stat");
+  std::string stat((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
+  const size_t paren = stat.rfind(')');
+  return paren != std::string::npos && paren + 2 < stat.size() ? stat[paren + 2] : 0;
 }
 
-// Children of this thread, including orphans adopted as subreaper (they may have left their
-// worker's process group with setsid, so signalling the groups does not reach them).
-std::vector<pid_t> my_children() {
-  std::vector<pid_t> out;
-  std::ifstream f("/proc/thread-self/children");
-  pid_t p;
-  while (f >> p) out.push_back(p);
-  return out;
+std::string describe_state(char s) {
+  switch (s) {
+    case 'T': return "is stopped: SIGSTOP or SIGTSTP";
+    case 't': return "is stopped by a debugger";
+    case 'D': return "is stuck in the kernel: uninterruptible sleep, e.g. in a driver or a file system";
+    default: return "is alive but silent: hung, deadlocked or far behind";
+  }
+}
+
+bool looks_stuck(char s) { return s == 'T' || s == 't' || s == 'D'; }
+
+void arm(int fd, double seconds, bool periodic = false) {
+  itimerspec its{};
+  const double whole = std::floor(seconds);
+  its.it_value.tv_sec = static_cast<time_t>(whole);
+  its.it_value.tv_nsec = static_cast<long>((seconds - whole) * 1e9);
+  if (its.it_value.tv_sec == 0 && its.it_value.tv_nsec == 0) its.it_value.tv_nsec = 1;
+  if (periodic) its.it_interval = its.it_value;
+  SYS_CHECK(timerfd_settime(fd, 0, &its, nullptr));
+}
+
+void disarm(int fd) {
+  itimerspec its{};
+  timerfd_settime(fd, 0, &its, nullptr);
+}
+
+bool consume(int fd) {
+  uint64_t expirations;
+  return read(fd, &expirations, sizeof expirations) > 0;
 }
 
 enum class Phase { Running, Stopping, Killing, Done };
@@ -67,15 +92,17 @@ enum class Phase { Running, Stopping, Killing, Done };
 struct Worker {
   WorkerRecord rec;
   int pipe_fd = -1;
-  int log_fd = -1;
+  LogFile log;
   bool reaped = false;
   LineSplitter lines;
   TailLines tail{20};
+  std::optional<proto::PeerLost> peer_lost;  // its LAUNCH_PEER_LOST line, if it wrote one
 };
 
 class Loop {
  public:
   Loop(const std::vector<WorkerPlan>& plans, const SupervisorConfig& cfg) : cfg_(cfg) {
+    if (!cfg.containment) throw std::logic_error("supervise: no containment");
     workers_.resize(plans.size());
     for (size_t i = 0; i < plans.size(); ++i) {
       workers_[i].rec.rank = plans[i].rank;
@@ -84,12 +111,10 @@ class Loop {
     }
   }
   ~Loop() {
-    for (auto& w : workers_) {
+    for (auto& w : workers_)
       if (w.pipe_fd >= 0) close(w.pipe_fd);
-      if (w.log_fd >= 0) close(w.log_fd);
-    }
-    if (timer_fd_ >= 0) close(timer_fd_);
-    if (epoll_fd_ >= 0) close(epoll_fd_);
+    for (int fd : {timer_fd_, rescan_fd_, await_fd_, epoll_fd_})
+      if (fd >= 0) close(fd);
   }
 
   JobOutcome run(const std::vector<WorkerPlan>& plans);
@@ -99,28 +124,49 @@ class Loop {
   void start_all(const std::vector<WorkerPlan>& plans);
   void on_signals();
   void reap();
+  bool collect(pid_t pid, int status, std::vector<size_t>& ended);
+  void handle_end(size_t i);
+  void handle_peer_lost(size_t i);
+  void fail_now();
   void on_output(size_t i);
   void drain(size_t i);
   void emit(Worker& w, const char* data, size_t n);
+  void console_write(std::string_view data);
+  void watch_console();
   void signal_everyone(int sig);
+  void signal_members();
   void begin_stop(int sig);
-  void arm_timer(double seconds);
   void on_timer();
+  void on_rescan();
   void on_remote();
+  void on_await();
   bool finished();
+  Worker* by_rank(int rank);
 
   const SupervisorConfig& cfg_;
+  Containment& box_ = *cfg_.containment;
   std::vector<Worker> workers_;
   std::map<pid_t, size_t> by_pid_;
   ExitPolicy policy_;
   Phase phase_ = Phase::Running;
   int epoll_fd_ = -1;
-  int timer_fd_ = -1;
+  int timer_fd_ = -1;   // grace, then the bound after SIGKILL
+  int rescan_fd_ = -1;  // while stopping: reach what the stop signal has not reached yet
+  int await_fd_ = -1;   // a lost peer on another node: the wait for that node's report
   size_t live_ = 0;
   bool have_children_ = true;
-  bool console_ok_ = true;
   int stragglers_ = 0;
+  std::unique_ptr<Console> console_;
+  bool console_watched_ = false;
+  // Teardown: the signal of this phase, the workers' process groups (signalled as groups) and
+  // the processes outside them signalled since the phase began (each gets it once).
+  int stop_sig_ = 0;
+  std::set<pid_t> groups_;
+  std::set<pid_t> signalled_;
 };
+
+constexpr uint64_t kSignalTag = ~uint64_t{0}, kTimerTag = kSignalTag - 1, kRemoteTag = kSignalTag - 2,
+                   kRescanTag = kSignalTag - 3, kAwaitTag = kSignalTag - 4, kConsoleTag = kSignalTag - 5;
 
 // ---------------------------------------------------------------------------------------------
 // Setup
@@ -129,10 +175,11 @@ void Loop::open_logs() {
   // All logs are opened before any worker starts: a bad log directory starts nothing.
   for (auto& w : workers_) {
     int flags = O_WRONLY | O_CREAT | O_CLOEXEC | (cfg_.log_overwrite ? O_TRUNC : O_APPEND);
-    w.log_fd = open(w.rec.log_path.c_str(), flags, 0644);
-    if (w.log_fd < 0)
+    int fd = open(w.rec.log_path.c_str(), flags, 0644);
+    if (fd < 0)
       throw UsageError("cannot open log file " + w.rec.log_path + ": " + std::strerror(errno) +
                        "; choose another --log_dir");
+    w.log = LogFile(fd, w.rec.log_path);
   }
 }
 
@@ -141,7 +188,7 @@ void Loop::start_all(const std::vector<WorkerPlan>& plans) {
     for (size_t i = 0; i < plans.size(); ++i) {
       int fds[2];
       SYS_CHECK(pipe2(fds, O_CLOEXEC));
-      SpawnRequest req{plans[i].argv, plans[i].env, fds[1], cfg_.child_mask};
+      SpawnRequest req{plans[i].argv, plans[i].env, fds[1], cfg_.checkpoint_signal, box_.child_join()};
       pid_t pid;
       try {
         pid = spawn_worker(req);
@@ -167,6 +214,7 @@ void Loop::start_all(const std::vector<WorkerPlan>& plans) {
     // Half a job is no job: take down what started, then report.
     for (auto& w : workers_)
       if (w.rec.pid > 0) kill(-w.rec.pid, SIGKILL);
+    box_.kill_all();
     for (auto& w : workers_)
       if (w.rec.pid > 0) waitpid(w.rec.pid, nullptr, 0);
     throw;
@@ -191,7 +239,7 @@ void Loop::on_signals() {
       if (sig == cfg_.checkpoint_signal) {
         // Not a stop: the workers save at their next step boundary and go on.
         // To the worker process alone, not its group: its helpers (data loaders, a shell's
-        // children) do not handle it, and its default action would kill them.
+        // children) have no handler for it (they inherit it ignored, see spawn.h).
         int sent = 0;
         for (auto& w : workers_)
           if (w.rec.pid > 0 && !w.reaped && kill(w.rec.pid, sig) == 0) ++sent;
@@ -208,66 +256,170 @@ void Loop::on_signals() {
         log::warn("received " + signal_name(sig) + " again: killing every worker now");
         signal_everyone(SIGKILL);
         phase_ = Phase::Killing;
-        arm_timer(kKillBoundS);
+        arm(timer_fd_, kKillBoundS);
       }
     }
     if (chld) reap();
   }
 }
 
+// Records the end of worker `pid` (false: it was none of ours).
+bool Loop::collect(pid_t pid, int status, std::vector<size_t>& ended) {
+  auto it = by_pid_.find(pid);
+  if (it == by_pid_.end()) {
+    box_.on_reaped(pid);  // an orphan we adopted, or the namespace's init
+    return false;
+  }
+  Worker& w = workers_[it->second];
+  w.reaped = true;
+  w.rec.end_time = now_unix();
+  w.rec.end = from_wait_status(status);
+  --live_;
+  drain(it->second);  // its last words, the LAUNCH_PEER_LOST line among them, before its end
+  if (!w.peer_lost) w.peer_lost = proto::parse_peer_lost(w.lines.partial());
+  ended.push_back(it->second);
+  return true;
+}
+
 void Loop::reap() {
+  std::vector<size_t> ended;
   while (true) {
     int st = 0;
     pid_t pid = waitpid(-1, &st, WNOHANG);
     if (pid == 0) {
       have_children_ = true;
-      return;
+      break;
     }
     if (pid < 0) {
       if (errno == EINTR) continue;
-      have_children_ = false;  // ECHILD: no descendant is left anywhere
-      return;
+      have_children_ = false;  // ECHILD: no child is left anywhere (adopted orphans included)
+      break;
     }
-    auto it = by_pid_.find(pid);
-    if (it == by_pid_.end()) continue;  // an orphaned grandchild we adopted as subreaper
-    Worker& w = workers_[it->second];
-    w.reaped = true;
-    w.rec.end_time = now_unix();
-    w.rec.end = from_wait_status(st);
-    --live_;
-    drain(it->second);
-    const std::string what = describe(w.rec.rank, *w.rec.end);
-    if (policy_.on_worker_end(w.rec.rank, *w.rec.end)) {
-      // Survivors blocked in the store learn who failed before we start killing them.
-      if (cfg_.on_failure) cfg_.on_failure(w.rec.rank, *w.rec.end);
-      log::error(what + ": stopping the other workers (SIGTERM, SIGKILL after " +
-                 secs(cfg_.grace_s) + " s)");
-      begin_stop(SIGTERM);
-    } else {
-      log::debug(what);
-    }
+    collect(pid, st, ended);
+  }
+  // Ends of their own first, then the reports of a lost peer: in one batch, the peer's own
+  // failure is the cause and the noticer's exit its consequence.
+  std::stable_partition(ended.begin(), ended.end(), [&](size_t i) {
+    return exit_code_of(*workers_[i].rec.end) != proto::kPeerLostExitCode || !workers_[i].peer_lost;
+  });
+  for (size_t i : ended) handle_end(i);
+  // A worker's death hands its orphans to us (or to the namespace's init): reach them now.
+  if (phase_ == Phase::Stopping || phase_ == Phase::Killing) signal_members();
+}
+
+void Loop::handle_end(size_t i) {
+  Worker& w = workers_[i];
+  const Termination t = *w.rec.end;
+  if (exit_code_of(t) == proto::kPeerLostExitCode && w.peer_lost) {
+    handle_peer_lost(i);
+  } else if (policy_.on_worker_end(w.rec.rank, t)) {
+    fail_now();
+  } else {
+    log::debug(describe(w.rec.rank, t));
   }
 }
 
-void Loop::emit(Worker& w, const char* data, size_t n) {
-  if (w.log_fd >= 0 && !write_all(w.log_fd, data, n)) {
-    log::warn("cannot write " + w.rec.log_path + ": " + std::strerror(errno) + "; log truncated");
-    close(w.log_fd);
-    w.log_fd = -1;
+Worker* Loop::by_rank(int rank) {
+  for (auto& w : workers_)
+    if (w.rec.rank == rank) return &w;
+  return nullptr;
+}
+
+void Loop::handle_peer_lost(size_t i) {
+  Worker& w = workers_[i];
+  const proto::PeerLost lost = *w.peer_lost;
+  LostPeerReport r;
+  r.noticer = w.rec.rank;
+  r.end = *w.rec.end;
+  r.peer = lost.peer;
+  r.what = lost.what;
+  Worker* peer = lost.peer ? by_rank(*lost.peer) : nullptr;
+  if (!lost.peer) {
+    // It could not tell which: a worker of ours that cannot run is the suspect.
+    for (auto& o : workers_)
+      if (!o.reaped && o.rec.pid > 0 && looks_stuck(process_state(o.rec.pid))) {
+        peer = &o;
+        r.peer = o.rec.rank;
+        break;
+      }
   }
-  const bool to_console = console_ok_ && (cfg_.stream == StreamMode::All ||
-                                          (cfg_.stream == StreamMode::Rank0 && w.rec.rank == 0));
-  if (to_console && cfg_.stream == StreamMode::Rank0 && !write_all(STDOUT_FILENO, data, n))
-    console_ok_ = false;
+  if (peer && !peer->reaped && process_state(peer->rec.pid) == 'Z') {
+    // It has just ended itself: its own end is the better explanation; take it first.
+    int st = 0;
+    std::vector<size_t> ended;
+    if (waitpid(peer->rec.pid, &st, WNOHANG) == peer->rec.pid && collect(peer->rec.pid, st, ended))
+      for (size_t k : ended) handle_end(k);
+  }
+  if (peer) {
+    r.peer_is = peer->reaped ? LostPeerReport::Peer::Ended : LostPeerReport::Peer::Alive;
+    if (!peer->reaped) r.peer_state = describe_state(process_state(peer->rec.pid));
+  } else if (lost.peer) {
+    r.peer_is = LostPeerReport::Peer::Remote;
+  }
+  switch (policy_.on_peer_lost(r)) {
+    case ExitPolicy::Verdict::RootCause:
+      fail_now();
+      break;
+    case ExitPolicy::Verdict::AwaitRemote:
+      if (cfg_.remote_fd < 0) {
+        // Nobody else will explain it (one Slurm task per worker): the noticer it is.
+        policy_.settle_remote();
+        fail_now();
+        break;
+      }
+      log::error(describe(w.rec.rank, r.end) + " after losing rank " + std::to_string(*lost.peer) +
+                 ", which runs on another node (" + lost.what + "): stopping the workers here; waiting up to " +
+                 secs(std::chrono::duration<double>(cfg_.remote_wait).count()) + " s for that node's report");
+      begin_stop(SIGTERM);
+      arm(await_fd_, std::chrono::duration<double>(cfg_.remote_wait).count());
+      break;
+    case ExitPolicy::Verdict::Consequence:
+      log::debug(describe(w.rec.rank, r.end) + " (lost a peer: " + lost.what + ")");
+      break;
+  }
+}
+
+// The root cause is known: tell the store (survivors blocked there learn it at once), say it,
+// and stop everyone.
+void Loop::fail_now() {
+  const RootCause& root = *policy_.root();
+  if (cfg_.on_failure) cfg_.on_failure(root);
+  log::error("rank " + std::to_string(root.rank) + " " + root.description +
+             ": stopping the other workers (SIGTERM, SIGKILL after " + secs(cfg_.grace_s) + " s)");
+  if (phase_ == Phase::Running) begin_stop(SIGTERM);
+}
+
+void Loop::console_write(std::string_view data) {
+  console_->write(data);
+  watch_console();
+}
+
+// EPOLLOUT on the console only while it holds queued output.
+void Loop::watch_console() {
+  const bool want = console_->pending();
+  if (want == console_watched_) return;
+  epoll_event ev{};
+  ev.events = EPOLLOUT;
+  ev.data.u64 = kConsoleTag;
+  if (epoll_ctl(epoll_fd_, want ? EPOLL_CTL_ADD : EPOLL_CTL_DEL, console_->poll_fd(), &ev) == 0 || !want)
+    console_watched_ = want;
+}
+
+void Loop::emit(Worker& w, const char* data, size_t n) {
+  w.log.write(std::string_view(data, n));
+  const bool to_console = cfg_.stream == StreamMode::All || (cfg_.stream == StreamMode::Rank0 && w.rec.rank == 0);
+  if (to_console && cfg_.stream == StreamMode::Rank0) console_write(std::string_view(data, n));
   const std::string prefix = "[rank " + std::to_string(w.rec.rank) + "] ";
   w.lines.feed(std::string_view(data, n), [&](std::string_view line) {
     w.tail.push(line);
-    if (to_console && console_ok_ && cfg_.stream == StreamMode::All) {
-      // One write per whole line: ranks never interleave inside a line.
+    if (line.find(proto::kPeerLostMarker) != std::string_view::npos)
+      if (auto pl = proto::parse_peer_lost(line)) w.peer_lost = std::move(pl);
+    if (to_console && cfg_.stream == StreamMode::All) {
+      // One queued write per whole line: ranks never interleave inside a line.
       std::string out;
       out.reserve(prefix.size() + line.size() + 1);
       out.append(prefix).append(line).push_back('\n');
-      if (!write_all(STDOUT_FILENO, out.data(), out.size())) console_ok_ = false;
+      console_write(out);
     }
   });
 }
@@ -296,99 +448,132 @@ void Loop::on_output(size_t i) { drain(i); }
 // Teardown
 
 void Loop::signal_everyone(int sig) {
+  stop_sig_ = sig;
+  signalled_.clear();
   // Every worker's group, reaped or not: its grandchildren may live on in it. A group whose last
   // member is gone cannot have its id reused while we still signal it in this teardown window,
   // except by a new process that also makes itself a group leader: the risk ninja and torchrun
   // accept too.
-  std::set<pid_t> groups;
   for (auto& w : workers_)
     if (w.rec.pid > 0) {
       kill(-w.rec.pid, sig);
-      groups.insert(w.rec.pid);
+      if (sig != SIGKILL) kill(-w.rec.pid, SIGCONT);  // a stopped process never sees its SIGTERM
+      groups_.insert(w.rec.pid);
     }
-  // Adopted orphans outside those groups (once each: a second SIGINT is not the same as one).
-  for (pid_t p : my_children())
-    if (!groups.count(getpgid(p))) kill(p, sig);
+  if (sig == SIGKILL) box_.kill_all();  // cgroup.kill: everything at once, forks in flight too
+  signal_members();
+}
+
+// The rest of the job: processes outside the workers' groups (they called setsid, or were
+// adopted), each once per phase, as the containment lists them.
+void Loop::signal_members() {
+  if (stop_sig_ == 0) return;
+  const pid_t self = getpid();
+  for (pid_t p : box_.members()) {
+    if (p == self || groups_.count(getpgid(p)) || !signalled_.insert(p).second) continue;
+    kill(p, stop_sig_);
+    if (stop_sig_ != SIGKILL) kill(p, SIGCONT);
+  }
 }
 
 void Loop::begin_stop(int sig) {
   signal_everyone(sig);
-  if (sig != SIGCONT) signal_everyone(SIGCONT);  // a stopped process never sees its SIGTERM
   phase_ = Phase::Stopping;
-  arm_timer(cfg_.grace_s);
-}
-
-void Loop::arm_timer(double seconds) {
-  itimerspec its{};
-  double whole = std::floor(seconds);
-  its.it_value.tv_sec = static_cast<time_t>(whole);
-  its.it_value.tv_nsec = static_cast<long>((seconds - whole) * 1e9);
-  if (its.it_value.tv_sec == 0 && its.it_value.tv_nsec == 0) its.it_value.tv_nsec = 1;
-  SYS_CHECK(timerfd_settime(timer_fd_, 0, &its, nullptr));
+  arm(timer_fd_, cfg_.grace_s);
+  arm(rescan_fd_, kRescanNs * 1e-9, /*periodic=*/true);
 }
 
 void Loop::on_timer() {
-  uint64_t expirations;
-  if (read(timer_fd_, &expirations, sizeof expirations) < 0) return;
+  if (!consume(timer_fd_)) return;
   if (phase_ == Phase::Stopping) {
     log::warn("grace period of " + secs(cfg_.grace_s) + " s is over: SIGKILL");
     signal_everyone(SIGKILL);
     phase_ = Phase::Killing;
-    arm_timer(kKillBoundS);
+    arm(timer_fd_, kKillBoundS);
   } else if (phase_ == Phase::Killing) {
-    stragglers_ = static_cast<int>(my_children().size());
+    stragglers_ = static_cast<int>(box_.members().size());
     log::error(std::to_string(stragglers_) + " process(es) still alive " + secs(kKillBoundS) +
                " s after SIGKILL (uninterruptible sleep?); giving up waiting for them");
     phase_ = Phase::Done;
   }
 }
 
+void Loop::on_rescan() {
+  if (!consume(rescan_fd_)) return;
+  reap();
+  signal_members();
+}
+
 void Loop::on_remote() {
   uint64_t count;
   if (read(cfg_.remote_fd, &count, sizeof count) < 0) return;
   if (!cfg_.remote_failure) return;
+  const bool awaited = policy_.awaiting_remote();
   auto [code, what] = cfg_.remote_failure();
-  if (policy_.on_remote_failure(code, what)) {
-    log::error("the job failed on another node (" + what + "): stopping the workers (SIGTERM, SIGKILL after " +
-               secs(cfg_.grace_s) + " s)");
-    begin_stop(SIGTERM);
+  if (!policy_.on_remote_failure(code, what)) return;
+  if (awaited) {
+    disarm(await_fd_);
+    log::error("the job failed on another node (" + what + "): that explains the lost peer");
+    return;  // our workers are being stopped already
   }
+  log::error("the job failed on another node (" + what + "): stopping the workers (SIGTERM, SIGKILL after " +
+             secs(cfg_.grace_s) + " s)");
+  if (phase_ == Phase::Running) begin_stop(SIGTERM);
+}
+
+void Loop::on_await() {
+  if (!consume(await_fd_)) return;
+  if (!policy_.settle_remote()) return;
+  log::error("no node reported a failure within " +
+             secs(std::chrono::duration<double>(cfg_.remote_wait).count()) + " s");
+  fail_now();
 }
 
 bool Loop::finished() {
   if (phase_ == Phase::Done) return true;
   if (live_ > 0) return false;
+  if (policy_.awaiting_remote()) return false;  // bounded by the await timer
   if (phase_ == Phase::Running) {
     // Every worker exited 0. Whatever they left behind in their groups (or orphaned to us)
     // would hold a GPU with nobody to wait for it: stop it the same way.
     reap();
-    if (!have_children_) return true;
+    if (!box_.anything_left(have_children_)) return true;
     log::warn("workers exited but left processes behind: stopping them");
     begin_stop(SIGTERM);
     return false;
   }
-  return !have_children_;
+  if (!box_.anything_left(have_children_)) return true;
+  if (phase_ == Phase::Stopping && stop_sig_ != SIGTERM) {
+    // Every worker has ended, but not all they started: a shell's background jobs ignore SIGINT
+    // and SIGQUIT by rule. Stop what they left behind as above instead of waiting out the grace.
+    log::info("every worker has ended; stopping the processes they left behind (SIGTERM)");
+    signal_everyone(SIGTERM);
+  }
+  return false;
 }
 
 // ---------------------------------------------------------------------------------------------
 
 JobOutcome Loop::run(const std::vector<WorkerPlan>& plans) {
   open_logs();
+  console_ = std::make_unique<Console>(STDOUT_FILENO);
   epoll_fd_ = epoll_create1(EPOLL_CLOEXEC);
   SYS_CHECK(epoll_fd_);
-  timer_fd_ = timerfd_create(CLOCK_MONOTONIC, TFD_CLOEXEC | TFD_NONBLOCK);
-  SYS_CHECK(timer_fd_);
-  constexpr uint64_t kSignalTag = ~uint64_t{0}, kTimerTag = ~uint64_t{0} - 1, kRemoteTag = ~uint64_t{0} - 2;
-  epoll_event ev{};
-  ev.events = EPOLLIN;
-  ev.data.u64 = kSignalTag;
-  SYS_CHECK(epoll_ctl(epoll_fd_, EPOLL_CTL_ADD, cfg_.signal_fd, &ev));
-  ev.data.u64 = kTimerTag;
-  SYS_CHECK(epoll_ctl(epoll_fd_, EPOLL_CTL_ADD, timer_fd_, &ev));
-  if (cfg_.remote_fd >= 0) {
-    ev.data.u64 = kRemoteTag;
-    SYS_CHECK(epoll_ctl(epoll_fd_, EPOLL_CTL_ADD, cfg_.remote_fd, &ev));
+  for (int* fd : {&timer_fd_, &rescan_fd_, &await_fd_}) {
+    *fd = timerfd_create(CLOCK_MONOTONIC, TFD_CLOEXEC | TFD_NONBLOCK);
+    SYS_CHECK(*fd);
   }
+  auto watch = [&](int fd, uint64_t tag) {
+    epoll_event ev{};
+    ev.events = EPOLLIN;
+    ev.data.u64 = tag;
+    SYS_CHECK(epoll_ctl(epoll_fd_, EPOLL_CTL_ADD, fd, &ev));
+  };
+  watch(cfg_.signal_fd, kSignalTag);
+  watch(timer_fd_, kTimerTag);
+  watch(rescan_fd_, kRescanTag);
+  watch(await_fd_, kAwaitTag);
+  if (cfg_.remote_fd >= 0) watch(cfg_.remote_fd, kRemoteTag);
 
   start_all(plans);
   on_signals();  // anything that arrived while we were spawning
@@ -402,9 +587,18 @@ JobOutcome Loop::run(const std::vector<WorkerPlan>& plans) {
     for (int k = 0; k < n; ++k)
       if (events[k].data.u64 < workers_.size()) on_output(events[k].data.u64);
     for (int k = 0; k < n; ++k) {
-      if (events[k].data.u64 == kSignalTag) on_signals();
-      if (events[k].data.u64 == kTimerTag) on_timer();
-      if (events[k].data.u64 == kRemoteTag) on_remote();
+      switch (events[k].data.u64) {
+        case kSignalTag: on_signals(); break;
+        case kTimerTag: on_timer(); break;
+        case kRescanTag: on_rescan(); break;
+        case kRemoteTag: on_remote(); break;
+        case kAwaitTag: on_await(); break;
+        case kConsoleTag:
+          console_->flush();
+          watch_console();
+          break;
+        default: break;
+      }
     }
   }
 
@@ -412,18 +606,17 @@ JobOutcome Loop::run(const std::vector<WorkerPlan>& plans) {
   for (size_t i = 0; i < workers_.size(); ++i) {
     Worker& w = workers_[i];
     drain(i);
-    const bool to_console = console_ok_ && cfg_.stream == StreamMode::All;
+    const bool to_console = cfg_.stream == StreamMode::All;
     const std::string prefix = "[rank " + std::to_string(w.rec.rank) + "] ";
     w.lines.finish([&](std::string_view line) {
       w.tail.push(line);
-      if (to_console) {
-        std::string s = prefix + std::string(line) + "\n";
-        write_all(STDOUT_FILENO, s.data(), s.size());
-      }
+      if (to_console) console_->write(prefix + std::string(line) + "\n");
     });
+    w.log.finish();
     w.rec.tail = w.tail.lines();
     out.records.push_back(w.rec);
   }
+  console_->finish(kConsoleFinish);
   out.policy = policy_;
   out.stragglers = stragglers_;
   return out;

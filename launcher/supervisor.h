@@ -1,17 +1,22 @@
 // The supervisor: ONE epoll loop over a signalfd (SIGCHLD and the stop signals, blocked by the
-// caller), the workers' output pipes and a timerfd for the grace period. It spawns the workers,
-// streams their output, detects the first failure, tears the job down and reaps everything.
+// caller), the workers' output pipes, the console (when it cannot take output at once) and
+// timerfds for the grace period, for finding what teardown has not reached yet, and for a
+// verdict awaited from another node. It spawns the workers into the job's containment, streams
+// their output (logs complete, console never blocking), detects the first failure and the rank
+// at fault, tears the job down and reaps everything.
 #pragma once
 
 #include <signal.h>
 #include <sys/types.h>
 
+#include <chrono>
 #include <functional>
 #include <optional>
 #include <string>
 #include <utility>
 #include <vector>
 
+#include "launcher/containment.h"
 #include "launcher/devices.h"
 #include "launcher/exit_policy.h"
 #include "launcher/options.h"
@@ -42,17 +47,24 @@ struct SupervisorConfig {
   double grace_s = 10;
   bool log_overwrite = false;
   int signal_fd = -1;    // signalfd for SIGCHLD, SIGINT, SIGTERM, SIGHUP, SIGQUIT (blocked)
-  sigset_t child_mask;   // the mask workers start with
+  // Where the workers are born and how teardown reaches all their descendants (required).
+  Containment* containment = nullptr;
   // --checkpoint-signal (also in the signalfd's set): forwarded to every live worker process (not
-  // its group), and the job goes on. 0: none.
+  // its group), and the job goes on. 0: none. Workers start with it ignored, so that a process
+  // without a handler (a wrapper shell, a program not yet ready) is not killed by it.
   int checkpoint_signal = 0;
-  // Called as soon as the root-cause failure is seen, BEFORE the others are torn down, with the
-  // failed rank and how it ended (describe() gives "exited with code 3", "killed by SIGSEGV").
-  std::function<void(int rank, const Termination& how)> on_failure;
+  // Called as soon as the root cause is known, BEFORE the others are torn down: the rank at
+  // fault, how it ended if it did, and what happened ("exited with code 3", "stopped
+  // responding (...); rank 0 lost it: ...").
+  std::function<void(const RootCause&)> on_failure;
   // Multi-node: readable (an eventfd) once another node has reported the job's failure; then
   // remote_failure() gives its exit code and description, and the workers are stopped.
   int remote_fd = -1;
   std::function<std::pair<int, std::string>()> remote_failure;
+  // Multi-node: how long a worker's lost peer on another node waits for that node's report
+  // before the worker is named (a dead launcher is declared after 5 s without a heartbeat, one
+  // period more to notice, and a margin).
+  std::chrono::milliseconds remote_wait{8000};
 };
 
 struct JobOutcome {

@@ -1,73 +1,88 @@
 #include "launcher/worker_env.h"
 
-#include <algorithm>
-#include <cstring>
+#include <cstdint>
 
 namespace launch {
 
-WorkerEnv build_worker_env(const JobSpec& job, int local_rank, const EnvMap& parent) {
-  const RankDevice& dev = job.devices.at(static_cast<size_t>(local_rank));
-  int local_size = static_cast<int>(job.devices.size());
-  int world = local_size * job.nnodes;
-  int rank = job.node_rank * local_size + local_rank;
-  if (job.task) {
-    local_size = job.task->local_size;
-    world = job.task->world_size;
-    rank = job.task->global_rank;
-    local_rank = job.task->local_rank;
-  }
-  std::vector<std::string> all;
-  std::string master = job.host + ":" + std::to_string(job.master_port);
-  if (job.cluster) {
-    rank = job.cluster->rank_offset + local_rank;
-    world = job.cluster->world_size;
-    all = job.cluster->endpoints;
-    master = job.cluster->master;
-  } else {
-    for (uint16_t port : job.endpoint_ports) all.push_back(job.host + ":" + std::to_string(port));
-  }
-  auto endpoint = [&](size_t i) { return all.at(i); };
+namespace {
+
+using namespace proto::env;
+
+// Paddle names its launcher's "pod" with 6 random letters; ours are derived from the job and the
+// node, so that a dry run shows what the real run exports.
+std::string pod_name(const std::string& job_id, int node_rank) {
+  uint64_t h = 1469598103934665603ull;  // FNV-1a
+  for (char c : job_id + "/" + std::to_string(node_rank)) h = (h ^ static_cast<unsigned char>(c)) * 1099511628211ull;
+  std::string name;
+  for (int i = 0; i < 6; ++i, h /= 26) name += static_cast<char>('a' + h % 26);
+  return name;
+}
+
+}  // namespace
+
+WorkerEnv build_worker_env(const JobSpec& job, const RankLayout& l, int index, int restart_count,
+                           const EnvMap& parent) {
+  const RankDevice& dev = job.devices.at(static_cast<size_t>(index));
+  const bool gpu = dev.kind == DeviceKind::Gpu;
+  const std::string rank = std::to_string(l.first_rank + index);
+  const std::string local_rank = std::to_string(l.first_local_rank + index);
+  const std::string world = std::to_string(l.world_size);
+  const std::string local_size = std::to_string(l.local_size);
   std::string endpoints;
-  for (size_t i = 0; i < all.size(); ++i) endpoints += (i ? "," : "") + all[i];
-  const std::string master_addr = master.substr(0, master.rfind(':'));
-  const std::string master_port = master.substr(master.rfind(':') + 1);
+  for (size_t i = 0; i < l.endpoints.size(); ++i) endpoints += (i ? "," : "") + l.endpoints[i];
+  const size_t colon = l.master.rfind(':');
+  auto keep_or = [&](EnvMap& e, const char* name, const char* value) {
+    if (!parent.count(name)) e[name] = value;
+  };
 
   WorkerEnv env;
   EnvMap& e = env.set;
-  // Paddle names.
-  e["PADDLE_TRAINER_ID"] = e["PADDLE_GLOBAL_RANK"] = std::to_string(rank);
-  e["PADDLE_TRAINERS_NUM"] = e["PADDLE_GLOBAL_SIZE"] = std::to_string(world);
-  e["PADDLE_LOCAL_RANK"] = e["PADDLE_RANK_IN_NODE"] = std::to_string(local_rank);
-  e["PADDLE_LOCAL_SIZE"] = std::to_string(local_size);
-  e["PADDLE_NNODES"] = std::to_string(job.nnodes);
-  e["PADDLE_TRAINER_ENDPOINTS"] = endpoints;
-  e["PADDLE_CURRENT_ENDPOINT"] = endpoint(static_cast<size_t>(rank));
-  e["PADDLE_MASTER"] = master;
-  e["PADDLE_JOB_ID"] = job.job_id;
-  e["PADDLE_LOG_DIR"] = job.log_dir;
-  e["PADDLE_DISTRI_BACKEND"] = dev.kind == DeviceKind::Gpu ? "nccl" : "gloo";
-  if (dev.kind == DeviceKind::Gpu)
-    e["FLAGS_selected_gpus"] = std::to_string(dev.gpu);
-  else if (parent.count("FLAGS_selected_gpus"))
-    env.unset.push_back("FLAGS_selected_gpus");
-  // torchrun names, so PyTorch programs run unchanged.
-  e["RANK"] = std::to_string(rank);
-  e["WORLD_SIZE"] = std::to_string(world);
-  e["LOCAL_RANK"] = std::to_string(local_rank);
-  e["LOCAL_WORLD_SIZE"] = std::to_string(local_size);
-  e["GROUP_RANK"] = std::to_string(job.node_rank);
-  e["MASTER_ADDR"] = master_addr;
-  e["MASTER_PORT"] = master_port;
+  // --- Paddle's names
+  e[kPaddleTrainerId] = e[kPaddleGlobalRank] = rank;
+  e[kPaddleTrainersNum] = e[kPaddleGlobalSize] = world;
+  e[kPaddleLocalRank] = e[kPaddleRankInNode] = local_rank;
+  e[kPaddleLocalSize] = local_size;
+  e[kPaddleNnodes] = std::to_string(l.nnodes);
+  e[kPaddleTrainerEndpoints] = endpoints;
+  e[kPaddleCurrentEndpoint] = l.endpoints.at(static_cast<size_t>(l.first_rank + index));
+  e[kPaddleMaster] = l.master;
+  e[kPaddleJobId] = job.job_id;
+  e[kPaddleLogDir] = job.log_dir;
+  e[kPaddleDistriBackend] = gpu ? "nccl" : "gloo";
+  if (gpu)
+    e[kSelectedGpus] = std::to_string(dev.gpu);
+  else if (parent.count(kSelectedGpus))
+    env.unset.push_back(kSelectedGpus);
+  e[kPodName] = pod_name(job.job_id, l.node_rank);
+  e[kPaddleAutoCluster] = "0";          // paddle launch's default (--auto_cluster_config 0)
+  e[kPaddleTrainingRole] = "TRAINER";   // what fleet's role maker assumes in collective mode
+  // --- torchrun's names, so PyTorch programs run unchanged
+  e[kRank] = e[kRoleRank] = rank;
+  e[kWorldSize] = e[kRoleWorldSize] = world;
+  e[kLocalRank] = local_rank;
+  e[kLocalWorldSize] = local_size;
+  e[kGroupRank] = std::to_string(l.node_rank);
+  e[kGroupWorldSize] = std::to_string(l.nnodes);
+  e[kRoleName] = "default";
+  e[kMasterAddr] = l.master.substr(0, colon);
+  e[kMasterPort] = l.master.substr(colon + 1);
+  e[kTorchRunId] = job.job_id;
+  e[kTorchMaxRestarts] = std::to_string(job.max_restarts);
+  e[kTorchUseAgentStore] = "False";
+  e[kTorchErrorFile] = worker_error_file(job.log_dir, l.first_rank + index);
+  if (gpu) keep_or(e, kTorchNcclAsyncErrorHandling, "1");
   // Which run this is: the same value under both names.
-  e["PADDLE_RESTART_COUNT"] = e["TORCHELASTIC_RESTART_COUNT"] = std::to_string(job.restart_count);
-  if (!job.checkpoint_signal.empty()) e["LAUNCH_CHECKPOINT_SIGNAL"] = job.checkpoint_signal;
-  // Our store.
-  if (!job.store_addr.empty()) {
-    e["LAUNCH_STORE_ADDR"] = job.store_addr;
-    e[kTokenVar] = job.store_token;
+  e[kPaddleRestartCount] = e[kTorchRestartCount] = std::to_string(restart_count);
+  if (!job.checkpoint_signal.empty()) e[kCheckpointSignal] = job.checkpoint_signal;
+  // --- our store
+  if (!l.store_addr.empty()) {
+    e[kStoreAddr] = l.store_addr;
+    e[kStoreToken] = l.store_token;
   }
   // N processes each spawning one OpenMP thread per core oversubscribe the node.
-  if (local_size > 1 && !parent.count("OMP_NUM_THREADS")) e["OMP_NUM_THREADS"] = "1";
+  if (l.local_size > 1) keep_or(e, kOmpNumThreads, "1");
+  // A Python worker's last prints must not die in its buffer at teardown.
+  keep_or(e, kPythonUnbuffered, "1");
   return env;
 }
 
@@ -81,14 +96,12 @@ std::vector<std::string> merge_env(const EnvMap& parent, const WorkerEnv& env) {
   return out;
 }
 
-EnvMap env_from_environ(char** envp) {
-  EnvMap m;
-  for (char** p = envp; p && *p; ++p) {
-    const char* eq = std::strchr(*p, '=');
-    if (!eq) continue;
-    m.emplace(std::string(*p, static_cast<size_t>(eq - *p)), std::string(eq + 1));
-  }
-  return m;
+std::string worker_log_path(const std::string& log_dir, int rank) {
+  return log_dir + "/workerlog." + std::to_string(rank);
+}
+
+std::string worker_error_file(const std::string& log_dir, int rank) {
+  return log_dir + "/workererror." + std::to_string(rank) + ".json";
 }
 
 }  // namespace launch

@@ -1,56 +1,43 @@
-// The environment contract between `launch` and its workers: ONE pure function builds every
-// rank's variables (Paddle and torchrun names). The worker reads them back in one place too.
+// The launcher's half of the worker-environment contract (proto/worker_env.h names every
+// variable): ONE pure function builds every rank's variables, Paddle's and torchrun's names
+// alike. The worker reads them back with proto::read_worker_env (tested as a round trip).
 #pragma once
 
-#include <cstdint>
 #include <map>
-#include <optional>
 #include <string>
 #include <vector>
 
 #include "launcher/devices.h"
+#include "proto/worker_env.h"
 
 namespace launch {
 
-using EnvMap = std::map<std::string, std::string>;
+using proto::EnvMap;
+using proto::env_from_environ;
 
+// What every worker of this launcher shares, whatever the job mode.
 struct JobSpec {
   std::string job_id = "default";
-  std::string host = "127.0.0.1";        // address of this node (endpoints, master, store)
-  std::string log_dir;                   // absolute
-  std::vector<RankDevice> devices;       // one per local rank
-  std::vector<uint16_t> endpoint_ports;  // one per rank, PADDLE_TRAINER_ENDPOINTS
-  uint16_t master_port = 0;              // PADDLE_MASTER / MASTER_PORT: free for the program's rank 0
-  std::string store_addr;                // LAUNCH_STORE_ADDR; empty: no store
-  std::string store_token;               // LAUNCH_STORE_TOKEN
+  std::string log_dir;              // absolute
+  std::vector<RankDevice> devices;  // this launcher's workers, one per local index
+  // --checkpoint-signal as a name ("SIGUSR2"); empty: not exported.
+  std::string checkpoint_signal;
+  int max_restarts = 0;  // --max_restart (TORCHELASTIC_MAX_RESTARTS)
+};
+
+// Where this launcher's workers sit in the job: what a job mode (job_mode.h) answers once it
+// has met the other launchers, if there are any.
+struct RankLayout {
+  int world_size = 1;
   int nnodes = 1;
   int node_rank = 0;
-  // 0 for the first run, +1 per restart (--max_restart): PADDLE_RESTART_COUNT and
-  // TORCHELASTIC_RESTART_COUNT, so a worker can tell a fresh start from a retry (and key its
-  // rendezvous, e.g. the NCCL id, by generation).
-  int restart_count = 0;
-  // --checkpoint-signal, as a name ("SIGUSR2"): LAUNCH_CHECKPOINT_SIGNAL tells the worker which
-  // signal means "save at the next step boundary and go on". Empty: not exported.
-  std::string checkpoint_signal;
-  // One Slurm task per worker (srun --ntasks-per-node=G launch ...): Slurm numbers the ranks
-  // and this launcher runs only devices[0]; endpoint_ports then hold every task's port, in
-  // global rank order. Unset: rank = node_rank * devices.size() + local rank.
-  struct TaskRanks {
-    int global_rank = 0;  // SLURM_PROCID
-    int local_rank = 0;   // SLURM_LOCALID
-    int local_size = 1;   // tasks on this node
-    int world_size = 1;   // SLURM_NTASKS
-  };
-  std::optional<TaskRanks> task;
-  // Multi-node: the layout every node agreed on in the rendezvous (launcher/multinode). When set,
-  // rank = rank_offset + local rank, and the endpoints and master are the job's, not this node's.
-  struct Cluster {
-    int rank_offset = 0;
-    int world_size = 0;
-    std::vector<std::string> endpoints;  // "ip:port", global rank order
-    std::string master;                  // "ip:port": node 0's free port for the framework
-  };
-  std::optional<Cluster> cluster;
+  int local_size = 1;        // processes on this node (one launcher, or the node's Slurm tasks)
+  int first_rank = 0;        // global rank of this launcher's first worker
+  int first_local_rank = 0;  // its rank on the node (a Slurm task's SLURM_LOCALID; else 0)
+  std::vector<std::string> endpoints;  // "ip:port" of every rank, in global rank order
+  std::string master;                  // "ip:port": free for the framework's rank 0
+  std::string store_addr;              // LAUNCH_STORE_ADDR; empty: no store
+  std::string store_token;             // LAUNCH_STORE_TOKEN
 };
 
 struct WorkerEnv {
@@ -58,16 +45,18 @@ struct WorkerEnv {
   std::vector<std::string> unset;  // what we remove from it (FLAGS_selected_gpus on CPU ranks)
 };
 
-inline constexpr const char* kTokenVar = "LAUNCH_STORE_TOKEN";
-
-// `local_rank` indexes job.devices (always 0 in the one-task-per-worker form).
-// `parent` is the launcher's environment (only read: OMP_NUM_THREADS is set to 1 when unset and
-// more than one process runs on the node, as torchrun does).
-WorkerEnv build_worker_env(const JobSpec& job, int local_rank, const EnvMap& parent);
+// Worker `index` (into job.devices) of this launcher in generation `restart_count`. `parent`
+// is the launcher's environment, only read: variables the user set (OMP_NUM_THREADS,
+// PYTHONUNBUFFERED, TORCH_NCCL_ASYNC_ERROR_HANDLING) are left as they are.
+WorkerEnv build_worker_env(const JobSpec& job, const RankLayout& layout, int index, int restart_count,
+                           const EnvMap& parent);
 
 // parent + env.set - env.unset, as the "K=V" strings execve() wants.
 std::vector<std::string> merge_env(const EnvMap& parent, const WorkerEnv& env);
 
-EnvMap env_from_environ(char** envp);
+// LOG_DIR/workerlog.<global rank> and LOG_DIR/workererror.<global rank>.json (the worker's
+// TORCHELASTIC_ERROR_FILE): unique even when nodes or Slurm tasks share a log directory.
+std::string worker_log_path(const std::string& log_dir, int rank);
+std::string worker_error_file(const std::string& log_dir, int rank);
 
 }  // namespace launch

@@ -9,12 +9,11 @@
 #include <unistd.h>
 
 #include <cerrno>
-#include <cstdlib>
 #include <cstring>
-#include <thread>
 
 #include "proto/codec.h"
 #include "proto/protocol.h"
+#include "proto/worker_env.h"
 
 namespace proto {
 
@@ -71,6 +70,24 @@ struct Client::Impl {
   explicit Impl(ClientOptions o) : opts(std::move(o)) {}
   ~Impl() { disconnect(); }
 
+  // poll(2) on `s` (ignored when negative) for at most `timeout`, also watching opts.cancel_fd:
+  // when that is readable and opts.cancelled() says so, the call ends (StoreError Cancelled).
+  // Returns poll's count for `s` (0: timed out).
+  int wait_for(int s, short events, ms timeout) {
+    const auto deadline = Clock::now() + timeout;
+    for (;;) {
+      pollfd p[2] = {{s, events, 0}, {opts.cancel_fd, POLLIN, 0}};
+      const nfds_t n = opts.cancel_fd >= 0 ? 2 : 1;
+      int pr = ::poll(p, n, static_cast<int>(remaining(deadline).count()));
+      if (pr < 0 && errno == EINTR) continue;
+      if (pr <= 0) return pr;
+      if (n == 2 && (p[1].revents & POLLIN) && opts.cancelled && opts.cancelled())
+        throw StoreError(Kind::Cancelled, "interrupted while talking to the store at " + opts.address);
+      if (p[0].revents) return 1;
+      if (remaining(deadline).count() == 0) return 0;
+    }
+  }
+
   void disconnect() {
     if (fd >= 0) ::close(fd);
     fd = -1;
@@ -83,7 +100,7 @@ struct Client::Impl {
     auto colon = opts.address.rfind(':');
     if (colon == std::string::npos || colon == 0 || colon + 1 == opts.address.size())
       throw StoreError(Kind::Invalid, "store address '" + opts.address +
-                                          "' is not ip:port; check LAUNCH_STORE_ADDR");
+                                          "' is not ip:port; check " + opts.address_source);
     std::string host = opts.address.substr(0, colon);
     std::string port = opts.address.substr(colon + 1);
     if (host.size() > 2 && host.front() == '[' && host.back() == ']') host = host.substr(1, host.size() - 2);
@@ -109,10 +126,14 @@ struct Client::Impl {
       }
       int r = ::connect(s, a->ai_addr, a->ai_addrlen);
       if (r < 0 && errno == EINPROGRESS) {
-        pollfd p{s, POLLOUT, 0};
         int pr;
-        do pr = ::poll(&p, 1, static_cast<int>(remaining(deadline).count()));
-        while (pr < 0 && errno == EINTR);
+        try {
+          pr = wait_for(s, POLLOUT, remaining(deadline));
+        } catch (...) {
+          ::close(s);
+          ::freeaddrinfo(res);
+          throw;
+        }
         int so = 0;
         socklen_t len = sizeof so;
         if (pr == 0) {
@@ -147,8 +168,7 @@ struct Client::Impl {
       }
       if (n < 0 && errno == EINTR) continue;
       if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
-        pollfd p{fd, POLLOUT, 0};
-        int pr = ::poll(&p, 1, static_cast<int>(remaining(deadline).count()));
+        int pr = wait_for(fd, POLLOUT, remaining(deadline));
         if (pr == 0) throw StoreError(Kind::Timeout, "timed out sending to the store at " + opts.address);
         continue;
       }
@@ -176,12 +196,11 @@ struct Client::Impl {
       if (n == 0) throw ConnectionLost{"the store closed the connection"};
       if (errno == EINTR) continue;
       if (errno != EAGAIN && errno != EWOULDBLOCK) throw ConnectionLost{std::strerror(errno)};
-      pollfd p{fd, POLLIN, 0};
       ms left = remaining(deadline);
       if (left.count() == 0)
         throw StoreError(Kind::Timeout, "no reply from the store at " + opts.address + " to " +
                                             std::string(op_name(op)));
-      ::poll(&p, 1, static_cast<int>(left.count()));
+      wait_for(fd, POLLIN, left);
     }
   }
 
@@ -201,9 +220,9 @@ struct Client::Impl {
       ms left = remaining(connect_deadline);
       if (left.count() == 0)
         throw StoreError(Kind::Connection, "could not reach the store at " + opts.address + ": " + last +
-                                               " (is the launcher running? check LAUNCH_STORE_ADDR)");
+                                               " (is the launcher running? check " + opts.address_source + ")");
       // Backoff between attempts, not synchronisation: the launcher may still be starting.
-      std::this_thread::sleep_for(std::min(backoff, left));
+      wait_for(-1, 0, std::min(backoff, left));
       backoff = std::min(backoff * 2, ms(500));
     }
   }
@@ -292,23 +311,22 @@ Clock::time_point after(ms t) { return Clock::now() + t; }
 }  // namespace
 
 // --- Client ---
-Client Client::from_env() {
-  auto need = [](const char* name) {
-    const char* v = std::getenv(name);
-    if (!v || !*v)
+Client Client::from_env(const WorkerEnv& env) {
+  auto need = [](const std::optional<std::string>& v, const char* name) {
+    if (!v)
       throw StoreError(Kind::Invalid, std::string(name) +
                                           " is not set; run this under `launch`, which sets it for every worker");
-    return std::string(v);
+    return *v;
   };
   ClientOptions o;
-  o.address = need("LAUNCH_STORE_ADDR");
-  o.token = need("LAUNCH_STORE_TOKEN");
-  const char* job = std::getenv("PADDLE_JOB_ID");
-  o.job_id = job && *job ? job : "default";
-  const char* rank = std::getenv("PADDLE_TRAINER_ID");
-  o.client_name = rank && *rank ? std::string("rank ") + rank : "pid " + std::to_string(::getpid());
+  o.address = need(env.store_addr, env::kStoreAddr);
+  o.token = need(env.store_token, env::kStoreToken);
+  o.job_id = env.job_id;
+  o.client_name = env.contract == Contract::None ? "pid " + std::to_string(::getpid()) : env.who();
   return Client(std::move(o));
 }
+
+const ClientOptions& Client::options() const { return impl_->opts; }
 
 Client::Client(ClientOptions opts) : impl_(std::make_unique<Impl>(std::move(opts))) {}
 Client::~Client() = default;

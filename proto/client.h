@@ -5,6 +5,7 @@
 
 #include <chrono>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <stdexcept>
@@ -19,7 +20,8 @@ enum class Status : uint8_t;  // defined in proto/protocol.h
 // Every failure of a store call. code() tells timeouts, refusals and job failures apart.
 class StoreError : public std::runtime_error {
  public:
-  enum class Kind { Timeout, JobFailed, Refused, Connection, Protocol, NotFound, Invalid };
+  // Cancelled: ClientOptions::cancelled said so while the call waited.
+  enum class Kind { Timeout, JobFailed, Refused, Connection, Protocol, NotFound, Invalid, Cancelled };
   StoreError(Kind kind, const std::string& what) : std::runtime_error(what), kind_(kind) {}
   Kind kind() const { return kind_; }
 
@@ -33,13 +35,21 @@ struct ClientOptions {
   std::string token;    // the raw token as handed out in LAUNCH_STORE_TOKEN
   std::chrono::milliseconds connect_timeout{std::chrono::seconds(60)};
   std::string client_name;  // for the server's log, e.g. "rank 3"
+  // Where `address` came from, named in "could not reach the store" errors ("check ...").
+  std::string address_source = "LAUNCH_STORE_ADDR";
+  // Optional: a descriptor every wait of a call also watches (the launcher's signalfd). When it
+  // becomes readable, `cancelled()` is asked; true ends the call with StoreError(Cancelled).
+  int cancel_fd = -1;
+  std::function<bool()> cancelled;
 };
+
+struct WorkerEnv;  // proto/worker_env.h
 
 class Client {
  public:
-  // Reads LAUNCH_STORE_ADDR, LAUNCH_STORE_TOKEN, PADDLE_JOB_ID (default "default") and names
-  // itself after PADDLE_TRAINER_ID. Throws StoreError(Invalid) naming a missing variable.
-  static Client from_env();
+  // The store the launcher named in the worker's environment (LAUNCH_STORE_ADDR, its token, the
+  // job id); named after the rank. Throws StoreError(Invalid) naming a missing variable.
+  static Client from_env(const WorkerEnv& env);
 
   explicit Client(ClientOptions opts);
   ~Client();
@@ -63,6 +73,8 @@ class Client {
   void ping(ms timeout = std::chrono::seconds(10));
   // All `world` participants call barrier(name); returns when all have arrived.
   void barrier(const std::string& name, int world, ms timeout);
+
+  const ClientOptions& options() const;  // e.g. for a second connection of another thread
 
   // The job's failure record, when the launcher has recorded one ("rank 2 exited with code 3").
   std::optional<std::string> job_failure(ms timeout = std::chrono::seconds(10));

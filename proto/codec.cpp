@@ -415,6 +415,53 @@ std::string encode_reply(Op op, const Reply& p) {
   return out;
 }
 
+// --- Before authentication ---
+size_t max_hello_payload(const Limits& limits) { return 3 * (4 + limits.max_key); }
+
+Decoded<Request> decode_hello(std::string_view buf, const Limits& limits) {
+  Decoded<Request> out;
+  Decoded<Header> h = parse_header(buf, limits, true);
+  // parse_header checks the length last: a TooLarge header is valid but for its length.
+  if (h.state == Parse::Error && h.error == Status::TooLarge) {
+    h.value.op = static_cast<Op>(static_cast<uint8_t>(buf[5]));
+    h.value.payload_len = load_u64(buf.data() + 8);
+  } else if (h.state != Parse::Ok) {
+    out.state = h.state;
+    out.error = h.error;
+    out.message = std::move(h.message);
+    return out;
+  }
+  auto refuse = [&](Status s, std::string m) {
+    out.state = Parse::Error;
+    out.error = s;
+    out.message = std::move(m);
+    out.value.op = h.value.op;
+    return out;
+  };
+  if (h.value.op != Op::Hello)
+    return refuse(Status::NotAuthenticated,
+                  "the first frame must be HELLO, not " + std::string(op_name(h.value.op)));
+  if (h.value.payload_len > max_hello_payload(limits))
+    return refuse(Status::TooLarge, "HELLO announces " + std::to_string(h.value.payload_len) +
+                                        " payload bytes; a HELLO has at most " +
+                                        std::to_string(max_hello_payload(limits)));
+  if (buf.size() - kHeaderSize < h.value.payload_len) return out;  // NeedMore
+  out = decode_request_payload(h.value, buf.substr(kHeaderSize, h.value.payload_len), limits);
+  if (out.state == Parse::Ok) out.consumed = kHeaderSize + h.value.payload_len;
+  return out;
+}
+
+size_t hello_bytes_wanted(std::string_view buf, const Limits& limits) {
+  if (buf.size() < kHeaderSize) {
+    // A wrong magic byte is refused as soon as it arrives: nothing more is wanted then.
+    return parse_header(buf, limits, true).state == Parse::Error ? 0 : kHeaderSize - buf.size();
+  }
+  Decoded<Request> d = decode_hello(buf.substr(0, kHeaderSize), limits);
+  if (d.state == Parse::Error) return 0;
+  const size_t frame = kHeaderSize + static_cast<size_t>(load_u64(buf.data() + 8));  // <= 12,316 here
+  return buf.size() >= frame ? 0 : frame - buf.size();
+}
+
 // --- Whole frames ---
 Decoded<Request> decode_request(std::string_view buf, const Limits& limits) {
   return decode_frame<Request>(buf, limits, true, decode_request_payload);

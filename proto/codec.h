@@ -80,6 +80,21 @@ Decoded<Reply> decode_reply_payload(const Header& h, std::string_view payload,
 Decoded<Request> decode_request(std::string_view buf, const Limits& limits);
 Decoded<Reply> decode_reply(std::string_view buf, const Limits& limits);
 
+// --- Before authentication ---
+// What the server reads from a client it does not know yet is bounded by HELLO's own size, not
+// by the payload limit: three strings (job id, token, client name) of at most max_key bytes.
+size_t max_hello_payload(const Limits& limits);
+// The first frame of a connection. It must be a HELLO of at most max_hello_payload() bytes: any
+// other op is NotAuthenticated and a longer HELLO TooLarge, both decided from the 16-byte header
+// alone, before a payload byte is read. In those two errors `value.op` is the header's op (the
+// op the refusal answers); for any other error the header could not be read and it is Ping.
+Decoded<Request> decode_hello(std::string_view buf, const Limits& limits);
+// How many more bytes complete the first frame held in `buf` (a prefix of it): 0 when it is
+// complete or already refused, kHeaderSize - buf.size() while the header is incomplete. Never
+// more than kHeaderSize + max_hello_payload() - buf.size(), so a server that reads only this much
+// buffers at most that for a client that has not authenticated.
+size_t hello_bytes_wanted(std::string_view buf, const Limits& limits);
+
 // --- Encoding (complete frames) ---
 std::string encode_request(const Request& r);
 std::string encode_reply(Op op, const Reply& r);

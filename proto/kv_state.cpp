@@ -36,14 +36,15 @@ constexpr uint64_t kMaxTimeoutMs = 30ull * 24 * 3600 * 1000;
 
 // --- Handshake ---
 Reply check_hello(const Request& hello, std::string_view job_id, std::string_view token) {
-  if (hello.job_id != job_id)
-    return Reply::error(Status::BadJob, "job id '" + hello.job_id +
-                                            "' does not match this store's job '" +
-                                            std::string(job_id) +
-                                            "'; check PADDLE_JOB_ID");
+  // The token first: a client without it learns nothing, not even whether its job id is right.
   if (!constant_time_equal(hello.token, token))
     return Reply::error(Status::BadToken,
                         "wrong token; use the LAUNCH_STORE_TOKEN the launcher handed out");
+  // Only the client's own job id is named: the store's job id is none of a stranger's business
+  // (a token is per run, so a right token with a wrong job id is a misconfigured worker).
+  if (hello.job_id != job_id)
+    return Reply::error(Status::BadJob, "job id '" + hello.job_id +
+                                            "' is not this store's job; check PADDLE_JOB_ID");
   return Reply{};
 }
 

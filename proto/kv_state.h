@@ -29,8 +29,9 @@ struct Outgoing {
 };
 
 // --- Handshake (pure) ---
-// Checks a HELLO against this store's job id and token (token compared in constant time).
-// Returns Ok, or BadJob / BadToken with a message naming what was wrong (never the token).
+// Checks a HELLO against this store's token (compared in constant time), then its job id.
+// Returns Ok, BadToken (whatever the job id), or BadJob for the right token with another job
+// id. Messages never contain a token or this store's job id.
 Reply check_hello(const Request& hello, std::string_view job_id, std::string_view token);
 
 // --- Key-value state ---

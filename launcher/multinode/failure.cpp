@@ -1,5 +1,7 @@
 #include "launcher/multinode/failure.h"
 
+#include "launcher/exit_policy.h"
+
 #include <algorithm>
 #include <cstring>
 #include <stdexcept>
@@ -42,7 +44,7 @@ FailureRecord worker_failure(int node_rank, const std::string& host, int rank, i
   f.host = host;
   f.rank = rank;
   f.signal = signal;
-  f.exit_code = signal > 0 ? 128 + signal : exit_code;
+  f.exit_code = signal > 0 ? exit_code_for_signal(signal) : exit_code;
   return f;
 }
 

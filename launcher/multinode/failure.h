@@ -16,7 +16,7 @@ struct FailureRecord {
   int node_rank = -1;   // -1: unknown (e.g. a record the store itself wrote)
   std::string host;
   int rank = -1;        // global rank of the failed worker; -1: the node's launcher itself
-  int exit_code = 0;    // 128+signal for a worker killed by a signal
+  int exit_code = 0;    // for a worker killed by a signal: exit_code_for_signal (exit_policy.h)
   int signal = 0;       // 0: exited normally
   std::string reason;   // free text when not a worker exit ("launcher stopped responding ...")
 
@@ -25,7 +25,7 @@ struct FailureRecord {
   bool operator==(const FailureRecord& o) const;
 };
 
-// A worker exit: exit code, or signal (exit code 128+signal, as a shell reports it).
+// A worker exit: exit code, or signal (its exit code then as exit_policy.h says).
 FailureRecord worker_failure(int node_rank, const std::string& host, int rank, int exit_code,
                              int signal = 0);
 

@@ -1,6 +1,7 @@
 #include "launcher/multinode/layout.h"
 
 #include <algorithm>
+#include <cctype>
 #include <cstdio>
 #include <map>
 #include <set>
@@ -137,8 +138,28 @@ JobLayout compute_layout(const std::vector<NodeRegistration>& by_arrival, int nn
 
 // --- Timeout message ---
 
+namespace {
+
+// "GPU07.cluster.example" -> "gpu07"
+std::string short_name(const std::string& name) {
+  std::string s = name.substr(0, name.find('.'));
+  for (char& c : s) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  return s;
+}
+
+bool is_address(const std::string& s) { return !s.empty() && s.find_first_not_of("0123456789.") == std::string::npos; }
+
+}  // namespace
+
+bool same_host(const ExpectedHost& h, const NodeRegistration& r) {
+  for (const auto& a : h.addresses)
+    if (a == r.host) return true;
+  if (is_address(h.name) || r.hostname.empty()) return h.name == r.host;
+  return short_name(h.name) == short_name(r.hostname);
+}
+
 std::string describe_missing(int nnodes, const std::vector<NodeRegistration>& arrived,
-                             const std::vector<std::string>& expected_hosts, double waited_s) {
+                             const std::vector<ExpectedHost>& expected_hosts, double waited_s) {
   int missing = nnodes - int(arrived.size());
   char waited[32];
   std::snprintf(waited, sizeof waited, waited_s < 10 ? "%.1f" : "%.0f", waited_s);
@@ -148,13 +169,9 @@ std::string describe_missing(int nnodes, const std::vector<NodeRegistration>& ar
 
   std::vector<std::string> details;
   if (!expected_hosts.empty()) {
-    std::set<std::string> seen;
-    for (const auto& r : arrived) {
-      seen.insert(r.host);
-      seen.insert(r.hostname);
-    }
     for (const auto& h : expected_hosts)
-      if (!seen.count(h)) details.push_back(h);
+      if (std::none_of(arrived.begin(), arrived.end(), [&](const NodeRegistration& r) { return same_host(h, r); }))
+        details.push_back(h.name);
     if (!details.empty()) msg += " (missing hosts: " + join(details, ", ") + ")";
   } else {
     // Node ranks can be named only when every arrived node claimed one explicitly.

@@ -71,11 +71,21 @@ JobLayout compute_layout(const std::vector<NodeRegistration>& by_arrival, int nn
 // Checks one record before it is published, so a bad --rank fails on the node that gave it.
 void validate_registration(const NodeRegistration& r, int nnodes);
 
+// A host the job expects (Slurm's node list), with the IPv4 addresses its name resolves to.
+struct ExpectedHost {
+  std::string name;                    // as Slurm spells it: "gpu07" or "gpu07.cluster.example"
+  std::vector<std::string> addresses;  // empty when it does not resolve
+};
+
+// Whether the node that registered `r` is `h`: one of h's addresses is r's, or the names agree
+// up to case and domain ("gpu07" and "GPU07.cluster.example"; gethostname may return either).
+bool same_host(const ExpectedHost& h, const NodeRegistration& r);
+
 // The rendezvous timeout message: which node ranks (or, when the expected hosts are known, e.g.
 // from Slurm, which hosts) did not arrive, and which did. `arrived` are the records present, in
 // arrival order.
 std::string describe_missing(int nnodes, const std::vector<NodeRegistration>& arrived,
-                             const std::vector<std::string>& expected_hosts, double waited_s);
+                             const std::vector<ExpectedHost>& expected_hosts, double waited_s);
 
 // --- Records on the wire (JSON) ---
 std::string encode_registration(const NodeRegistration& r);

@@ -1,5 +1,8 @@
 #include "launcher/multinode/rendezvous.h"
 
+#include <arpa/inet.h>
+#include <netdb.h>
+#include <netinet/in.h>
 #include <sys/random.h>
 #include <unistd.h>
 
@@ -31,9 +34,34 @@ std::string host_name() {
   return buf;
 }
 
+// Slurm's host names with their IPv4 addresses, so that the timeout message can tell which hosts
+// arrived whatever name (short, FQDN) or address they registered under.
+std::vector<ExpectedHost> resolve_hosts(const std::vector<std::string>& names) {
+  std::vector<ExpectedHost> out;
+  for (const auto& name : names) {
+    ExpectedHost h{name, {}};
+    addrinfo hints{};
+    hints.ai_family = AF_INET;
+    hints.ai_socktype = SOCK_STREAM;
+    addrinfo* res = nullptr;
+    if (::getaddrinfo(name.c_str(), nullptr, &hints, &res) == 0) {
+      for (addrinfo* a = res; a; a = a->ai_next) {
+        char buf[INET_ADDRSTRLEN];
+        ::inet_ntop(AF_INET, &reinterpret_cast<sockaddr_in*>(a->ai_addr)->sin_addr, buf, sizeof buf);
+        h.addresses.push_back(buf);
+      }
+      ::freeaddrinfo(res);
+    }
+    out.push_back(std::move(h));
+  }
+  return out;
+}
+
 // A store error other than a timeout ends the rendezvous at once, saying what we were doing.
 [[noreturn]] void fail(const proto::StoreError& e, const std::string& doing) {
   switch (e.kind()) {
+    case Kind::Cancelled:
+      throw e;  // a stop signal: the caller's to handle
     case Kind::Refused:
       throw RendezvousError(doing + ": " + e.what() +
                             " (every node needs the same --job_id and token: --token-file or LAUNCH_STORE_TOKEN)");
@@ -100,6 +128,7 @@ JobLayout rendezvous(const RendezvousConfig& cfg) {
   try {
     client.wait(keys, left(deadline));
   } catch (const proto::StoreError& e) {
+    if (e.kind() == Kind::Cancelled) throw;
     if (e.kind() == Kind::Connection)
       throw RendezvousError("rendezvous failed: the store at " + opts.address +
                             " went away while this node waited for the other nodes (its launcher, the "
@@ -111,13 +140,18 @@ JobLayout rendezvous(const RendezvousConfig& cfg) {
       auto present = client.check(keys, ms(5000));
       for (size_t i = 0; i < keys.size(); ++i)
         if (present[i]) arrived.push_back(decode_registration(client.get(keys[i], ms(5000))));
+    } catch (const proto::StoreError& e2) {
+      if (e2.kind() == Kind::Cancelled) throw;
+      throw RendezvousError("rendezvous timed out after " + seconds_text(cfg.timeout) + " waiting for " +
+                            std::to_string(cfg.nnodes) + " nodes (" + e.what() +
+                            "); listing the arrived nodes failed too: " + e2.what());
     } catch (const std::exception& e2) {
       throw RendezvousError("rendezvous timed out after " + seconds_text(cfg.timeout) +
                             " waiting for " + std::to_string(cfg.nnodes) + " nodes (" + e.what() +
                             "); listing the arrived nodes failed too: " + e2.what());
     }
     std::chrono::duration<double> waited = Clock::now() - start;
-    throw RendezvousError(describe_missing(cfg.nnodes, arrived, cfg.expected_hosts, waited.count()));
+    throw RendezvousError(describe_missing(cfg.nnodes, arrived, resolve_hosts(cfg.expected_hosts), waited.count()));
   }
 
   // --- Everyone is here: every node computes the same layout from the same records ---

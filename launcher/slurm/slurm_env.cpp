@@ -1,5 +1,7 @@
 #include "launcher/slurm/slurm_env.h"
 
+#include "proto/worker_env.h"
+
 #include <algorithm>
 #include <cerrno>
 #include <cstdlib>
@@ -8,6 +10,8 @@
 #include "launcher/slurm/hostlist.h"
 
 namespace launch::slurm {
+
+namespace vars = proto::env;  // the variable names (proto/worker_env.h)
 namespace {
 
 const std::string* find(const EnvMap& env, const char* name) {
@@ -39,11 +43,11 @@ uint16_t derive_port(const std::string& job_id, const std::string& step_id) {
 }
 
 std::optional<SlurmLayout> derive_slurm_layout(const EnvMap& env) {
-  const std::string* job = find(env, "SLURM_JOB_ID");
+  const std::string* job = find(env, vars::kSlurmJobId);
   if (!job) return std::nullopt;
   SlurmLayout l;
   l.job_id = *job;
-  if (auto* s = find(env, "SLURM_STEP_ID")) l.step_id = *s;
+  if (auto* s = find(env, vars::kSlurmStepId)) l.step_id = *s;
 
   // The first of `names` that is set, parsed as an integer >= min, its origin recorded.
   auto take = [&](const char* field, int& out, std::initializer_list<const char*> names, int min) {
@@ -55,10 +59,10 @@ std::optional<SlurmLayout> derive_slurm_layout(const EnvMap& env) {
       }
     return false;
   };
-  take("nnodes", l.nnodes, {"SLURM_STEP_NUM_NODES", "SLURM_NNODES"}, 1);
-  take("node_rank", l.node_rank, {"SLURM_NODEID"}, 0);
+  take("nnodes", l.nnodes, {vars::kSlurmStepNumNodes, vars::kSlurmNnodes}, 1);
+  take("node_rank", l.node_rank, {vars::kSlurmNodeId}, 0);
 
-  const char* list_var = find(env, "SLURM_STEP_NODELIST") ? "SLURM_STEP_NODELIST" : "SLURM_JOB_NODELIST";
+  const char* list_var = find(env, vars::kSlurmStepNodelist) ? vars::kSlurmStepNodelist : vars::kSlurmJobNodelist;
   if (auto* s = find(env, list_var)) {
     try {
       l.hosts = expand_hostlist(*s);
@@ -78,7 +82,7 @@ std::optional<SlurmLayout> derive_slurm_layout(const EnvMap& env) {
                         std::to_string(l.nnodes));
   l.master_port = derive_port(l.job_id, l.step_id);
 
-  for (const char* name : {"SLURM_STEP_GPUS", "CUDA_VISIBLE_DEVICES"})
+  for (const char* name : {vars::kSlurmStepGpus, vars::kCudaVisibleDevices})
     if (auto* s = find(env, name)) {
       l.devices = *s;
       l.origin["devices"] = std::string(name) + "=" + *s;
@@ -86,11 +90,11 @@ std::optional<SlurmLayout> derive_slurm_layout(const EnvMap& env) {
     }
 
   // Tasks: several per node means one worker per task, ranked by Slurm itself.
-  take("world_size", l.world_size, {"SLURM_STEP_NUM_TASKS", "SLURM_NTASKS"}, 1);
-  if (!take("tasks_per_node", l.tasks_per_node, {"SLURM_STEP_TASKS_PER_NODE", "SLURM_NTASKS_PER_NODE"}, 1))
+  take("world_size", l.world_size, {vars::kSlurmStepNumTasks, vars::kSlurmNtasks}, 1);
+  if (!take("tasks_per_node", l.tasks_per_node, {vars::kSlurmStepTasksPerNode, vars::kSlurmNtasksPerNode}, 1))
     l.tasks_per_node = std::max(1, l.world_size / std::max(1, l.nnodes));
-  take("global_rank", l.global_rank, {"SLURM_PROCID"}, 0);
-  take("local_rank", l.local_rank, {"SLURM_LOCALID"}, 0);
+  take("global_rank", l.global_rank, {vars::kSlurmProcId}, 0);
+  take("local_rank", l.local_rank, {vars::kSlurmLocalId}, 0);
   l.task_per_worker = l.world_size > l.nnodes;
   if (l.global_rank >= l.world_size)
     throw SlurmEnvError("SLURM_PROCID=" + std::to_string(l.global_rank) + " is not below the task count " +

@@ -4,12 +4,12 @@
 #include <CLI/CLI.hpp>
 
 #include <cstdint>
-#include <cstdlib>
 #include <iostream>
 #include <string>
 #include <vector>
 
 #include "proto/client.h"
+#include "proto/worker_env.h"
 
 namespace launch {
 
@@ -18,14 +18,6 @@ namespace {
 using std::chrono::milliseconds;
 
 milliseconds to_ms(double seconds) { return milliseconds(static_cast<int64_t>(seconds * 1000.0)); }
-
-int world_from_env() {
-  const char* v = std::getenv("PADDLE_TRAINERS_NUM");
-  if (!v || !*v) return 0;
-  char* end = nullptr;
-  long n = std::strtol(v, &end, 10);
-  return (*end == '\0' && n > 0 && n < (1 << 24)) ? static_cast<int>(n) : -1;
-}
 
 }  // namespace
 
@@ -81,18 +73,25 @@ int run_kv_command(int argc, char** argv) {
     return 2;
   }
 
+  proto::WorkerEnv env;
+  try {
+    env = proto::read_worker_env(proto::process_env());
+  } catch (const proto::EnvError& e) {
+    std::cerr << "launch kv: " << e.what() << "\n";
+    return 2;
+  }
   if (barrier->parsed() && world == 0) {
-    world = world_from_env();
-    if (world <= 0) {
-      std::cerr << "launch kv: barrier needs the number of ranks: PADDLE_TRAINERS_NUM is "
-                << (world == 0 ? "not set" : "not a positive integer") << "; pass --world N\n";
+    if (env.contract == proto::Contract::None) {
+      std::cerr << "launch kv: barrier needs the number of ranks: " << proto::env::kPaddleTrainersNum
+                << " is not set; pass --world N\n";
       return 2;
     }
+    world = env.world;
   }
 
   const milliseconds timeout = to_ms(timeout_s);
   try {
-    proto::Client client = proto::Client::from_env();
+    proto::Client client = proto::Client::from_env(env);
     if (set->parsed()) {
       client.set(key, value, timeout);
     } else if (get->parsed()) {

@@ -17,6 +17,7 @@
 #include <cstring>
 #include <deque>
 #include <mutex>
+#include <set>
 #include <stdexcept>
 #include <thread>
 #include <unordered_map>
@@ -24,6 +25,7 @@
 
 #include <spdlog/spdlog.h>
 
+#include "launcher/store/log_throttle.h"
 #include "proto/codec.h"
 #include "proto/kv_state.h"
 
@@ -43,6 +45,17 @@ constexpr size_t kReadSlack = 1u << 20;
 // Unsent reply bytes past which a connection's further requests wait (a client that does not
 // read its replies cannot make the store buffer without bound).
 constexpr size_t kWriteCap = 4u << 20;
+// What an unauthenticated connection costs besides its buffers (the Conn, its map entries, the
+// peer's name), charged against StoreServerConfig::preauth_budget.
+constexpr size_t kConnCharge = 1024;
+// After a final error reply, input is read and discarded until the peer hangs up, so that the
+// peer reads the reply before our close resets the connection -- up to this much: a client
+// that goes on sending (the 128 MiB of a refused frame) is cut off.
+constexpr size_t kDrainLimit = 1u << 20;
+// Lines about refused or broken connections: a burst of 10, then one a second (strangers must
+// not be able to flood the launcher's log); the count held back is logged.
+constexpr size_t kWarnBurst = 10;
+constexpr std::chrono::milliseconds kWarnInterval{1000};
 
 std::string errno_text() { return std::strerror(errno); }
 
@@ -79,6 +92,8 @@ struct Conn {
   bool closing = false;  // refused: flush the final reply, shut down, drain, close
   bool shut_wr = false;
   Clock::time_point closing_since;
+  size_t drained = 0;  // input discarded since the final reply
+  size_t charged = 0;  // bytes of the pre-authentication budget this connection holds
 
   size_t unread() const { return rbuf.size() - rpos; }
   size_t unsent() const { return wbuf.size() - wpos; }
@@ -107,6 +122,8 @@ class EpollStore final : public StoreServer {
     stop_.store(true);
     wake();
     if (thread_.joinable()) thread_.join();
+    if (size_t held = warn_throttle_.take_held())
+      spdlog::warn("store: {} more line(s) about closed connections not logged one by one", held);
     for (auto& [id, c] : conns_) ::close(c->fd);
     conns_.clear();
     cleanup_fds();
@@ -270,7 +287,12 @@ class EpollStore final : public StoreServer {
       c->connected_at = Clock::now();
       c->events = EPOLLIN;
       add_fd(fd, c->id, EPOLLIN);
-      conns_.emplace(c->id, std::move(c));
+      const uint64_t id = c->id;
+      Conn& conn = *c;
+      conns_.emplace(id, std::move(c));
+      preauth_.insert(id);
+      make_room(id, kConnCharge);
+      account(conn);
     }
   }
 
@@ -337,11 +359,18 @@ class EpollStore final : public StoreServer {
         release(c.rbuf);
         c.rpos = 0;
       }
-      if (!wants_read(c)) return true;
-      ssize_t n = ::recv(c.fd, chunk_, sizeof chunk_, 0);
+      const size_t allowed = read_allowance(c);
+      if (allowed == 0) return true;
+      if (!c.authed) {
+        // At most the rest of one HELLO, received straight into a buffer of that size.
+        make_room(c.id, allowed);
+        if (c.rbuf.capacity() < c.rbuf.size() + allowed) c.rbuf.reserve(c.rbuf.size() + allowed);
+      }
+      ssize_t n = ::recv(c.fd, chunk_, std::min(allowed, sizeof chunk_), 0);
       if (n > 0) {
         c.rbuf.append(chunk_, static_cast<size_t>(n));
         c.last_progress = Clock::now();
+        account(c);
         continue;
       }
       if (n < 0 && errno == EINTR) continue;
@@ -362,7 +391,12 @@ class EpollStore final : public StoreServer {
   bool drain(Conn& c) {
     for (;;) {
       ssize_t n = ::recv(c.fd, chunk_, sizeof chunk_, 0);
-      if (n > 0) continue;
+      if (n > 0) {
+        c.drained += static_cast<size_t>(n);
+        if (c.drained <= kDrainLimit) continue;
+        close_conn(c, "went on sending after its final error reply", false);  // refusal logged already
+        return false;
+      }
       if (n < 0 && errno == EINTR) continue;
       if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) return true;
       close_conn(c, "", false);
@@ -370,13 +404,51 @@ class EpollStore final : public StoreServer {
     }
   }
 
-  // Room to buffer more input: the frame being assembled, plus bounded pipelining.
-  bool wants_read(const Conn& c) const {
-    if (c.closing) return true;  // drained and discarded
+  // How much more input to take now. Authenticated: room for the frame being assembled plus
+  // bounded pipelining (a chunk at a time). Not yet: exactly the rest of the HELLO, whose size
+  // the header bounds; nothing behind it is read before the HELLO is accepted.
+  size_t read_allowance(const Conn& c) const {
+    if (c.closing) return sizeof chunk_;  // drained and discarded
+    const std::string_view buf = std::string_view(c.rbuf).substr(c.rpos);
+    if (!c.authed) return proto::hello_bytes_wanted(buf, cfg_.limits);
     size_t need = kReadSlack;
-    auto h = proto::parse_header(std::string_view(c.rbuf).substr(c.rpos), cfg_.limits, true);
+    auto h = proto::parse_header(buf, cfg_.limits, true);
     if (h.state == proto::Parse::Ok) need += proto::kHeaderSize + h.value.payload_len;
-    return c.unread() < need;
+    return c.unread() < need ? sizeof chunk_ : 0;
+  }
+  bool wants_read(const Conn& c) const { return read_allowance(c) > 0; }
+
+  // --- The pre-authentication budget ---
+  size_t charge(const Conn& c) const {
+    return c.authed ? 0 : kConnCharge + c.rbuf.capacity() + c.wbuf.capacity();
+  }
+  void account(Conn& c) {
+    const size_t now = charge(c);
+    preauth_bytes_ = preauth_bytes_ - c.charged + now;
+    c.charged = now;
+  }
+  // Closes the oldest unauthenticated connections other than `keep` until `extra` more bytes
+  // fit. The oldest is the nearest to its HELLO deadline; a worker's HELLO arrives within
+  // moments of connecting, so it is read before its connection could become the oldest.
+  void make_room(uint64_t keep, size_t extra) {
+    while (preauth_bytes_ + extra > cfg_.preauth_budget) {
+      auto it = preauth_.begin();
+      if (it != preauth_.end() && *it == keep) ++it;
+      if (it == preauth_.end()) return;
+      auto victim = conns_.find(*it);
+      if (victim == conns_.end()) {
+        preauth_.erase(it);
+        continue;
+      }
+      close_conn(*victim->second,
+                 "not authenticated, and " + std::to_string(preauth_.size()) +
+                     " connection(s) without HELLO fill the budget of " +
+                     std::to_string(cfg_.preauth_budget) + " bytes: closing the oldest",
+                 true);
+    }
+  }
+  void warn_conn(const std::string& msg) {
+    if (auto line = warn_throttle_.admit(msg, Clock::now())) spdlog::warn("{}", *line);
   }
 
   // Decodes and handles complete frames while the client is not parked.
@@ -384,14 +456,20 @@ class EpollStore final : public StoreServer {
     while (!c.closing && !state_.parked(c.id) && c.unsent() < kWriteCap) {
       std::string_view buf = std::string_view(c.rbuf).substr(c.rpos);
       if (c.authed && serve_memoised(c, buf)) continue;
-      auto d = proto::decode_request(buf, cfg_.limits);
+      // Before authentication only a HELLO of HELLO's size is decoded: any other first frame,
+      // or a longer one, is refused from its header (nothing is buffered for it).
+      auto d = c.authed ? proto::decode_request(buf, cfg_.limits) : proto::decode_hello(buf, cfg_.limits);
       if (d.state == proto::Parse::NeedMore) {
         c.partial = !buf.empty();
         return;
       }
       if (d.state == proto::Parse::Error) {
-        refuse(c, proto::Op::Ping, proto::Reply::error(d.error, d.message),
-               std::string(proto::status_name(d.error)) + ": " + d.message);
+        // Before HELLO, a refusal from a readable header answers that header's op (value.op);
+        // a frame that could not be decoded at all is answered as PING.
+        const proto::Op op = c.authed ? proto::Op::Ping : d.value.op;
+        refuse(c, op, proto::Reply::error(d.error, d.message),
+               std::string(c.authed ? "" : "before HELLO, ") + std::string(proto::status_name(d.error)) +
+                   ": " + d.message);
         return;
       }
       const std::string_view payload = buf.substr(proto::kHeaderSize, d.consumed - proto::kHeaderSize);
@@ -399,12 +477,6 @@ class EpollStore final : public StoreServer {
       c.partial = false;
       proto::Request& req = d.value;
       if (!c.authed) {
-        if (req.op != proto::Op::Hello) {
-          refuse(c, req.op, proto::Reply::error(proto::Status::NotAuthenticated,
-                                                "the first frame must be HELLO"),
-                 "sent " + std::string(proto::op_name(req.op)) + " before HELLO");
-          return;
-        }
         proto::Reply r = proto::check_hello(req, cfg_.job_id, cfg_.token);
         c.name = printable(req.client_name.substr(0, 64));
         if (r.status != proto::Status::Ok) {
@@ -413,6 +485,8 @@ class EpollStore final : public StoreServer {
           return;
         }
         c.authed = true;
+        preauth_.erase(c.id);
+        account(c);
         proto::append_reply(c.wbuf, proto::Op::Hello, proto::Reply{});
         continue;
       }
@@ -458,13 +532,14 @@ class EpollStore final : public StoreServer {
 
   // Queues a final error reply, logs why, and closes once it is sent.
   void refuse(Conn& c, proto::Op op, const proto::Reply& r, const std::string& why) {
-    spdlog::warn("store: closing connection from {}: {}", c.who(), why);
+    warn_conn("store: closing connection from " + c.who() + ": " + why);
     proto::append_reply(c.wbuf, op, r);
     c.closing = true;
     c.closing_since = Clock::now();
-    c.rbuf.clear();
+    release(c.rbuf);
     c.rpos = 0;
     state_.drop_client(c.id);
+    account(c);
   }
 
   // Appends the state machine's replies to their connections' write buffers.
@@ -541,10 +616,12 @@ class EpollStore final : public StoreServer {
   void close_conn(Conn& c, const std::string& why, bool warn) {
     if (!why.empty()) {
       if (warn)
-        spdlog::warn("store: closing connection from {}: {}", c.who(), why);
+        warn_conn("store: closing connection from " + c.who() + ": " + why);
       else
         spdlog::debug("store: connection from {} ended: {}", c.who(), why);
     }
+    preauth_bytes_ -= c.charged;
+    preauth_.erase(c.id);
     state_.drop_client(c.id);
     ::epoll_ctl(epfd_, EPOLL_CTL_DEL, c.fd, nullptr);
     ::close(c.fd);
@@ -562,10 +639,11 @@ class EpollStore final : public StoreServer {
       else if (c.partial && now - c.last_progress > cfg_.stall_timeout)
         victims.emplace_back(id, "sent part of a frame, then nothing for " +
                                      std::to_string(cfg_.stall_timeout.count()) + " ms");
-      else if (!c.authed && !c.closing && now - c.connected_at > cfg_.stall_timeout)
-        victims.emplace_back(id, "sent no HELLO within " + std::to_string(cfg_.stall_timeout.count()) + " ms");
+      else if (!c.authed && !c.closing && now - c.connected_at > cfg_.hello_timeout)
+        victims.emplace_back(id, "completed no HELLO within " + std::to_string(cfg_.hello_timeout.count()) + " ms");
     }
     for (auto& [id, why] : victims) close_conn(*conns_.at(id), why, true);
+    if (auto line = warn_throttle_.flush("line(s) about closed connections", now)) spdlog::warn("store: {}", *line);
   }
 
   StoreServerConfig cfg_;
@@ -594,6 +672,10 @@ class EpollStore final : public StoreServer {
   std::string memo_frame_;    // its encoded reply
   uint64_t memo_generation_ = 0;
   std::deque<uint64_t> dirty_;
+  // Connections that have not completed HELLO, oldest (lowest id) first, and what they hold.
+  std::set<uint64_t> preauth_;
+  size_t preauth_bytes_ = 0;
+  LogThrottle warn_throttle_{kWarnBurst, kWarnInterval};
 };
 
 }  // namespace

@@ -19,9 +19,15 @@ struct StoreServerConfig {
   std::string token;               // raw token bytes (hex), see proto::generate_token()
   proto::Limits limits{};          // key/value size limits (may only be lowered)
   // Closed and logged: a connection that has sent part of a frame and then nothing for this
-  // long, that has not sent HELLO this long after connecting, or that has not hung up this
-  // long after its final error reply.
+  // long, or that has not hung up this long after its final error reply.
   std::chrono::milliseconds stall_timeout{std::chrono::seconds(10)};
+  // Before authentication (proto/PROTOCOL.md, "Before HELLO"): a connection must have completed
+  // its HELLO this long after connecting, and all connections that have not share this many
+  // bytes -- their input, at most one HELLO each, and a fixed charge per connection for its
+  // bookkeeping. A new one past the budget closes the oldest of them, so that strangers cannot
+  // hold the memory or keep a worker's HELLO from being read.
+  std::chrono::milliseconds hello_timeout{std::chrono::seconds(10)};
+  size_t preauth_budget = size_t(4) << 20;
   std::chrono::milliseconds sweep_interval{std::chrono::milliseconds(250)};  // stall checks
 };
 

@@ -59,11 +59,13 @@ got=$(grep -o 'params checksum fnv1a64=[0-9a-f]*' "$dir/t1.out")
 grep -q "this is node 0 of 3" "$dir/t1.err" || fail "host 1 (the --master address) is not node 0"
 [[ $failures == 0 ]] && echo "1. training across 3 hosts: $got (same as on one machine)"
 
-# --- 2. a worker SIGKILLed on host 3 stops every host within 2 s
+# --- 2. a worker SIGKILLed on host 3 stops every host within 2 s. Its PID as this shell sees it,
+# from /proc/self/stat: under `ip netns exec` no cgroup is mounted, so launch contains its
+# workers in a PID namespace, where $$ counts from 2.
 pids=()
 for i in 1 2 3; do
   on "$i" "$launch" --nnodes 3 --master "$master" --devices cpu --nproc_per_node 1 --log_dir "$dir/k$i" \
-    sh -c "echo \$\$ > $dir/kpid.\$RANK; exec sleep 60" >"$dir/k$i.out" 2>"$dir/k$i.err" &
+    sh -c "read -r pid _ < /proc/self/stat; echo \$pid > $dir/kpid.\$RANK; exec sleep 60" >"$dir/k$i.out" 2>"$dir/k$i.err" &
   pids+=($!)
 done
 for _ in $(seq 1 1000); do [[ -s $dir/kpid.0 && -s $dir/kpid.1 && -s $dir/kpid.2 ]] && break; sleep 0.01; done

@@ -2,8 +2,11 @@
 // for things with deadlines (never a fixed sleep), and tell whether a process is gone.
 #pragma once
 
+#include <arpa/inet.h>
 #include <fcntl.h>
+#include <netinet/in.h>
 #include <signal.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <time.h>
@@ -85,11 +88,13 @@ struct Proc {
   std::string err() const { return slurp(err_path); }
 };
 
-// Starts `argv` in `dir` with stdout/stderr in dir/<tag>.out and dir/<tag>.err.
+// Starts `argv` in `dir` with stdout/stderr in dir/<tag>.out and dir/<tag>.err (stdout on
+// `stdout_fd` instead when one is given: a pipe nobody reads, /dev/full).
 inline Proc start(const std::vector<std::string>& argv, const std::string& dir,
-                  const std::map<std::string, std::string>& env = {}, const std::string& tag = "launch") {
+                  const std::map<std::string, std::string>& env = {}, const std::string& tag = "launch",
+                  int stdout_fd = -1) {
   Proc p;
-  p.out_path = dir + "/" + tag + ".out";
+  p.out_path = stdout_fd >= 0 ? "" : dir + "/" + tag + ".out";
   p.err_path = dir + "/" + tag + ".err";
   std::vector<char*> av;
   for (const auto& a : argv) av.push_back(const_cast<char*>(a.c_str()));
@@ -98,7 +103,7 @@ inline Proc start(const std::vector<std::string>& argv, const std::string& dir,
   if (p.pid == 0) {
     for (const auto& [k, v] : env) setenv(k.c_str(), v.c_str(), 1);
     if (chdir(dir.c_str()) < 0) _exit(126);
-    int o = open(p.out_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    int o = stdout_fd >= 0 ? stdout_fd : open(p.out_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
     int e = open(p.err_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
     dup2(o, 1);
     dup2(e, 2);
@@ -130,6 +135,20 @@ struct Reaper {
     }
   }
 };
+
+// "127.0.0.1:PORT" with a port nobody holds right now (the kernel's pick; the window until the
+// test's server binds it is the usual one of a user-chosen address).
+inline std::string free_loopback_address() {
+  int s = socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  socklen_t len = sizeof a;
+  bind(s, reinterpret_cast<sockaddr*>(&a), sizeof a);
+  getsockname(s, reinterpret_cast<sockaddr*>(&a), &len);
+  close(s);
+  return "127.0.0.1:" + std::to_string(ntohs(a.sin_port));
+}
 
 inline std::vector<std::string> lines_of(const std::string& s) {
   std::vector<std::string> out;

@@ -35,12 +35,12 @@ TEST_CASE("device list: each bad element is named", "[launcher][devices]") {
 }
 
 TEST_CASE("CUDA_VISIBLE_DEVICES counting follows the CUDA runtime", "[launcher][devices]") {
-  CHECK(count_cuda_visible("") == 0);
-  CHECK(count_cuda_visible("0,1,2") == 3);
-  CHECK(count_cuda_visible("3") == 1);
-  CHECK(count_cuda_visible("-1") == 0);
-  CHECK(count_cuda_visible("0,1,-1,2") == 2);
-  CHECK(count_cuda_visible("GPU-8f2e,GPU-91aa") == 2);
+  CHECK(proto::count_cuda_visible("") == 0);
+  CHECK(proto::count_cuda_visible("0,1,2") == 3);
+  CHECK(proto::count_cuda_visible("3") == 1);
+  CHECK(proto::count_cuda_visible("-1") == 0);
+  CHECK(proto::count_cuda_visible("0,1,-1,2") == 2);
+  CHECK(proto::count_cuda_visible("GPU-8f2e,GPU-91aa") == 2);
 }
 
 TEST_CASE("device plan", "[launcher][devices]") {

@@ -98,3 +98,81 @@ TEST_CASE("exit policy: a failure on another node stops the job with its code", 
   CHECK_FALSE(r.on_remote_failure(3, "x"));
   CHECK(r.exit_code() == 7);
 }
+
+namespace {
+const Termination lost_code{Termination::How::Exited, 86};
+LostPeerReport lost(int noticer, std::optional<int> peer, LostPeerReport::Peer is, std::string state = "") {
+  LostPeerReport r;
+  r.noticer = noticer;
+  r.end = lost_code;
+  r.peer = peer;
+  r.what = "no progress for 2000 ms waiting for rank " + (peer ? std::to_string(*peer) : std::string("?"));
+  r.peer_is = is;
+  r.peer_state = std::move(state);
+  return r;
+}
+}  // namespace
+
+TEST_CASE("exit policy: a worker that lost a live peer puts that peer first", "[launcher][exit][peer_lost]") {
+  ExitPolicy p;
+  CHECK(p.on_peer_lost(lost(0, 1, LostPeerReport::Peer::Alive, "is stopped (SIGSTOP or SIGTSTP)")) ==
+        ExitPolicy::Verdict::RootCause);
+  REQUIRE(p.root());
+  CHECK(p.root()->rank == 1);
+  CHECK_FALSE(p.root()->end);  // it never ended on its own
+  CHECK(p.root()->noticed_by == 0);
+  CHECK_THAT(p.root()->description, Catch::StartsWith("stopped responding (its process is stopped") &&
+                                        Catch::Contains("rank 0 lost it: no progress"));
+  CHECK(p.exit_code() == 86);  // the noticer's code: the stopped rank never exited
+  // The stopped rank then dies of our SIGTERM: a consequence.
+  CHECK_FALSE(p.on_worker_end(1, term));
+  CHECK(p.root_rank() == 1);
+}
+
+TEST_CASE("exit policy: a peer's own failure first stays the root cause", "[launcher][exit][peer_lost]") {
+  ExitPolicy p;
+  CHECK(p.on_worker_end(1, segv));
+  CHECK(p.on_peer_lost(lost(0, 1, LostPeerReport::Peer::Ended)) == ExitPolicy::Verdict::Consequence);
+  CHECK(p.root_rank() == 1);
+  CHECK(p.exit_code() == 139);
+  // A chain in a ring: rank 2 lost rank 0, which had lost rank 1 -- still rank 1.
+  CHECK(p.on_peer_lost(lost(2, 0, LostPeerReport::Peer::Ended)) == ExitPolicy::Verdict::Consequence);
+  CHECK(p.root_rank() == 1);
+}
+
+TEST_CASE("exit policy: a lost peer that ended cleanly, or unnamed, leaves the noticer at fault", "[launcher][exit][peer_lost]") {
+  ExitPolicy p;
+  CHECK(p.on_peer_lost(lost(0, 1, LostPeerReport::Peer::Ended)) == ExitPolicy::Verdict::RootCause);
+  CHECK(p.root_rank() == 0);
+  CHECK_THAT(p.root()->description, Catch::Contains("already exited cleanly"));
+  ExitPolicy q;
+  CHECK(q.on_peer_lost(lost(3, std::nullopt, LostPeerReport::Peer::Unknown)) == ExitPolicy::Verdict::RootCause);
+  CHECK(q.root_rank() == 3);
+  CHECK(q.exit_code() == 86);
+}
+
+TEST_CASE("exit policy: a peer on another node waits for that node's report", "[launcher][exit][peer_lost]") {
+  ExitPolicy p;
+  CHECK(p.on_peer_lost(lost(0, 2, LostPeerReport::Peer::Remote)) == ExitPolicy::Verdict::AwaitRemote);
+  CHECK(p.stopping());
+  CHECK(p.awaiting_remote());
+  CHECK_FALSE(p.root());
+  // Our own workers die of our SIGTERM meanwhile: consequences.
+  CHECK_FALSE(p.on_worker_end(1, term));
+  CHECK(p.on_remote_failure(0, "node 1 (10.0.0.2): launcher stopped responding (no heartbeat for 5 s)"));
+  CHECK_FALSE(p.awaiting_remote());
+  CHECK_FALSE(p.root());
+  CHECK(p.remote_failure() == std::optional<std::string>("node 1 (10.0.0.2): launcher stopped responding (no heartbeat for 5 s)"));
+  CHECK(p.exit_code() == 1);
+  CHECK_FALSE(p.settle_remote());
+
+  // Nobody reports: the noticer is the root cause, naming the peer it lost.
+  ExitPolicy q;
+  q.on_peer_lost(lost(0, 2, LostPeerReport::Peer::Remote));
+  CHECK(q.exit_code() == 86);
+  CHECK(q.settle_remote());
+  CHECK(q.root_rank() == 0);
+  CHECK_THAT(q.root()->description, Catch::Contains("losing rank 2, which is not one of this launcher's workers"));
+  CHECK_FALSE(q.on_remote_failure(3, "too late"));
+  CHECK(q.exit_code() == 86);
+}

@@ -357,3 +357,56 @@ TEST_CASE("launch: bad input -> one line, exit 2, nothing started", "[launcher][
   check_bad({"--devices", "cpu", "--summary", d + "/missing/s.json", "sh", "-c", touch}, "--summary");
   CHECK_FALSE(exists(d + "/log"));
 }
+
+// Issue 14, item 4: a --summary that cannot be written replaced the job's exit code with 1.
+TEST_CASE("launch: a --summary that cannot be written keeps the job's exit code, with a warning", "[launcher][integration]") {
+  TempDir td;
+  const std::string& d = td.path;
+  for (int code : {0, 3}) {
+    const std::string dir = d + "/summary" + std::to_string(code);
+    std::filesystem::create_directory(dir);
+    // The directory is there at start-up (checked), and gone when the job ends (as root no mode
+    // bits stop a write, a missing directory does).
+    Proc p = launch_sh(d, {"--devices", "cpu", "--summary", dir + "/s.json"},
+                       "rm -rf " + dir + "; exit " + std::to_string(code), {}, "s" + std::to_string(code));
+    Reaper g(p.pid);
+    CHECK(wait_exit(p.pid, 20) == code);
+    CHECK_THAT(p.err(), Catch::Contains("--summary not written") && Catch::Contains("the job's code " + std::to_string(code)));
+  }
+}
+
+TEST_CASE("launch: small things a new user meets", "[launcher][integration]") {
+  TempDir td;
+  const std::string& d = td.path;
+  // `launch -- -prog`: after --, a program whose name starts with '-'.
+  const std::string prog = d + "/-prog";
+  { std::ofstream(prog) << "#!/bin/sh\necho dashed $RANK\n"; }
+  chmod(prog.c_str(), 0755);
+  Proc dash = start({kLaunch, "--log_dir", d + "/log", "--devices", "cpu", "--", prog}, d, {}, "dash");
+  Reaper g1(dash.pid);
+  CHECK(wait_exit(dash.pid, 10) == 0);
+  CHECK(dash.out() == "dashed 0\n");
+  // --nproc_per_node abc: says what a value looks like.
+  Proc abc = start({kLaunch, "--nproc_per_node", "abc", "true"}, d, {}, "abc");
+  Reaper g2(abc.pid);
+  CHECK(wait_exit(abc.pid, 10) == 2);
+  CHECK_THAT(abc.err(), Catch::Contains("'abc' is not a number of processes") && Catch::Contains("gpu"));
+  // 100 processes under `ulimit -n 64`: the error says what to raise, nothing starts.
+  Proc nofile = start({"/bin/sh", "-c", "ulimit -n 64 && exec " + kLaunch + " --log_dir " + d +
+                                            "/log2 --devices cpu --nproc_per_node 100 touch " + d + "/started"},
+                      d, {}, "nofile");
+  Reaper g3(nofile.pid);
+  CHECK(wait_exit(nofile.pid, 10) == 2);
+  CHECK_THAT(nofile.err(), Catch::Contains("ulimit -n 364") && Catch::Contains("the limit is 64"));
+  CHECK_FALSE(exists(d + "/started"));
+  // --help and --version.
+  Proc help = start({kLaunch, "--help"}, d, {}, "help");
+  Reaper g4(help.pid);
+  CHECK(wait_exit(help.pid, 10) == 0);
+  CHECK_THAT(help.out(), Catch::Contains("Usage: launch [OPTIONS] PROGRAM [ARGS...]") &&
+                             Catch::Contains("launch kv COMMAND") && Catch::Contains("Examples:"));
+  Proc version = start({kLaunch, "--version"}, d, {}, "version");
+  Reaper g5(version.pid);
+  CHECK(wait_exit(version.pid, 10) == 0);
+  CHECK_THAT(version.out(), Catch::StartsWith("launch "));
+}

@@ -16,20 +16,6 @@ namespace {
 const std::string kLaunch = LAUNCH_BIN;
 const std::map<std::string, std::string> kToken = {{"LAUNCH_STORE_TOKEN", "0123456789abcdef0123456789abcdef-test"}};
 
-// A port nobody holds right now, for --master (the kernel's pick; the window until node 0 binds
-// it is the usual one of a user-chosen --master).
-std::string free_master() {
-  int s = socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in a{};
-  a.sin_family = AF_INET;
-  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  socklen_t len = sizeof a;
-  bind(s, reinterpret_cast<sockaddr*>(&a), sizeof a);
-  getsockname(s, reinterpret_cast<sockaddr*>(&a), &len);
-  close(s);
-  return "127.0.0.1:" + std::to_string(ntohs(a.sin_port));
-}
-
 Proc node(const std::string& dir, int rank, int nnodes, const std::string& master, const std::string& script,
           std::vector<std::string> extra = {}) {
   std::vector<std::string> argv{kLaunch, "--nnodes", std::to_string(nnodes), "--master", master,
@@ -47,7 +33,7 @@ Proc node(const std::string& dir, int rank, int nnodes, const std::string& maste
 TEST_CASE("multinode: two nodes meet; global ranks, one endpoint list, a barrier across nodes", "[launcher][multinode]") {
   TempDir td;
   const std::string& d = td.path;
-  const std::string master = free_master();
+  const std::string master = free_loopback_address();
   const std::string script = "env > " + d + "/env.$RANK; " + kLaunch + " kv barrier all --timeout 20";
   Proc n0 = node(d, 0, 2, master, script), n1 = node(d, 1, 2, master, script);
   Reaper g0(n0.pid), g1(n1.pid);
@@ -74,7 +60,7 @@ TEST_CASE("multinode: two nodes meet; global ranks, one endpoint list, a barrier
 TEST_CASE("multinode: a worker failing on node 1 stops node 0 within 2 s, naming the root cause", "[launcher][multinode]") {
   TempDir td;
   const std::string& d = td.path;
-  const std::string master = free_master();
+  const std::string master = free_loopback_address();
   // Every worker says it is up; rank 3 fails once all four are.
   const std::string script =
       "echo $$ > " + d + "/pid.$RANK; "
@@ -95,7 +81,7 @@ TEST_CASE("multinode: a worker failing on node 1 stops node 0 within 2 s, naming
 TEST_CASE("multinode: --max_restart: both nodes stop, meet again as generation 1 and finish", "[launcher][multinode]") {
   TempDir td;
   const std::string& d = td.path;
-  const std::string master = free_master();
+  const std::string master = free_loopback_address();
   // Generation 0: rank 3 (node 1) fails once every worker is up. Generation 1: a barrier of all
   // four ranks through node 0's store, which must still answer after the failure.
   const std::string script =
@@ -122,7 +108,7 @@ TEST_CASE("multinode: --max_restart: both nodes stop, meet again as generation 1
 TEST_CASE("multinode: a node's launcher killed -> the other stops within 10 s", "[launcher][multinode]") {
   TempDir td;
   const std::string& d = td.path;
-  const std::string master = free_master();
+  const std::string master = free_loopback_address();
   const std::string script = "echo $$ > " + d + "/pid.$RANK; exec sleep 60";
   Proc n0 = node(d, 0, 2, master, script), n1 = node(d, 1, 2, master, script);
   Reaper g0(n0.pid), g1(n1.pid);
@@ -145,14 +131,14 @@ TEST_CASE("multinode: a node's launcher killed -> the other stops within 10 s", 
 TEST_CASE("multinode: a node that never arrives -> timeout naming it; SIGTERM while waiting; no token", "[launcher][multinode]") {
   TempDir td;
   const std::string& d = td.path;
-  Proc n0 = node(d, 0, 2, free_master(), "true", {"--elastic_timeout", "1"});
+  Proc n0 = node(d, 0, 2, free_loopback_address(), "true", {"--elastic_timeout", "1"});
   Reaper g0(n0.pid);
   REQUIRE(wait_exit(n0.pid, 15) == 1);
   CHECK_THAT(n0.err(), Catch::Contains("1 of 2 nodes did not arrive (missing node rank 1)"));
   CHECK_FALSE(exists(d + "/log/workerlog.0"));  // no worker started
 
   // Waiting for the other nodes can take minutes: SIGTERM (Ctrl-C, scancel) ends it at once.
-  Proc waiting = node(d, 0, 2, free_master(), "true", {"--elastic_timeout", "600"});
+  Proc waiting = node(d, 0, 2, free_loopback_address(), "true", {"--elastic_timeout", "600"});
   Reaper g2(waiting.pid);
   REQUIRE(wait_until([&] { return waiting.err().find("rendezvous: waiting") != std::string::npos; }, 10));
   kill(waiting.pid, SIGTERM);
@@ -167,4 +153,62 @@ TEST_CASE("multinode: a node that never arrives -> timeout naming it; SIGTERM wh
   Reaper g3(bad.pid);
   REQUIRE(wait_exit(bad.pid, 10) == 2);
   CHECK_THAT(bad.err(), Catch::Contains("--master '10.0.0.1:port' must be HOST:PORT"));
+}
+
+// Issue 14, item 9: a node started without node 0 was told "check LAUNCH_STORE_ADDR".
+TEST_CASE("multinode: a node without node 0 is told to check --master", "[launcher][multinode]") {
+  TempDir td;
+  Proc n1 = node(td.path, 1, 2, free_loopback_address(), "true", {"--elastic_timeout", "2"});
+  Reaper g(n1.pid);
+  REQUIRE(wait_exit(n1.pid, 20) == 1);
+  CHECK_THAT(n1.err(), Catch::Contains("check --master"));
+  CHECK_THAT(n1.err(), !Catch::Contains("LAUNCH_STORE_ADDR"));
+}
+
+// Issue 14, item 9: the rendezvous timeout listed node 0's own host as missing, because Slurm's
+// host names were compared with gethostname(). Here Slurm calls node 0 "localhost" (its address
+// is 127.0.0.1, as the node registered) and the other node never comes.
+TEST_CASE("multinode: the timeout names only the hosts that did not arrive, whatever gethostname says", "[launcher][multinode]") {
+  TempDir td;
+  const std::string job = std::to_string(getpid());
+  std::map<std::string, std::string> slurm = kToken;
+  for (const auto& kv : std::map<std::string, std::string>{
+           {"SLURM_JOB_ID", job}, {"SLURM_STEP_ID", "0"}, {"SLURM_STEP_NUM_NODES", "2"}, {"SLURM_NODEID", "0"},
+           {"SLURM_STEP_NODELIST", "localhost,ghost-node.invalid"}, {"SLURM_STEP_NUM_TASKS", "2"},
+           {"SLURM_STEP_TASKS_PER_NODE", "1(x2)"}, {"SLURM_PROCID", "0"}, {"SLURM_LOCALID", "0"},
+           {"CUDA_VISIBLE_DEVICES", ""}})
+    slurm.insert(kv);
+  Proc n0 = start({kLaunch, "--master", free_loopback_address(), "--host", "127.0.0.1", "--elastic_timeout", "2", "--log_dir",
+                   td.path + "/log", "true"},
+                  td.path, slurm, "slurm0");
+  Reaper g(n0.pid);
+  REQUIRE(wait_exit(n0.pid, 30) == 1);
+  CHECK_THAT(n0.err(), Catch::Contains("1 of 2 nodes did not arrive (missing hosts: ghost-node.invalid)"));
+}
+
+// Issue 14, item 9 and issue 10: a dry run of node 1 of a 3-node Slurm step with 2 processes per
+// node showed 2 ranks 0-1, MASTER_ADDR and LAUNCH_STORE_ADDR 127.0.0.1, "as if it were node 0".
+TEST_CASE("multinode: --dry-run shows this node's ranks of the job and node 0's store", "[launcher][multinode]") {
+  TempDir td;
+  std::map<std::string, std::string> slurm = kToken;
+  for (const auto& kv : std::map<std::string, std::string>{
+           {"SLURM_JOB_ID", "77"}, {"SLURM_STEP_ID", "0"}, {"SLURM_STEP_NUM_NODES", "3"}, {"SLURM_NODEID", "1"},
+           {"SLURM_STEP_NODELIST", "gpu[07-09]"}, {"SLURM_STEP_NUM_TASKS", "3"}, {"SLURM_STEP_TASKS_PER_NODE", "1(x3)"},
+           {"SLURM_PROCID", "1"}, {"SLURM_LOCALID", "0"}, {"CUDA_VISIBLE_DEVICES", ""}})
+    slurm.insert(kv);
+  Proc p = start({kLaunch, "--dry-run", "--master", "10.213.0.7:29400", "--host", "127.0.0.1", "--devices", "cpu",
+                  "--nproc_per_node", "2", "--log_dir", td.path + "/log", "true"},
+                 td.path, slurm, "dry");
+  Reaper g(p.pid);
+  REQUIRE(wait_exit(p.pid, 10) == 0);
+  const std::string out = p.out();
+  CHECK_THAT(out, Catch::Contains("rank 2 (cpu)") && Catch::Contains("rank 3 (cpu)"));
+  CHECK_THAT(out, !Catch::Contains("rank 0 (cpu)"));
+  CHECK_THAT(out, Catch::Contains("  WORLD_SIZE=6\n") && Catch::Contains("  PADDLE_TRAINERS_NUM=6\n"));
+  CHECK_THAT(out, Catch::Contains("  GROUP_RANK=1\n") && Catch::Contains("  MASTER_ADDR=10.213.0.7\n"));
+  CHECK_THAT(out, Catch::Contains("  MASTER_PORT=<decided at the rendezvous>\n"));
+  CHECK_THAT(out, Catch::Contains("  LAUNCH_STORE_ADDR=10.213.0.7:29400"));
+  CHECK_THAT(out, !Catch::Contains("LAUNCH_STORE_ADDR=127.0.0.1"));
+  CHECK_THAT(out, Catch::Contains("log: " + td.path + "/log/workerlog.3"));
+  CHECK_FALSE(exists(td.path + "/log"));
 }

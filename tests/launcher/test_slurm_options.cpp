@@ -5,7 +5,7 @@
 
 #include "launcher/cli.h"
 #include "launcher/errors.h"
-#include "launcher/slurm_options.h"
+#include "launcher/slurm/slurm_options.h"
 
 using namespace launch;
 using slurm::EnvMap;

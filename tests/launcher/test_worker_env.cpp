@@ -1,30 +1,48 @@
+// The launcher's half of the worker-environment contract, and the round trip: what
+// build_worker_env writes is what the worker's read_worker_env reads back.
 #include <catch2/catch.hpp>
 
 #include <algorithm>
 
+#include "launcher/devices.h"
 #include "launcher/worker_env.h"
+#include "proto/worker_env.h"
 
 using namespace launch;
 
 namespace {
+
 JobSpec two_gpu_job() {
   JobSpec j;
   j.job_id = "job7";
-  j.host = "10.0.0.5";
   j.log_dir = "/tmp/logs";
   j.devices = {{DeviceKind::Gpu, 2}, {DeviceKind::Gpu, 5}};
-  j.endpoint_ports = {6170, 6171};
-  j.master_port = 6169;
-  j.store_addr = "10.0.0.5:7000";
-  j.store_token = "abcd";
   return j;
 }
+
+RankLayout one_node(int n) {
+  RankLayout l;
+  l.world_size = l.local_size = n;
+  for (int i = 0; i < n; ++i) l.endpoints.push_back("10.0.0.5:" + std::to_string(6170 + i));
+  l.master = "10.0.0.5:6169";
+  l.store_addr = "10.0.0.5:7000";
+  l.store_token = "abcd";
+  return l;
+}
+
+// What a worker started with this environment (on top of `parent`) reads.
+proto::WorkerEnv worker_reads(const WorkerEnv& e, const EnvMap& parent = {}) {
+  EnvMap all;
+  for (const auto& kv : merge_env(parent, e)) all[kv.substr(0, kv.find('='))] = kv.substr(kv.find('=') + 1);
+  return proto::read_worker_env(all);
+}
+
 }  // namespace
 
-TEST_CASE("worker env: Paddle and torchrun names for every rank", "[launcher][env]") {
+TEST_CASE("worker env: Paddle's and torchrun's names for every rank", "[launcher][env]") {
   const JobSpec job = two_gpu_job();
-  const WorkerEnv e0 = build_worker_env(job, 0, {});
-  const WorkerEnv e1 = build_worker_env(job, 1, {});
+  const WorkerEnv e0 = build_worker_env(job, one_node(2), 0, 0, {});
+  const WorkerEnv e1 = build_worker_env(job, one_node(2), 1, 0, {});
   const EnvMap expected1 = {
       {"PADDLE_TRAINER_ID", "1"},
       {"PADDLE_GLOBAL_RANK", "1"},
@@ -41,33 +59,49 @@ TEST_CASE("worker env: Paddle and torchrun names for every rank", "[launcher][en
       {"PADDLE_LOG_DIR", "/tmp/logs"},
       {"PADDLE_DISTRI_BACKEND", "nccl"},
       {"FLAGS_selected_gpus", "5"},
+      {"POD_NAME", e1.set.at("POD_NAME")},
+      {"PADDLE_AUTO_CLUSTER", "0"},
+      {"PADDLE_TRAINING_ROLE", "TRAINER"},
       {"RANK", "1"},
       {"WORLD_SIZE", "2"},
       {"LOCAL_RANK", "1"},
       {"LOCAL_WORLD_SIZE", "2"},
       {"GROUP_RANK", "0"},
+      {"GROUP_WORLD_SIZE", "1"},
+      {"ROLE_RANK", "1"},
+      {"ROLE_NAME", "default"},
+      {"ROLE_WORLD_SIZE", "2"},
       {"MASTER_ADDR", "10.0.0.5"},
       {"MASTER_PORT", "6169"},
+      {"TORCHELASTIC_RUN_ID", "job7"},
+      {"TORCHELASTIC_MAX_RESTARTS", "0"},
+      {"TORCHELASTIC_USE_AGENT_STORE", "False"},
+      {"TORCHELASTIC_ERROR_FILE", "/tmp/logs/workererror.1.json"},
+      {"TORCH_NCCL_ASYNC_ERROR_HANDLING", "1"},
       {"LAUNCH_STORE_ADDR", "10.0.0.5:7000"},
       {"LAUNCH_STORE_TOKEN", "abcd"},
       {"OMP_NUM_THREADS", "1"},
+      {"PYTHONUNBUFFERED", "1"},
       {"PADDLE_RESTART_COUNT", "0"},
       {"TORCHELASTIC_RESTART_COUNT", "0"},
   };
   CHECK(e1.set == expected1);
+  CHECK(e1.set.at("POD_NAME").size() == 6);
   CHECK(e1.unset.empty());
   CHECK(e0.set.at("FLAGS_selected_gpus") == "2");
   CHECK(e0.set.at("PADDLE_CURRENT_ENDPOINT") == "10.0.0.5:6170");
   CHECK(e0.set.at("RANK") == "0");
+  CHECK(e0.set.at("TORCHELASTIC_ERROR_FILE") == "/tmp/logs/workererror.0.json");
   CHECK(e0.set.at("PADDLE_TRAINER_ENDPOINTS") == e1.set.at("PADDLE_TRAINER_ENDPOINTS"));
 }
 
-TEST_CASE("worker env: CPU ranks use gloo and carry no FLAGS_selected_gpus", "[launcher][env]") {
+TEST_CASE("worker env: CPU ranks use gloo, carry no FLAGS_selected_gpus nor NCCL settings", "[launcher][env]") {
   JobSpec job = two_gpu_job();
   job.devices = {{DeviceKind::Cpu, -1}, {DeviceKind::Cpu, -1}};
-  const WorkerEnv e = build_worker_env(job, 0, {{"FLAGS_selected_gpus", "3"}});
+  const WorkerEnv e = build_worker_env(job, one_node(2), 0, 0, {{"FLAGS_selected_gpus", "3"}});
   CHECK(e.set.at("PADDLE_DISTRI_BACKEND") == "gloo");
   CHECK(e.set.count("FLAGS_selected_gpus") == 0);
+  CHECK(e.set.count("TORCH_NCCL_ASYNC_ERROR_HANDLING") == 0);
   CHECK(e.unset == std::vector<std::string>{"FLAGS_selected_gpus"});
   const auto merged = merge_env({{"FLAGS_selected_gpus", "3"}, {"HOME", "/root"}}, e);
   CHECK(std::count(merged.begin(), merged.end(), "HOME=/root") == 1);
@@ -75,18 +109,18 @@ TEST_CASE("worker env: CPU ranks use gloo and carry no FLAGS_selected_gpus", "[l
                      [](const std::string& kv) { return kv.rfind("FLAGS_selected_gpus=", 0) == 0; }));
 }
 
-TEST_CASE("worker env: OMP_NUM_THREADS only when unset and several processes", "[launcher][env]") {
-  JobSpec job = two_gpu_job();
-  CHECK(build_worker_env(job, 0, {{"OMP_NUM_THREADS", "8"}}).set.count("OMP_NUM_THREADS") == 0);
-  job.devices.resize(1);
-  job.endpoint_ports.resize(1);
-  CHECK(build_worker_env(job, 0, {}).set.count("OMP_NUM_THREADS") == 0);
+TEST_CASE("worker env: what the user set stays (OMP_NUM_THREADS, PYTHONUNBUFFERED, NCCL error handling)", "[launcher][env]") {
+  const EnvMap user = {{"OMP_NUM_THREADS", "8"}, {"PYTHONUNBUFFERED", "0"}, {"TORCH_NCCL_ASYNC_ERROR_HANDLING", "3"}};
+  const WorkerEnv e = build_worker_env(two_gpu_job(), one_node(2), 0, 0, user);
+  for (const auto& [k, v] : user) CHECK(e.set.count(k) == 0);
+  JobSpec one = two_gpu_job();
+  one.devices.resize(1);
+  CHECK(build_worker_env(one, one_node(1), 0, 0, {}).set.count("OMP_NUM_THREADS") == 0);  // a single process
 }
 
 TEST_CASE("worker env: our variables override the launcher's, the rest is inherited", "[launcher][env]") {
-  const JobSpec job = two_gpu_job();
   const EnvMap parent = {{"RANK", "99"}, {"CUDA_VISIBLE_DEVICES", "4,5,6"}, {"PATH", "/bin"}};
-  const auto merged = merge_env(parent, build_worker_env(job, 0, parent));
+  const auto merged = merge_env(parent, build_worker_env(two_gpu_job(), one_node(2), 0, 0, parent));
   auto has = [&](const std::string& kv) { return std::count(merged.begin(), merged.end(), kv) == 1; };
   CHECK(has("RANK=0"));
   CHECK_FALSE(has("RANK=99"));
@@ -95,9 +129,9 @@ TEST_CASE("worker env: our variables override the launcher's, the rest is inheri
 }
 
 TEST_CASE("worker env: no store, no store variables", "[launcher][env]") {
-  JobSpec job = two_gpu_job();
-  job.store_addr.clear();
-  const WorkerEnv e = build_worker_env(job, 0, {});
+  RankLayout l = one_node(2);
+  l.store_addr.clear();
+  const WorkerEnv e = build_worker_env(two_gpu_job(), l, 0, 0, {});
   CHECK(e.set.count("LAUNCH_STORE_ADDR") == 0);
   CHECK(e.set.count("LAUNCH_STORE_TOKEN") == 0);
 }
@@ -105,21 +139,19 @@ TEST_CASE("worker env: no store, no store variables", "[launcher][env]") {
 TEST_CASE("env_from_environ splits at the first '='", "[launcher][env]") {
   char a[] = "A=1", b[] = "B=x=y", c[] = "NOEQUALS";
   char* envp[] = {a, b, c, nullptr};
-  const EnvMap m = env_from_environ(envp);
-  CHECK(m == EnvMap{{"A", "1"}, {"B", "x=y"}});
+  CHECK(env_from_environ(envp) == EnvMap{{"A", "1"}, {"B", "x=y"}});
 }
 
 TEST_CASE("worker env: restart counters follow the generation, under both names", "[launcher][env]") {
   JobSpec job = two_gpu_job();
-  job.restart_count = 2;
+  job.max_restarts = 3;
   for (int r = 0; r < 2; ++r) {
-    const WorkerEnv e = build_worker_env(job, r, {{"PADDLE_RESTART_COUNT", "7"}});
+    const WorkerEnv e = build_worker_env(job, one_node(2), r, 2, {{"PADDLE_RESTART_COUNT", "7"}});
     CHECK(e.set.at("PADDLE_RESTART_COUNT") == "2");
     CHECK(e.set.at("TORCHELASTIC_RESTART_COUNT") == "2");
+    CHECK(e.set.at("TORCHELASTIC_MAX_RESTARTS") == "3");
     // Everything else is the same as in the first run.
-    JobSpec first = job;
-    first.restart_count = 0;
-    EnvMap a = e.set, b = build_worker_env(first, r, {}).set;
+    EnvMap a = e.set, b = build_worker_env(job, one_node(2), r, 0, {}).set;
     a.erase("PADDLE_RESTART_COUNT"), a.erase("TORCHELASTIC_RESTART_COUNT");
     b.erase("PADDLE_RESTART_COUNT"), b.erase("TORCHELASTIC_RESTART_COUNT");
     CHECK(a == b);
@@ -128,46 +160,97 @@ TEST_CASE("worker env: restart counters follow the generation, under both names"
 
 TEST_CASE("worker env: the checkpoint signal is exported only when asked for", "[launcher][env]") {
   JobSpec job = two_gpu_job();
-  CHECK(build_worker_env(job, 0, {}).set.count("LAUNCH_CHECKPOINT_SIGNAL") == 0);
+  CHECK(build_worker_env(job, one_node(2), 0, 0, {}).set.count("LAUNCH_CHECKPOINT_SIGNAL") == 0);
   job.checkpoint_signal = "SIGUSR2";
-  CHECK(build_worker_env(job, 1, {}).set.at("LAUNCH_CHECKPOINT_SIGNAL") == "SIGUSR2");
+  CHECK(build_worker_env(job, one_node(2), 1, 0, {}).set.at("LAUNCH_CHECKPOINT_SIGNAL") == "SIGUSR2");
 }
 
-TEST_CASE("worker env: one Slurm task per worker takes its ranks from Slurm", "[launcher][env]") {
+// --- the round trip: what the launcher writes, the worker reads -----------------------------------
+
+TEST_CASE("round trip: a local GPU job", "[launcher][env][roundtrip]") {
+  const JobSpec job = two_gpu_job();
+  for (int i = 0; i < 2; ++i) {
+    const auto w = worker_reads(build_worker_env(job, one_node(2), i, 1, {{"CUDA_VISIBLE_DEVICES", "0,1,2,3,4,5"}}),
+                                {{"CUDA_VISIBLE_DEVICES", "0,1,2,3,4,5"}});
+    CHECK(w.contract == proto::Contract::Paddle);
+    CHECK(w.rank == i);
+    CHECK(w.world == 2);
+    CHECK(w.local_rank == i);
+    CHECK(w.local_world == 2);
+    CHECK(*w.gpu_ordinal == (i == 0 ? 2 : 5));
+    CHECK(w.endpoints == one_node(2).endpoints);
+    CHECK(w.current_endpoint == one_node(2).endpoints[size_t(i)]);
+    CHECK(*w.master == "10.0.0.5:6169");
+    CHECK(*w.store_addr == "10.0.0.5:7000");
+    CHECK(*w.store_token == "abcd");
+    CHECK(w.job_id == "job7");
+    CHECK(w.restart_count == 1);
+    CHECK(*w.error_file == "/tmp/logs/workererror." + std::to_string(i) + ".json");
+  }
+}
+
+TEST_CASE("round trip: CPU ranks", "[launcher][env][roundtrip]") {
   JobSpec job = two_gpu_job();
-  job.devices = {{DeviceKind::Gpu, 1}};
-  job.endpoint_ports = {6170, 6171, 6172, 6173};
-  job.task = JobSpec::TaskRanks{2, 2, 4, 4};
-  const WorkerEnv e = build_worker_env(job, 0, {});
-  CHECK(e.set.at("RANK") == "2");
-  CHECK(e.set.at("PADDLE_TRAINER_ID") == "2");
-  CHECK(e.set.at("LOCAL_RANK") == "2");
-  CHECK(e.set.at("PADDLE_LOCAL_RANK") == "2");
-  CHECK(e.set.at("WORLD_SIZE") == "4");
-  CHECK(e.set.at("PADDLE_TRAINERS_NUM") == "4");
-  CHECK(e.set.at("LOCAL_WORLD_SIZE") == "4");
-  CHECK(e.set.at("PADDLE_CURRENT_ENDPOINT") == "10.0.0.5:6172");
-  CHECK(e.set.at("FLAGS_selected_gpus") == "1");
+  job.devices = {{DeviceKind::Cpu, -1}, {DeviceKind::Cpu, -1}, {DeviceKind::Cpu, -1}};
+  const auto w = worker_reads(build_worker_env(job, one_node(3), 2, 0, {{"FLAGS_selected_gpus", "1"}}),
+                              {{"FLAGS_selected_gpus", "1"}});
+  CHECK(w.rank == 2);
+  CHECK(w.world == 3);
+  CHECK_FALSE(w.gpu_ordinal);  // removed: a CPU rank must not pick up the launcher's GPU
+}
+
+TEST_CASE("round trip: CUDA_VISIBLE_DEVICES=1,2 and --gpus 0,1 give distinct ordinals 0 and 1", "[launcher][env][roundtrip]") {
+  const EnvMap parent = {{"CUDA_VISIBLE_DEVICES", "1,2"}};
+  JobSpec job = two_gpu_job();
+  job.devices = plan_devices(DeviceRequest{std::string("0,1"), std::nullopt, std::nullopt}, detect_visible_gpus(parent));
+  REQUIRE(job.devices.size() == 2);
+  const auto w0 = worker_reads(build_worker_env(job, one_node(2), 0, 0, parent), parent);
+  const auto w1 = worker_reads(build_worker_env(job, one_node(2), 1, 0, parent), parent);
+  CHECK(*w0.gpu_ordinal == 0);
+  CHECK(*w1.gpu_ordinal == 1);
+}
+
+TEST_CASE("round trip: one Slurm task per worker takes its ranks from Slurm", "[launcher][env][roundtrip]") {
+  JobSpec job = two_gpu_job();
+  job.devices = {{DeviceKind::Gpu, 0}};
+  RankLayout l = one_node(4);
+  l.first_rank = 2;        // SLURM_PROCID
+  l.first_local_rank = 2;  // SLURM_LOCALID
+  const WorkerEnv e = build_worker_env(job, l, 0, 0, {});
   CHECK(e.set.at("OMP_NUM_THREADS") == "1");  // 4 processes on the node, one per launcher
+  const auto w = worker_reads(e);
+  CHECK(w.rank == 2);
+  CHECK(w.world == 4);
+  CHECK(w.local_rank == 2);
+  CHECK(w.local_world == 4);
+  CHECK(w.current_endpoint == "10.0.0.5:6172");
+  CHECK(*w.gpu_ordinal == 0);
 }
 
-TEST_CASE("worker env: a multi-node job takes ranks, endpoints and master from the layout", "[launcher][env]") {
-  JobSpec job = two_gpu_job();
-  job.nnodes = 2;
-  job.node_rank = 1;
-  job.cluster = JobSpec::Cluster{2, 4, {"10.0.0.4:100", "10.0.0.4:101", "10.0.0.5:6170", "10.0.0.5:6171"},
-                                 "10.0.0.4:99"};
-  const WorkerEnv e = build_worker_env(job, 1, {});
-  CHECK(e.set.at("RANK") == "3");
-  CHECK(e.set.at("PADDLE_TRAINER_ID") == "3");
-  CHECK(e.set.at("LOCAL_RANK") == "1");
-  CHECK(e.set.at("WORLD_SIZE") == "4");
-  CHECK(e.set.at("LOCAL_WORLD_SIZE") == "2");
+TEST_CASE("round trip: a multi-node job takes ranks, endpoints and master from the layout", "[launcher][env][roundtrip]") {
+  RankLayout l;
+  l.world_size = 4;
+  l.nnodes = 2;
+  l.node_rank = 1;
+  l.local_size = 2;
+  l.first_rank = 2;
+  l.endpoints = {"10.0.0.4:100", "10.0.0.4:101", "10.0.0.5:6170", "10.0.0.5:6171"};
+  l.master = "10.0.0.4:99";
+  l.store_addr = "10.0.0.4:29400";
+  l.store_token = "t";
+  const WorkerEnv e = build_worker_env(two_gpu_job(), l, 1, 0, {});
   CHECK(e.set.at("GROUP_RANK") == "1");
+  CHECK(e.set.at("GROUP_WORLD_SIZE") == "2");
   CHECK(e.set.at("PADDLE_NNODES") == "2");
-  CHECK(e.set.at("PADDLE_TRAINER_ENDPOINTS") == "10.0.0.4:100,10.0.0.4:101,10.0.0.5:6170,10.0.0.5:6171");
-  CHECK(e.set.at("PADDLE_CURRENT_ENDPOINT") == "10.0.0.5:6171");
-  CHECK(e.set.at("PADDLE_MASTER") == "10.0.0.4:99");
   CHECK(e.set.at("MASTER_ADDR") == "10.0.0.4");
   CHECK(e.set.at("MASTER_PORT") == "99");
+  const auto w = worker_reads(e);
+  CHECK(w.rank == 3);
+  CHECK(w.local_rank == 1);
+  CHECK(w.world == 4);
+  CHECK(w.local_world == 2);
+  CHECK(w.endpoints == l.endpoints);
+  CHECK(w.current_endpoint == "10.0.0.5:6171");
+  CHECK(*w.master == "10.0.0.4:99");
+  CHECK(*w.store_addr == "10.0.0.4:29400");
 }

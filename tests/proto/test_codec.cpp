@@ -283,3 +283,59 @@ TEST_CASE("the example frames in PROTOCOL.md are what the codec writes", "[proto
   CHECK(encode_reply(Op::Set, Reply{}) == std::string(reinterpret_cast<const char*>(ok), sizeof ok));
   CHECK(Limits{}.max_payload() == 134221836u);
 }
+
+TEST_CASE("before HELLO: only a HELLO of at most HELLO's size, decided from the header", "[proto][codec][preauth]") {
+  Limits lim;
+  const size_t hello_max = max_hello_payload(lim);
+  CHECK(hello_max == 3 * (4 + lim.max_key));  // 12,300 bytes with the defaults
+  Request h = one_of_each_op()[0];
+  const std::string f = encode_request(h);
+
+  SECTION("a valid HELLO decodes; its bytes are wanted exactly up to its end") {
+    auto d = decode_hello(f, lim);
+    REQUIRE(d.state == Parse::Ok);
+    CHECK(same(d.value, h));
+    CHECK(d.consumed == f.size());
+    for (size_t cut = 0; cut < f.size(); ++cut) {
+      CHECK(decode_hello(std::string_view(f).substr(0, cut), lim).state == Parse::NeedMore);
+      // The header first (its length is not known before), then exactly the rest of the frame.
+      const size_t want = cut < kHeaderSize ? kHeaderSize - cut : f.size() - cut;
+      CHECK(hello_bytes_wanted(std::string_view(f).substr(0, cut), lim) == want);
+    }
+    CHECK(hello_bytes_wanted(f, lim) == 0);
+    CHECK(hello_bytes_wanted(f + "pipelined request", lim) == 0);
+  }
+  SECTION("a HELLO announcing more than HELLO's maximum is refused with the header alone") {
+    for (uint64_t len : {uint64_t(hello_max + 1), uint64_t(lim.max_payload()), uint64_t(134221836),
+                         uint64_t(1) << 63, ~uint64_t{0}}) {
+      std::string hdr = f.substr(0, kHeaderSize);
+      put_u64(hdr, 8, len);
+      auto d = decode_hello(hdr, lim);
+      REQUIRE(d.state == Parse::Error);
+      CHECK(d.error == Status::TooLarge);
+      CHECK(d.value.op == Op::Hello);
+      CHECK(hello_bytes_wanted(hdr, lim) == 0);
+    }
+    std::string hdr = f.substr(0, kHeaderSize);
+    put_u64(hdr, 8, hello_max);
+    CHECK(decode_hello(hdr, lim).state == Parse::NeedMore);
+    CHECK(hello_bytes_wanted(hdr, lim) == hello_max);
+  }
+  SECTION("any other op first is NOT_AUTHENTICATED before its payload arrives") {
+    for (const Request& q : one_of_each_op()) {
+      if (q.op == Op::Hello) continue;
+      std::string g = encode_request(q);
+      put_u64(g, 8, lim.max_payload());  // even a SET announcing 128 MiB: nothing is read for it
+      auto d = decode_hello(std::string_view(g).substr(0, kHeaderSize), lim);
+      REQUIRE(d.state == Parse::Error);
+      CHECK(d.error == Status::NotAuthenticated);
+      CHECK(d.value.op == q.op);
+      CHECK_THAT(d.message, Catch::Contains(std::string(op_name(q.op))));
+    }
+  }
+  SECTION("garbage is refused at its first wrong byte") {
+    CHECK(decode_hello("G", lim).error == Status::Malformed);
+    CHECK(hello_bytes_wanted("G", lim) == 0);
+    CHECK(hello_bytes_wanted("LS", lim) == kHeaderSize - 2);
+  }
+}

@@ -235,19 +235,23 @@ TEST_CASE("MULTI_GET whose reply would exceed the frame limit is TOO_LARGE", "[p
   CHECK(only(run(s, 1, keys_req(Op::MultiGet, keys)), 1).status == Status::TooLarge);
 }
 
-TEST_CASE("HELLO: job id and token checked, token never echoed", "[proto][kv]") {
+TEST_CASE("HELLO: token checked first, then the job id; neither the token nor our job id echoed", "[proto][kv]") {
   Request h;
   h.op = Op::Hello;
   h.job_id = "job";
   h.token = "secret-token";
   CHECK(check_hello(h, "job", "secret-token").status == Status::Ok);
-  Reply r = check_hello(h, "other", "secret-token");
+  Reply r = check_hello(h, "real-job-id", "secret-token");
   CHECK(r.status == Status::BadJob);
-  CHECK_THAT(r.message, Catch::Contains("'job'") && Catch::Contains("'other'"));
+  CHECK_THAT(r.message, Catch::Contains("'job'") && !Catch::Contains("real-job-id"));
   r = check_hello(h, "job", "secret-tokeN");
   CHECK(r.status == Status::BadToken);
   CHECK_THAT(r.message, !Catch::Contains("secret"));
   CHECK(check_hello(h, "job", "").status == Status::BadToken);
+  // A stranger with the wrong token is not told that its job id is wrong too.
+  r = check_hello(h, "real-job-id", "secret-tokeN");
+  CHECK(r.status == Status::BadToken);
+  CHECK_THAT(r.message, !Catch::Contains("real-job-id"));
   KvState s;
   CHECK(only(run(s, 1, h), 1).status == Status::Malformed);  // HELLO twice
 }

@@ -2,7 +2,10 @@
 // CPU, tests/worker/gpu/compare_torch_gpu.py on the GPU), written by one procedure for every
 // backend: in DIR, as safetensors, init (the initial state), batch (images NHWC as fp32, labels),
 // grads (loss and every gradient, OIHW), fwd (state after one training forward: running
-// statistics), sgd and adam (state after one step of each from the same start).
+// statistics), sgd and adam (state after one step of each from the same start); the recipe of
+// issue 12 from the same start: smooth (loss and gradients with label smoothing) and nesterov
+// (state after two Nesterov SGD steps on those gradients, weight decay only on the weights of
+// more than one dimension: torch's two parameter groups of --no-wd-on-bn-bias).
 #pragma once
 
 #include <cmath>
@@ -19,6 +22,8 @@ namespace worker::testing {
 // Must match the Python comparisons.
 constexpr float kSgdLr = 0.1f, kSgdMomentum = 0.9f, kSgdWd = 1e-4f;
 constexpr float kAdamLr = 1e-3f, kAdamWd = 1e-4f;
+constexpr float kSmoothing = 0.1f;
+constexpr float kNesterovLr = 0.1f, kNesterovMomentum = 0.875f, kNesterovWd = 5e-2f;
 
 inline StTensor f32_tensor(const std::string& name, std::vector<int64_t> shape, const float* p, size_t n) {
   StTensor t{name, "F32", std::move(shape), {}};
@@ -52,6 +57,18 @@ inline std::vector<float> act_to_f32(Ops& ops, const Act& a) {
 
 inline void save_state(Model& m, const std::string& path) {
   write_safetensors(path, model_state_to_tensors(m, m.get_state()));
+}
+
+// The loss and every gradient, with the parameters' names.
+inline void save_grads(Model& m, Ops& ops, float loss, const std::string& path) {
+  ModelState g = m.get_state();
+  ops.download(g.params.data(), m.grads(), m.num_params() * 4);
+  std::vector<StTensor> ts;
+  for (StTensor& t : model_state_to_tensors(m, g))
+    for (const StateEntry& e : m.state_entries())
+      if (e.name == t.name && e.kind == StateKind::Param) ts.push_back(std::move(t));
+  ts.push_back(f32_tensor("loss", {}, &loss, 1));
+  write_safetensors(path, ts);
 }
 
 // Starts from the weights in init_path (written by torch) or, when empty, from init(seed);
@@ -93,27 +110,35 @@ inline float write_reference_step(Ops& ops, const ModelConfig& cfg, DataKind kin
   one_step();
   const float loss = m.last_loss();
   save_state(m, out + "/fwd.safetensors");
-  {
-    ModelState g = m.get_state();
-    ops.download(g.params.data(), m.grads(), m.num_params() * 4);
-    std::vector<StTensor> ts;
-    for (StTensor& t : model_state_to_tensors(m, g))
-      for (const StateEntry& e : m.state_entries())
-        if (e.name == t.name && e.kind == StateKind::Param) ts.push_back(std::move(t));
-    ts.push_back(f32_tensor("loss", {}, &loss, 1));
-    write_safetensors(out + "/grads.safetensors", ts);
-  }
+  save_grads(m, ops, loss, out + "/grads.safetensors");
   float* mom = static_cast<float*>(ops.alloc(m.num_params() * 4));
-  ops.sgd_step(kSgdLr, kSgdMomentum, kSgdWd, mom, true);
+  ops.sgd_step(kSgdLr, kSgdMomentum, kSgdWd, mom, true, false, nullptr);
   ops.params_updated();
   save_state(m, out + "/sgd.safetensors");
 
   one_step();
   float* am = static_cast<float*>(ops.alloc(m.num_params() * 4));
   float* av = static_cast<float*>(ops.alloc(m.num_params() * 4));
-  ops.adam_step(kAdamLr, 0.9f, 0.999f, 1e-8f, kAdamWd, 1, am, av);
+  ops.adam_step(kAdamLr, 0.9f, 0.999f, 1e-8f, kAdamWd, 1, am, av, nullptr);
   ops.params_updated();
   save_state(m, out + "/adam.safetensors");
+
+  m.set_label_smoothing(kSmoothing);
+  one_step();
+  const float smooth_loss = m.last_loss();
+  save_grads(m, ops, smooth_loss, out + "/smooth.safetensors");
+  std::vector<uint8_t> decays(m.num_params(), 1);
+  for (const StateEntry& e : m.state_entries())
+    if (e.kind == StateKind::Param && e.shape.size() == 1)
+      for (size_t i = 0; i < e.count; ++i) decays[e.offset + i] = 0;
+  auto* mask = static_cast<uint8_t*>(ops.alloc(decays.size()));
+  ops.upload(mask, decays.data(), decays.size());
+  float* nm = static_cast<float*>(ops.alloc(m.num_params() * 4));
+  for (int s = 0; s < 2; ++s) {
+    ops.sgd_step(kNesterovLr, kNesterovMomentum, kNesterovWd, nm, s == 0, true, mask);
+    ops.params_updated();
+  }
+  save_state(m, out + "/nesterov.safetensors");
   return loss;
 }
 

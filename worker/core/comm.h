@@ -4,9 +4,27 @@
 
 #include <cstddef>
 #include <memory>
+#include <optional>
+#include <stdexcept>
 #include <string>
 
 namespace worker {
+
+// A collective that failed. peer_lost(): because a peer vanished -- it closed its connection,
+// or made no progress for the communication timeout (--comm-timeout) -- and lost_peer() names
+// it when the communicator can tell. train_resnet then tells the launcher so
+// (proto/peer_lost.h), which puts that peer's failure first in its report.
+class CommFailure : public std::runtime_error {
+ public:
+  explicit CommFailure(const std::string& what, bool peer_lost = false, std::optional<int> lost_peer = std::nullopt)
+      : std::runtime_error(what), peer_lost_(peer_lost), lost_peer_(lost_peer) {}
+  bool peer_lost() const { return peer_lost_; }
+  std::optional<int> lost_peer() const { return lost_peer_; }
+
+ private:
+  bool peer_lost_;
+  std::optional<int> lost_peer_;
+};
 
 class Comm {
  public:

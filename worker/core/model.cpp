@@ -450,7 +450,8 @@ struct Model::Impl {
     }
     ops.avgpool_forward(*blocks.back().out, avg_out);
     ops.fc_forward(avg_out, fc_w, fc_b, cfg.num_classes, logits);
-    ops.softmax_xent(cfg.batch, cfg.num_classes, logits, labels, grad_scale, loss, dlogits);
+    ops.softmax_xent(cfg.batch, cfg.num_classes, logits, labels, grad_scale, cfg.label_smoothing, loss,
+                     dlogits);
     if (train) ++batches_tracked;
   }
 
@@ -598,6 +599,8 @@ void Model::forward_backward(float grad_scale) {
 }
 
 void Model::forward_eval() { impl_->forward(false, 1.0f); }
+
+void Model::set_label_smoothing(float e) { impl_->cfg.label_smoothing = e; }
 
 float Model::last_loss() {
   float v = 0;

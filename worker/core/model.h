@@ -19,6 +19,7 @@ struct ModelConfig {
   int num_classes = 1000;
   int image_size = 224;
   int batch = 32;          // micro-batch per rank: activations are sized for it
+  float label_smoothing = 0.0f;  // of the loss (torch's CrossEntropyLoss(label_smoothing=))
 };
 
 // One entry of the state dict, in torchvision's state_dict() order and naming.
@@ -72,6 +73,8 @@ class Model {
   std::vector<float> last_logits();
   // Forward in eval mode (running statistics); loss available through last_loss().
   void forward_eval();
+  // The label smoothing of the loss from now on (ModelConfig::label_smoothing at construction).
+  void set_label_smoothing(float e);
 
   // Called during backward whenever the gradients of [begin, end) of the flat buffer are
   // final for this micro-batch, from the end of the buffer towards the start. Lets the trainer

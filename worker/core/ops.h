@@ -131,10 +131,12 @@ class Ops {
   virtual void fc_backward(const Act& x, ParamView w, const float* dlogits, int out, Act& dx,
                            ParamView dw, ParamView db) = 0;
 
-  // Mean softmax cross-entropy over the batch. Writes the loss (one fp32, backend memory) and
-  // dlogits = grad_scale * (softmax - onehot) / n. labels are int32 in backend memory.
+  // Mean softmax cross-entropy over the batch with label smoothing e (torch's
+  // CrossEntropyLoss(label_smoothing=e): the target is (1 - e) * onehot + e / classes). Writes the
+  // loss (one fp32, backend memory) and dlogits = grad_scale * (softmax - target) / n. labels are
+  // int32 in backend memory.
   virtual void softmax_xent(int n, int classes, const float* logits, const int32_t* labels,
-                            float grad_scale, float* loss, float* dlogits) = 0;
+                            float grad_scale, float label_smoothing, float* loss, float* dlogits) = 0;
 
   // --- Data: fills images (NHWC, compute dtype) and labels for the given sample indices with
   // the generator of worker/core/synthetic.h, so every backend sees the same batch.
@@ -142,14 +144,17 @@ class Ops {
                           int image_size, int classes, Act& images, int32_t* labels) = 0;
 
   // --- Optimizers over the bound flat buffers (fp32 master weights).
-  // PyTorch semantics: weight decay is L2 added to the gradient (torch.optim.SGD / Adam).
+  // PyTorch semantics: weight decay is L2 added to the gradient (torch.optim.SGD / Adam). It
+  // applies where decay_mask[i] != 0 (a byte per parameter, backend memory), everywhere when
+  // decay_mask is null: torch's parameter groups with weight_decay 0 for the others.
   virtual void scale_grads(float s) = 0;
   // Returns true when every gradient is finite (used by fp16 loss scaling; may synchronize).
   virtual bool grads_finite() = 0;
+  // SGD with momentum (dampening 0); nesterov as torch.optim.SGD(nesterov=True).
   virtual void sgd_step(float lr, float momentum, float weight_decay, float* momentum_buf,
-                        bool first_step) = 0;
+                        bool first_step, bool nesterov, const uint8_t* decay_mask) = 0;
   virtual void adam_step(float lr, float beta1, float beta2, float eps, float weight_decay,
-                         int64_t step, float* m, float* v) = 0;
+                         int64_t step, float* m, float* v, const uint8_t* decay_mask) = 0;
 
   virtual void synchronize() = 0;
 };

@@ -141,10 +141,10 @@ void CpuOps::fc_backward(const Act& x, ParamView w, const float* dlogits, int ou
   MapM(static_cast<float*>(dx.data), x.n, in).noalias() = DL * MapCM(params_ + w.offset, out, in);
 }
 
-// --- Softmax cross-entropy (log-sum-exp with the row maximum subtracted)
+// --- Softmax cross-entropy with label smoothing (log-sum-exp with the row maximum subtracted)
 
 void CpuOps::softmax_xent(int n, int classes, const float* logits, const int32_t* labels,
-                          float grad_scale, float* loss, float* dlogits) {
+                          float grad_scale, float label_smoothing, float* loss, float* dlogits) {
   for (int i = 0; i < n; ++i)
     if (labels[i] < 0 || labels[i] >= classes)
       throw std::out_of_range("cpu backend: label " + std::to_string(labels[i]) + " of sample " +
@@ -158,11 +158,16 @@ void CpuOps::softmax_xent(int n, int classes, const float* logits, const int32_t
     double s = 0.0;
     for (int k = 0; k < classes; ++k) s += std::exp(double(z[k]) - mx);
     const double lse = mx + std::log(s);
-    total += lse - z[labels[i]];
+    // Smoothed target t = (1 - e) * onehot + e / K: the loss is lse - sum_k t_k z_k.
+    const double e = label_smoothing, uniform = e / classes;
+    double zsum = 0.0;
+    if (e != 0.0)
+      for (int k = 0; k < classes; ++k) zsum += z[k];
+    total += lse - (1.0 - e) * z[labels[i]] - uniform * zsum;
     const double scale = double(grad_scale) / n;
     for (int k = 0; k < classes; ++k) {
       const double p = std::exp(double(z[k]) - lse);
-      g[k] = float(scale * (p - (k == labels[i] ? 1.0 : 0.0)));
+      g[k] = float(scale * (p - ((k == labels[i] ? 1.0 - e : 0.0) + uniform)));
     }
   }
   *loss = float(total / n);

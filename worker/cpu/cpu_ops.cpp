@@ -125,10 +125,10 @@ bool CpuOps::grads_finite() {
   return bad == 0;
 }
 
-// torch.optim.SGD (dampening 0, no Nesterov): d = g + wd * p; buf = first ? d : m * buf + d;
-// p -= lr * buf.
+// torch.optim.SGD (dampening 0): d = g + wd * p; buf = first ? d : m * buf + d;
+// p -= lr * (nesterov ? d + m * buf : buf).
 void CpuOps::sgd_step(float lr, float momentum, float weight_decay, float* momentum_buf,
-                      bool first_step) {
+                      bool first_step, bool nesterov, const uint8_t* decay_mask) {
   float* p = params_;
   const float* g = grads_;
   float* buf = momentum_buf;
@@ -138,10 +138,10 @@ void CpuOps::sgd_step(float lr, float momentum, float weight_decay, float* momen
 #pragma omp parallel for num_threads(threads_) schedule(static)
   for (long i = 0; i < n; ++i) {
     float d = g[i];
-    if (weight_decay != 0.0f) d += weight_decay * p[i];
+    if (weight_decay != 0.0f && (!decay_mask || decay_mask[i])) d += weight_decay * p[i];
     if (momentum != 0.0f) {
       buf[i] = first_step ? d : buf[i] * momentum + d;
-      d = buf[i];
+      d = nesterov ? d + momentum * buf[i] : buf[i];
     }
     p[i] += -lr * d;
   }
@@ -149,7 +149,7 @@ void CpuOps::sgd_step(float lr, float momentum, float weight_decay, float* momen
 
 // torch.optim.Adam (amsgrad off): bias corrections in double as Python computes them.
 void CpuOps::adam_step(float lr, float beta1, float beta2, float eps, float weight_decay,
-                       int64_t step, float* m, float* v) {
+                       int64_t step, float* m, float* v, const uint8_t* decay_mask) {
   float* p = params_;
   const float* g = grads_;
   const long n = long(count_);
@@ -160,7 +160,7 @@ void CpuOps::adam_step(float lr, float beta1, float beta2, float eps, float weig
 #pragma omp parallel for num_threads(threads_) schedule(static)
   for (long i = 0; i < n; ++i) {
     float gi = g[i];
-    if (weight_decay != 0.0f) gi += weight_decay * p[i];
+    if (weight_decay != 0.0f && (!decay_mask || decay_mask[i])) gi += weight_decay * p[i];
     m[i] = m[i] * beta1 + gi * (1.0f - beta1);
     v[i] = v[i] * beta2 + (1.0f - beta2) * gi * gi;
     const float denom = std::sqrt(v[i]) / bc2_sqrt + eps;

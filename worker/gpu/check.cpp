@@ -3,8 +3,9 @@
 #include <unistd.h>
 
 #include <cstdio>
-#include <cstdlib>
 #include <string>
+
+#include "proto/worker_env.h"
 
 namespace worker {
 namespace gpu {
@@ -13,8 +14,13 @@ const std::string& where() {
   static const std::string w = [] {
     char host[256] = {0};
     if (gethostname(host, sizeof host - 1) != 0) host[0] = '?';
-    const char* r = std::getenv("PADDLE_TRAINER_ID");
-    return std::string("rank ") + (r && *r ? r : "0") + " on host " + host;
+    std::string who = "rank 0";
+    try {
+      who = proto::read_worker_env(proto::process_env()).who();
+    } catch (const proto::EnvError&) {
+      // train_resnet refused that environment at start-up already; any name will do here.
+    }
+    return who + " on host " + host;
   }();
   return w;
 }

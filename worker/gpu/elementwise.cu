@@ -42,28 +42,34 @@ __global__ void nonfinite_kernel(const float* __restrict__ p, size_t n, int* fla
   if (__any_sync(0xffffffffu, bad) && (threadIdx.x & 31) == 0) *flag = 1;
 }
 
+// Weight decay of element i: everywhere without a mask (torch's single parameter group).
+__device__ __forceinline__ bool decays(const uint8_t* __restrict__ mask, size_t i) {
+  return mask == nullptr || mask[i] != 0;
+}
+
 __global__ void sgd_kernel(float* __restrict__ p, const float* __restrict__ g,
-                           float* __restrict__ buf, size_t n, float lr, float momentum, float wd,
-                           bool first) {
+                           float* __restrict__ buf, const uint8_t* __restrict__ mask, size_t n,
+                           float lr, float momentum, float wd, bool first, bool nesterov) {
   GRID_STRIDE(i, n) {
     float d = g[i];
-    if (wd != 0.f) d += wd * p[i];
+    if (wd != 0.f && decays(mask, i)) d += wd * p[i];
     if (momentum != 0.f) {
-      d = first ? d : momentum * buf[i] + d;
-      buf[i] = d;
+      const float b = first ? d : momentum * buf[i] + d;
+      buf[i] = b;
+      d = nesterov ? d + momentum * b : b;
     }
     p[i] -= lr * d;
   }
 }
 
 __global__ void adam_kernel(float* __restrict__ p, const float* __restrict__ g,
-                            float* __restrict__ m, float* __restrict__ v, size_t n, float lr,
-                            float beta1, float beta2, float eps, float wd, float bc1,
-                            float bc2_sqrt) {
+                            float* __restrict__ m, float* __restrict__ v,
+                            const uint8_t* __restrict__ mask, size_t n, float lr, float beta1,
+                            float beta2, float eps, float wd, float bc1, float bc2_sqrt) {
   const float step_size = lr / bc1;
   GRID_STRIDE(i, n) {
     float d = g[i];
-    if (wd != 0.f) d += wd * p[i];
+    if (wd != 0.f && decays(mask, i)) d += wd * p[i];
     const float mi = beta1 * m[i] + (1.f - beta1) * d;
     const float vi = beta2 * v[i] + (1.f - beta2) * d * d;
     m[i] = mi;
@@ -99,19 +105,21 @@ void find_nonfinite(const float* p, size_t n, int* flag, cudaStream_t s) {
   KERNEL_CHECK();
 }
 
-void sgd_step(float* p, const float* g, float* buf, size_t n, float lr, float momentum, float wd,
-              bool first, cudaStream_t s) {
-  sgd_kernel<<<grid_for(n), kThreads, 0, s>>>(p, g, buf, n, lr, momentum, wd, first);
+void sgd_step(float* p, const float* g, float* buf, const uint8_t* decay_mask, size_t n, float lr,
+              float momentum, float wd, bool first, bool nesterov, cudaStream_t s) {
+  sgd_kernel<<<grid_for(n), kThreads, 0, s>>>(p, g, buf, decay_mask, n, lr, momentum, wd, first,
+                                              nesterov);
   KERNEL_CHECK();
 }
 
-void adam_step(float* p, const float* g, float* m, float* v, size_t n, float lr, float beta1,
-               float beta2, float eps, float wd, int64_t step, cudaStream_t s) {
+void adam_step(float* p, const float* g, float* m, float* v, const uint8_t* decay_mask, size_t n,
+               float lr, float beta1, float beta2, float eps, float wd, int64_t step,
+               cudaStream_t s) {
   // Bias corrections in double on the host, as torch.optim.Adam computes them in Python floats.
   const double bc1 = 1.0 - std::pow(double(beta1), double(step));
   const double bc2 = 1.0 - std::pow(double(beta2), double(step));
-  adam_kernel<<<grid_for(n), kThreads, 0, s>>>(p, g, m, v, n, lr, beta1, beta2, eps, wd,
-                                                float(bc1), float(std::sqrt(bc2)));
+  adam_kernel<<<grid_for(n), kThreads, 0, s>>>(p, g, m, v, decay_mask, n, lr, beta1, beta2, eps,
+                                                wd, float(bc1), float(std::sqrt(bc2)));
   KERNEL_CHECK();
 }
 

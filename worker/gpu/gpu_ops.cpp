@@ -712,9 +712,10 @@ void GpuOps::fc_backward(const Act& x, ParamView w, const float* dlogits, int ou
 }
 
 void GpuOps::softmax_xent(int n, int classes, const float* logits, const int32_t* labels,
-                          float grad_scale, float* loss, float* dlogits) {
+                          float grad_scale, float label_smoothing, float* loss, float* dlogits) {
   float* rows = scratch_f32(size_t(n));
-  gpu::softmax_xent(n, classes, logits, labels, grad_scale, loss, dlogits, rows, stream_);
+  gpu::softmax_xent(n, classes, logits, labels, grad_scale, label_smoothing, loss, dlogits, rows,
+                    stream_);
 }
 
 // --- Data
@@ -741,15 +742,15 @@ bool GpuOps::grads_finite() {
 }
 
 void GpuOps::sgd_step(float lr, float momentum, float weight_decay, float* momentum_buf,
-                      bool first_step) {
-  gpu::sgd_step(params_, grads_, momentum_buf, count_, lr, momentum, weight_decay, first_step,
-                stream_);
+                      bool first_step, bool nesterov, const uint8_t* decay_mask) {
+  gpu::sgd_step(params_, grads_, momentum_buf, decay_mask, count_, lr, momentum, weight_decay,
+                first_step, nesterov, stream_);
 }
 
 void GpuOps::adam_step(float lr, float beta1, float beta2, float eps, float weight_decay,
-                       int64_t step, float* m, float* v) {
-  gpu::adam_step(params_, grads_, m, v, count_, lr, beta1, beta2, eps, weight_decay, step,
-                 stream_);
+                       int64_t step, float* m, float* v, const uint8_t* decay_mask) {
+  gpu::adam_step(params_, grads_, m, v, decay_mask, count_, lr, beta1, beta2, eps, weight_decay,
+                 step, stream_);
 }
 
 }  // namespace gpu

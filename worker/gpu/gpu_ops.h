@@ -89,15 +89,15 @@ class GpuOps final : public Ops {
   void fc_backward(const Act& x, ParamView w, const float* dlogits, int out, Act& dx,
                    ParamView dw, ParamView db) override;
   void softmax_xent(int n, int classes, const float* logits, const int32_t* labels,
-                    float grad_scale, float* loss, float* dlogits) override;
+                    float grad_scale, float label_smoothing, float* loss, float* dlogits) override;
   void make_batch(DataKind kind, uint64_t seed, const int64_t* host_indices, int n,
                   int image_size, int classes, Act& images, int32_t* labels) override;
   void scale_grads(float s) override;
   bool grads_finite() override;
   void sgd_step(float lr, float momentum, float weight_decay, float* momentum_buf,
-                bool first_step) override;
+                bool first_step, bool nesterov, const uint8_t* decay_mask) override;
   void adam_step(float lr, float beta1, float beta2, float eps, float weight_decay, int64_t step,
-                 float* m, float* v) override;
+                 float* m, float* v, const uint8_t* decay_mask) override;
   void synchronize() override;
 
   // For the NCCL communicator.

@@ -76,10 +76,10 @@ void s2d_wgrad_fold(DType t, const void* dwsd, float* dw, const S2dDesc& g, cuda
 void busy_wait(int microseconds, cudaStream_t s);
 
 // --- Loss and fully connected helpers (loss.cu).
-// row_loss: scratch of n floats.
+// Label smoothing as Ops::softmax_xent. row_loss: scratch of n floats.
 void softmax_xent(int n, int classes, const float* logits, const int32_t* labels,
-                  float grad_scale, float* loss, float* dlogits, float* row_loss,
-                  cudaStream_t s);
+                  float grad_scale, float label_smoothing, float* loss, float* dlogits,
+                  float* row_loss, cudaStream_t s);
 void fill_rows(float* out, const float* row, int n, int cols, cudaStream_t s);  // out[i,:] = row
 void column_sums_add(const float* a, int n, int cols, float* out, cudaStream_t s);  // out += sum_i a[i,:]
 
@@ -89,10 +89,12 @@ void add_to_f32(DType t, const void* src, float* dst, size_t n, cudaStream_t s);
 void scale_f32(float* p, float a, size_t n, cudaStream_t s);
 // Sets *flag to 1 when some element is not finite (flag is not cleared here).
 void find_nonfinite(const float* p, size_t n, int* flag, cudaStream_t s);
-void sgd_step(float* p, const float* g, float* buf, size_t n, float lr, float momentum, float wd,
-              bool first, cudaStream_t s);
-void adam_step(float* p, const float* g, float* m, float* v, size_t n, float lr, float beta1,
-               float beta2, float eps, float wd, int64_t step, cudaStream_t s);
+// decay_mask (may be null: everywhere): weight decay only where its byte is non-zero.
+void sgd_step(float* p, const float* g, float* buf, const uint8_t* decay_mask, size_t n, float lr,
+              float momentum, float wd, bool first, bool nesterov, cudaStream_t s);
+void adam_step(float* p, const float* g, float* m, float* v, const uint8_t* decay_mask, size_t n,
+               float lr, float beta1, float beta2, float eps, float wd, int64_t step,
+               cudaStream_t s);
 
 // --- Synthetic data (data.cu): the generator of worker/core/synthetic.h on the device.
 void make_batch(DType t, DataKind kind, uint64_t seed, const int64_t* host_indices, int n,

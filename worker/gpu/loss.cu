@@ -1,4 +1,4 @@
-// Softmax cross-entropy (one block per sample, deterministic two-stage mean) and the small
+// Softmax cross-entropy with label smoothing (one block per sample, deterministic two-stage mean) and the small
 // helpers of the fully connected layer (bias broadcast, bias gradient).
 #include <cfloat>
 #include <cstdint>
@@ -33,9 +33,11 @@ __device__ float block_reduce(float v, bool is_max, float* sh) {
   return sh[0];
 }
 
+// Label smoothing e: the target is t = (1 - e) * onehot + e / classes, the loss lse - sum t_k z_k.
 __global__ void xent_rows_kernel(int n, int classes, const float* __restrict__ logits,
                                  const int32_t* __restrict__ labels, float grad_scale,
-                                 float* __restrict__ dlogits, float* __restrict__ row_loss) {
+                                 float label_smoothing, float* __restrict__ dlogits,
+                                 float* __restrict__ row_loss) {
   __shared__ float sh[32];
   const int row = blockIdx.x;
   const float* z = logits + size_t(row) * classes;
@@ -45,15 +47,21 @@ __global__ void xent_rows_kernel(int n, int classes, const float* __restrict__ l
   float sum = 0.f;
   for (int j = threadIdx.x; j < classes; j += blockDim.x) sum += expf(z[j] - mx);
   sum = block_reduce(sum, false, sh);
+  const float e = label_smoothing, uniform = e / float(classes);
+  float zsum = 0.f;
+  if (e != 0.f) {
+    for (int j = threadIdx.x; j < classes; j += blockDim.x) zsum += z[j];
+    zsum = block_reduce(zsum, false, sh);
+  }
   const int label = labels[row];
   const float inv = 1.f / sum;
   const float g = grad_scale / float(n);
   float* dz = dlogits + size_t(row) * classes;
   for (int j = threadIdx.x; j < classes; j += blockDim.x) {
     const float p = expf(z[j] - mx) * inv;
-    dz[j] = g * (p - (j == label ? 1.f : 0.f));
+    dz[j] = g * (p - ((j == label ? 1.f - e : 0.f) + uniform));
   }
-  if (threadIdx.x == 0) row_loss[row] = logf(sum) + mx - z[label];
+  if (threadIdx.x == 0) row_loss[row] = logf(sum) + mx - (1.f - e) * z[label] - uniform * zsum;
 }
 
 __global__ void mean_kernel(int n, const float* __restrict__ v, float* __restrict__ out) {
@@ -80,10 +88,10 @@ __global__ void column_sums_kernel(const float* a, int n, int cols, float* out) 
 }  // namespace
 
 void softmax_xent(int n, int classes, const float* logits, const int32_t* labels,
-                  float grad_scale, float* loss, float* dlogits, float* row_loss,
-                  cudaStream_t s) {
-  xent_rows_kernel<<<n, kThreads, 0, s>>>(n, classes, logits, labels, grad_scale, dlogits,
-                                          row_loss);
+                  float grad_scale, float label_smoothing, float* loss, float* dlogits,
+                  float* row_loss, cudaStream_t s) {
+  xent_rows_kernel<<<n, kThreads, 0, s>>>(n, classes, logits, labels, grad_scale,
+                                          label_smoothing, dlogits, row_loss);
   KERNEL_CHECK();
   mean_kernel<<<1, 1024, 0, s>>>(n, row_loss, loss);
   KERNEL_CHECK();

@@ -4,6 +4,7 @@
 // host synchronisation); a watchdog thread turns a dead peer into an abort within seconds.
 #include <array>
 #include <atomic>
+#include <deque>
 #include <chrono>
 #include <condition_variable>
 #include <cstdio>
@@ -15,8 +16,10 @@
 #include <string>
 #include <string_view>
 #include <thread>
+#include <vector>
 
 #include "proto/client.h"
+#include "proto/peer_lost.h"
 #include "proto/rendezvous.h"
 #include "worker/core/backend.h"
 #include "worker/gpu/check.h"
@@ -50,8 +53,8 @@ double env_seconds(const char* name, double def) {
 class NcclComm final : public Comm {
  public:
   NcclComm(GpuOps& ops, proto::Client* store, int rank, int size, const std::string& name,
-           int generation)
-      : ops_(ops), rank_(rank), size_(size) {
+           int generation, milliseconds timeout)
+      : ops_(ops), rank_(rank), size_(size), timeout_(timeout) {
     CUDA_CHECK(cudaSetDevice(ops.device_ordinal()));
     CUDA_CHECK(cudaStreamCreateWithFlags(&comm_stream_, cudaStreamNonBlocking));
     CUDA_CHECK(cudaEventCreateWithFlags(&ready_, cudaEventDisableTiming));
@@ -110,9 +113,9 @@ class NcclComm final : public Comm {
     }
 
     // The watchdog has its own store connection: the main thread's client is not shared.
-    if (size > 1 && std::getenv("LAUNCH_STORE_ADDR")) {
+    if (size > 1 && store) {
       try {
-        watch_store_ = std::make_unique<proto::Client>(proto::Client::from_env());
+        watch_store_ = std::make_unique<proto::Client>(store->options());
       } catch (const std::exception& e) {
         std::fprintf(stderr, "[%s] warning: NCCL watchdog without the store (%s)\n",
                      where().c_str(), e.what());
@@ -143,6 +146,8 @@ class NcclComm final : public Comm {
     }
     cudaEventDestroy(ready_);
     cudaEventDestroy(done_);
+    for (const InFlight& f : in_flight_) cudaEventDestroy(f.done);
+    for (cudaEvent_t e : free_events_) cudaEventDestroy(e);
     for (TimingSlot& t : slots_)
       for (cudaEvent_t e : {t.start, t.compute_done, t.end}) cudaEventDestroy(e);
     cudaStreamDestroy(comm_stream_);
@@ -182,6 +187,7 @@ class NcclComm final : public Comm {
     }
     CUDA_CHECK(cudaEventRecord(done_, comm_stream_));
     CUDA_CHECK(cudaStreamWaitEvent(ops_.stream(), done_, 0));
+    track("the collectives of a step");
   }
 
   bool timing(Timing* out) override {
@@ -203,6 +209,7 @@ class NcclComm final : public Comm {
              "ncclAllGather", __LINE__);
     CUDA_CHECK(cudaMemcpyAsync(recv, gather_ + bytes, bytes * size_, cudaMemcpyDeviceToHost,
                                comm_stream_));
+    track("ncclAllGather");
     // Poll rather than block, so a peer's death surfaces here as an error, not a hang.
     for (;;) {
       const cudaError_t e = cudaStreamQuery(comm_stream_);
@@ -256,16 +263,66 @@ class NcclComm final : public Comm {
   void check_failed() {
     if (failed_.load()) {
       std::lock_guard<std::mutex> g(mu_);
+      // A peer that vanished or stopped is reported as such (the launcher then names it); a
+      // failure the launcher recorded already is just that.
+      if (peer_lost_) throw CommFailure(failure_, /*peer_lost=*/true);
       throw GpuError(GpuError::Kind::PeerFailed, failure_);
     }
+  }
+
+  // --- Collectives in flight, for the watchdog's timeout: one event after the work of each
+  // step (and each all-gather) on the communication stream, with the time it was enqueued.
+  struct InFlight {
+    cudaEvent_t done;
+    Clock::time_point enqueued;
+    uint64_t seq;
+    const char* what;
+  };
+
+  void track(const char* what) {
+    if (size_ < 2) return;
+    cudaEvent_t e = nullptr;
+    {
+      std::lock_guard<std::mutex> g(flight_mu_);
+      if (!free_events_.empty()) {
+        e = free_events_.back();
+        free_events_.pop_back();
+      }
+    }
+    if (!e) CUDA_CHECK(cudaEventCreateWithFlags(&e, cudaEventDisableTiming));
+    CUDA_CHECK(cudaEventRecord(e, comm_stream_));
+    std::lock_guard<std::mutex> g(flight_mu_);
+    in_flight_.push_back({e, Clock::now(), ++enqueued_, what});
+  }
+
+  // The oldest unfinished collective when it has waited longer than the timeout: why to give up.
+  std::string overdue() {
+    std::lock_guard<std::mutex> g(flight_mu_);
+    while (!in_flight_.empty()) {
+      const cudaError_t q = cudaEventQuery(in_flight_.front().done);
+      if (q == cudaErrorNotReady) break;
+      if (q != cudaSuccess) return "";  // a CUDA error: the main thread reports it itself
+      free_events_.push_back(in_flight_.front().done);
+      in_flight_.pop_front();
+    }
+    if (in_flight_.empty() || Clock::now() - in_flight_.front().enqueued < timeout_) return "";
+    const InFlight& f = in_flight_.front();
+    char text[160];
+    std::snprintf(text, sizeof text, "NCCL made no progress for %.1f s (--comm-timeout %g s): ",
+                  std::chrono::duration<double>(Clock::now() - f.enqueued).count(), timeout_.count() / 1000.0);
+    return text + std::string(f.what) + " #" + std::to_string(f.seq) +
+           " has not finished; a rank is stopped, hung or gone";
   }
 
   void abort_comm() {
     if (!aborted_.exchange(true) && comm_) ncclCommAbort(comm_);
   }
 
-  // --- Watchdog: NCCL's asynchronous error and the store's failure record.
+  // --- Watchdog: NCCL's asynchronous error, the store's failure record, and collectives that
+  // do not finish within the timeout (NCCL has no timeout of its own: a stopped peer leaves
+  // the others' kernels spinning).
   void watch() {
+    cudaSetDevice(ops_.device_ordinal());  // the events' device, for cudaEventQuery
     auto next_store_poll = Clock::now();
     std::unique_lock<std::mutex> lk(mu_);
     while (!stop_) {
@@ -273,10 +330,13 @@ class NcclComm final : public Comm {
       if (stop_) break;
       lk.unlock();
       std::string why;
+      bool peer_lost = false;
       ncclResult_t st = ncclSuccess;
       if (ncclCommGetAsyncError(comm_, &st) == ncclSuccess && st != ncclSuccess &&
           st != ncclInProgress) {
         why = std::string("NCCL reported ") + ncclGetErrorString(st);
+        // A remote or system error mid-run is a peer (or the link to it) gone.
+        peer_lost = st == ncclRemoteError || st == ncclSystemError;
         // The launcher usually knows which rank died: give its record a moment.
         if (watch_store_) {
           try {
@@ -284,6 +344,9 @@ class NcclComm final : public Comm {
           } catch (const std::exception&) {
           }
         }
+      } else if (std::string late = overdue(); !late.empty()) {
+        why = late;
+        peer_lost = true;
       } else if (watch_store_ && Clock::now() >= next_store_poll) {
         next_store_poll = Clock::now() + kStorePollInterval;
         try {
@@ -296,17 +359,19 @@ class NcclComm final : public Comm {
         }
       }
       if (!why.empty()) {
-        fail(why);
+        fail(why, peer_lost);
         return;
       }
       lk.lock();
     }
   }
 
-  void fail(const std::string& why) {
+  void fail(const std::string& why, bool peer_lost) {
     {
       std::lock_guard<std::mutex> g(mu_);
-      failure_ = "another rank failed: " + why + "; aborted the NCCL communicator (" + where() + ")";
+      failure_ = (peer_lost ? "" : "another rank failed: ") + why + "; aborted the NCCL communicator (" +
+                 where() + ")";
+      peer_lost_ = peer_lost;
     }
     failed_ = true;
     std::fprintf(stderr, "[%s] %s\n", where().c_str(), failure_.c_str());
@@ -317,8 +382,9 @@ class NcclComm final : public Comm {
     std::unique_lock<std::mutex> lk(mu_);
     if (!cv_.wait_for(lk, kGraceAfterAbort, [this] { return stop_; })) {
       std::fprintf(stderr, "[%s] exiting: %s\n", where().c_str(), failure_.c_str());
+      if (peer_lost_) std::fprintf(stderr, "%s\n", proto::format_peer_lost({std::nullopt, failure_}).c_str());
       std::fflush(stderr);
-      std::_Exit(1);
+      std::_Exit(peer_lost_ ? proto::kPeerLostExitCode : 1);
     }
   }
 
@@ -342,18 +408,25 @@ class NcclComm final : public Comm {
   std::atomic<bool> failed_{false};
   std::atomic<bool> aborted_{false};
   std::string failure_;
+  bool peer_lost_ = false;  // under mu_: the failure is a peer that vanished or stopped
+
+  milliseconds timeout_;  // --comm-timeout: a collective unfinished this long fails the rank
+  std::mutex flight_mu_;
+  std::deque<InFlight> in_flight_;
+  std::vector<cudaEvent_t> free_events_;
+  uint64_t enqueued_ = 0;
 };
 
 }  // namespace
 }  // namespace gpu
 
 std::unique_ptr<Comm> make_nccl_comm(Ops& gpu_ops, proto::Client* store, int rank, int size,
-                                     const std::string& name, int generation) {
+                                     const std::string& name, int generation, std::chrono::milliseconds timeout) {
   auto* ops = dynamic_cast<gpu::GpuOps*>(&gpu_ops);
   if (!ops)
     throw gpu::GpuError(gpu::GpuError::Kind::Invalid,
                         "make_nccl_comm needs the GPU backend's Ops (got " + gpu_ops.describe() + ")");
-  return std::make_unique<gpu::NcclComm>(*ops, store, rank, size, name, generation);
+  return std::make_unique<gpu::NcclComm>(*ops, store, rank, size, name, generation, timeout);
 }
 
 }  // namespace worker

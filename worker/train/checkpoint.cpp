@@ -1,6 +1,9 @@
 #include "worker/train/checkpoint.h"
 
 #include <sys/stat.h>
+#include <unistd.h>
+
+#include <cerrno>
 
 #include <cstdio>
 #include <cstdlib>
@@ -10,12 +13,26 @@
 #include <stdexcept>
 
 #include "worker/core/safetensors.h"
+#include "worker/train/optimizer.h"
 
 namespace worker {
 
 namespace {
 
 constexpr const char* kFormat = "train_resnet.train_state.v1";
+constexpr const char* kPending = ".pending";
+
+void rename_or_throw(const std::string& from, const std::string& to) {
+  if (::rename(from.c_str(), to.c_str()) != 0) {
+    throw std::runtime_error("cannot rename '" + from + "' to '" + to + "': " + std::strerror(errno));
+  }
+}
+
+std::string step_of(const std::string& path) {
+  std::map<std::string, std::string> meta;
+  read_safetensors(path, &meta);
+  return meta.count("step") ? meta["step"] : "";
+}
 
 bool ends_with(const std::string& s, const std::string& suffix) {
   return s.size() >= suffix.size() && s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
@@ -98,16 +115,96 @@ bool checkpoint_exists(const std::string& weights_path) {
   return file_exists(weights_path) && file_exists(train_state_path(weights_path));
 }
 
+std::string best_weights_path(const std::string& save) {
+  const std::string ext = ".safetensors";
+  if (ends_with(save, ext) && save.size() > ext.size()) return save.substr(0, save.size() - ext.size()) + ".best" + ext;
+  return save + ".best";
+}
+
+void check_save_path(const std::string& path) {
+  namespace fs = std::filesystem;
+  for (const std::string& p : {path, train_state_path(path)}) {
+    if (fs::is_directory(p)) {
+      throw UsageError("--save '" + path + "': '" + p + "' is a directory; give a file name, e.g. " +
+                       (fs::path(p) / "model.safetensors").string());
+    }
+  }
+  try {
+    ensure_parent_dir(path);
+  } catch (const std::exception& e) {
+    throw UsageError(std::string("--save: ") + e.what());
+  }
+  const fs::path parent = fs::path(path).parent_path();
+  const std::string dir = parent.empty() ? "." : parent.string();
+  std::string probe = (fs::path(dir) / ("." + fs::path(path).filename().string() + ".probe.XXXXXX")).string();
+  const int fd = ::mkstemp(probe.data());
+  if (fd < 0) {
+    throw UsageError("--save '" + path + "': cannot write in '" + dir + "': " + std::strerror(errno) +
+                     " (choose a writable place; checked before training, nothing was written)");
+  }
+  ::close(fd);
+  ::unlink(probe.c_str());
+}
+
+std::vector<std::string> recover_interrupted_save(const std::string& path) {
+  namespace fs = std::filesystem;
+  std::vector<std::string> done;
+  const std::string tpath = train_state_path(path);
+  // A save killed between its renames: the training state is in place, the weights pending.
+  if (file_exists(path + kPending) && file_exists(tpath) && !file_exists(tpath + kPending)) {
+    std::string pending_step, state_step;
+    try {
+      pending_step = step_of(path + kPending);
+      state_step = step_of(tpath);
+    } catch (const std::exception&) {
+      pending_step.clear();  // unreadable: not the other half of the committed state
+    }
+    if (!pending_step.empty() && pending_step == state_step) {
+      rename_or_throw(path + kPending, path);
+      done.push_back("Completed the interrupted save of " + path + " (step " + state_step + ")");
+    }
+  }
+  const fs::path parent = fs::path(path).parent_path();
+  const fs::path dir = parent.empty() ? fs::path(".") : parent;
+  std::error_code ec;
+  std::vector<std::string> prefixes;
+  for (const std::string& p : {path, tpath, best_weights_path(path)}) {
+    prefixes.push_back(fs::path(p).filename().string() + ".tmp.");
+    prefixes.push_back(fs::path(p).filename().string() + kPending);
+  }
+  for (const fs::directory_entry& e : fs::directory_iterator(dir, ec)) {
+    const std::string name = e.path().filename().string();
+    for (const std::string& prefix : prefixes) {
+      if (name.compare(0, prefix.size(), prefix) == 0 && e.is_regular_file()) {
+        fs::remove(e.path(), ec);
+        done.push_back("Removed " + e.path().string() + ", left by an interrupted save");
+        break;
+      }
+    }
+  }
+  return done;
+}
+
+std::string resume_source(const std::string& resume, const std::string& save) {
+  if (resume != "auto") return resume;
+  const bool weights = file_exists(save), state = file_exists(train_state_path(save));
+  if (weights && state) return save;
+  if (!weights && !state) return "";
+  throw UsageError("--resume auto: '" + (weights ? save : train_state_path(save)) + "' exists but '" +
+                   (weights ? train_state_path(save) : save) +
+                   "' does not, so this is not a checkpoint a run can continue; move it away to start afresh" +
+                   (weights ? ", or start from its weights with --init" : ""));
+}
+
 void save_checkpoint(const std::string& path, const Model& model, const ModelState& state,
                      const TrainState& train) {
   const std::string step = std::to_string(train.step);
   ensure_parent_dir(path);
   std::vector<StTensor> ts;
-  if (train.optimizer == "adam") {
-    ts.push_back(f32_tensor("optimizer.exp_avg", train.slot_a));
-    ts.push_back(f32_tensor("optimizer.exp_avg_sq", train.slot_b));
-  } else {
-    ts.push_back(f32_tensor("optimizer.momentum_buffer", train.slot_a));
+  for (const std::string& name : optimizer_buffer_names(train.optimizer)) {
+    auto it = train.optimizer_state.find(name);
+    if (it == train.optimizer_state.end()) throw std::logic_error("save_checkpoint: no optimizer buffer '" + name + "'");
+    ts.push_back(f32_tensor("optimizer." + name, it->second));
   }
   const std::map<std::string, std::string> tmeta = {
       {"format", kFormat},
@@ -115,7 +212,7 @@ void save_checkpoint(const std::string& path, const Model& model, const ModelSta
       {"epoch", std::to_string(train.epoch)},
       {"batch", std::to_string(train.batch)},
       {"seed", std::to_string(train.seed)},
-      {"optimizer", train.optimizer},
+      {"optimizer", to_string(train.optimizer)},
       {"data", train.data},
       {"num_samples", std::to_string(train.num_samples)},
       {"global_batch", std::to_string(train.global_batch)},
@@ -123,9 +220,26 @@ void save_checkpoint(const std::string& path, const Model& model, const ModelSta
       {"loss_scale", float_text(train.loss_scale)},
       {"loss_scale_growth_tracker", std::to_string(train.loss_scale_growth_tracker)},
       {"skipped_steps", std::to_string(train.skipped_steps)},
+      {"best_top1", std::to_string(train.best_top1)},
   };
-  write_safetensors(train_state_path(path), ts, tmeta);
-  write_safetensors(path, model_state_to_tensors(model, state), {{"format", "pt"}, {"step", step}});
+  const std::string tpath = train_state_path(path);
+  if (std::filesystem::is_directory(path) || std::filesystem::is_directory(tpath)) {
+    throw std::runtime_error("cannot save to '" + path + "': it or '" + tpath + "' is a directory");
+  }
+  // Phase 1: both files complete under their pending names; phase 2: the two renames.
+  write_safetensors(tpath + kPending, ts, tmeta);
+  write_weights(path + kPending, model, state, train.step);
+  rename_or_throw(tpath + kPending, tpath);  // the commit point
+  rename_or_throw(path + kPending, path);
+}
+
+void write_weights(const std::string& path, const Model& model, const ModelState& state, int64_t step,
+                   const std::map<std::string, std::string>& extra) {
+  std::map<std::string, std::string> meta = extra;
+  meta["format"] = "pt";
+  meta["step"] = std::to_string(step);
+  ensure_parent_dir(path);
+  write_safetensors(path, model_state_to_tensors(model, state), meta);
 }
 
 ModelState load_weights(const std::string& path, const Model& model) {
@@ -152,7 +266,14 @@ void load_checkpoint(const std::string& path, const Model& model, ModelState* st
   t.epoch = meta_int(tmeta, "epoch", tpath);
   t.batch = meta_int(tmeta, "batch", tpath);
   t.seed = uint64_t(std::stoull(meta(tmeta, "seed", tpath)));
-  t.optimizer = meta(tmeta, "optimizer", tpath);
+  const std::string& optimizer = meta(tmeta, "optimizer", tpath);
+  if (optimizer == to_string(OptimizerKind::Adam)) {
+    t.optimizer = OptimizerKind::Adam;
+  } else if (optimizer == to_string(OptimizerKind::Sgd)) {
+    t.optimizer = OptimizerKind::Sgd;
+  } else {
+    throw std::runtime_error("training state '" + tpath + "': unknown optimizer '" + optimizer + "'");
+  }
   t.data = meta(tmeta, "data", tpath);
   t.num_samples = meta_int(tmeta, "num_samples", tpath);
   t.global_batch = meta_int(tmeta, "global_batch", tpath);
@@ -170,21 +291,46 @@ void load_checkpoint(const std::string& path, const Model& model, ModelState* st
                                " is not within 0.." + std::to_string(t.step));
     }
   }
+  if (tmeta.count("best_top1")) {
+    const std::string& v = tmeta["best_top1"];
+    char* end = nullptr;
+    t.best_top1 = std::strtod(v.c_str(), &end);
+    if (v.empty() || *end != '\0') {
+      throw std::runtime_error("training state '" + tpath + "': metadata 'best_top1'='" + v + "' is not a number");
+    }
+  }
   if (wmeta.count("step") == 0 || wmeta["step"] != std::to_string(t.step)) {
     throw std::runtime_error("checkpoint '" + path + "' (step " + (wmeta.count("step") ? wmeta["step"] : "?") +
                              ") and its training state '" + tpath + "' (step " + std::to_string(t.step) +
                              ") do not belong together");
   }
   const size_t n = model.num_params();
-  if (t.optimizer == "adam") {
-    t.slot_a = f32_from(tts, "optimizer.exp_avg", n, tpath);
-    t.slot_b = f32_from(tts, "optimizer.exp_avg_sq", n, tpath);
-  } else if (t.optimizer == "sgd") {
-    t.slot_a = f32_from(tts, "optimizer.momentum_buffer", n, tpath);
-  } else {
-    throw std::runtime_error("training state '" + tpath + "': unknown optimizer '" + t.optimizer + "'");
-  }
+  for (const std::string& name : optimizer_buffer_names(t.optimizer))
+    t.optimizer_state[name] = f32_from(tts, "optimizer." + name, n, tpath);
   *train = std::move(t);
+}
+
+void check_resume_compatible(const std::string& path, const TrainState& saved, const TrainState& now) {
+  auto differs = [&](const char* what, const std::string& was, const std::string& is, const char* why) {
+    if (was != is) {
+      throw UsageError("cannot resume from '" + path + "': it was trained with " + what + " " + was +
+                       ", this run has " + is + " (" + why + ")");
+    }
+  };
+  const std::string state_names = [&] {
+    std::string s;
+    for (const std::string& n : optimizer_buffer_names(saved.optimizer)) s += (s.empty() ? "" : " and ") + n;
+    return s;
+  }();
+  differs("--optimizer", to_string(saved.optimizer), to_string(now.optimizer),
+          ("its optimizer state (" + state_names + ") does not fit another optimizer; --init starts a new run "
+           "from its weights").c_str());
+  const char* order = "the data order would not continue";
+  differs("--seed", std::to_string(saved.seed), std::to_string(now.seed), order);
+  differs("--data", saved.data, now.data, order);
+  differs("--num-samples", std::to_string(saved.num_samples), std::to_string(now.num_samples), order);
+  differs("a global batch (ranks x batch x accum-steps) of", std::to_string(saved.global_batch),
+          std::to_string(now.global_batch), order);
 }
 
 }  // namespace worker

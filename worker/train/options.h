@@ -1,4 +1,6 @@
 // train_resnet's command line: the options struct, its CLI11 parser and its validation.
+// Every choice among names (optimizer, data, device, precision, schedule) is parsed into an
+// enum class here, once; the rest of the worker never compares option strings.
 // Validation is a pure function of the struct, so tests check it with plain values.
 #pragma once
 
@@ -8,6 +10,10 @@
 #include <string>
 #include <vector>
 
+#include "worker/core/ops.h"
+#include "worker/data/loader_kind.h"
+#include "worker/train/lr_schedule.h"
+
 namespace worker {
 
 // A bad command line: main prints "train_resnet: error: <what>" and exits 2.
@@ -16,22 +22,33 @@ class UsageError : public std::runtime_error {
   using std::runtime_error::runtime_error;
 };
 
+enum class OptimizerKind : uint8_t { Adam, Sgd };
+enum class DataSourceKind : uint8_t { Random, Learnable, Images };  // synthetic (worker/core/synthetic.h), or images
+enum class DeviceChoice : uint8_t { Auto, Cpu, Gpu };
+enum class Precision : uint8_t { Default, Fp32, Bf16, Fp16 };  // Default: bf16 on GPU, fp32 on CPU
+
+// The names the command line and the checkpoints use ("adam", "learnable", "gpu", "bf16").
+const char* to_string(OptimizerKind k);
+const char* to_string(DataSourceKind k);
+const char* to_string(DeviceChoice k);
+const char* to_string(Precision p);
+const char* to_string(LrScheduleKind k);
+
 struct TrainOptions {
+  // --- model and run (issue 4)
   int depth = 50;
   int width = 64;
   int num_classes = 1000;
   int image_size = 224;
   int batch_size = 32;       // per rank, per micro-batch
-  int64_t num_samples = 1000;
   int epochs = 3;
   int64_t max_steps = 0;     // 0: no limit (optimizer steps, counted from the start of training)
-  std::string optimizer = "adam";
+  OptimizerKind optimizer = OptimizerKind::Adam;
   double lr = 1e-3;
   double momentum = 0.9;
   double weight_decay = 0.0;
   int accum_steps = 1;
   uint64_t seed = 0;
-  std::string data = "random";
   std::string init;          // weights only
   std::string save;
   int64_t save_every = 0;    // 0: only at the end
@@ -39,9 +56,50 @@ struct TrainOptions {
   std::string dump_batch;
   std::string metrics_file;
   int log_every = 10;
-  std::string device = "auto";
-  std::string precision;     // "" = default: bf16 on GPU, fp32 on CPU
+  DeviceChoice device = DeviceChoice::Auto;
+  Precision precision = Precision::Default;
   int threads = 0;           // CPU threads; 0: OMP_NUM_THREADS, else all cores
+
+  // --- data (issue 4: synthetic; issue 11 adds images)
+  DataSourceKind data = DataSourceKind::Random;
+  int64_t num_samples = 1000;  // synthetic training samples
+  // Images (--data DIR|LISTFILE): the data set, its val split, and how it is decoded
+  std::string data_path;                 // an ImageFolder DIR or a list file
+  std::string val_data;                  // the val split's list file, for a list-file --data
+  Loader loader = Loader::Auto;          // which back end decodes
+  int data_threads = 0;                  // decode threads per rank; 0: the node's cores / LOCAL_WORLD_SIZE
+  int data_prefetch = 3;                 // micro-batches decoded ahead
+  bool strict_data = false;              // an unreadable image is an error instead of skipped
+  double crop_scale_min = 0.08, crop_scale_max = 1.0;  // RandomResizedCrop's scale
+  double hflip = 0.5;                    // probability of a horizontal flip
+  Augment augment = Augment::Standard;   // none: the evaluation transform for training too
+  bool decode_scaling = true;            // CPU back end: DCT-domain downscaling of large crops
+  bool num_classes_given = false;        // --num-classes was on the command line (else: the data's)
+
+  // --- recipe (issue 12): defaults as torchvision's reference recipe where it has one
+  LrScheduleKind lr_schedule = LrScheduleKind::Constant;
+  double warmup_epochs = 0.0;          // linear warm-up from 0 (fractional epochs allowed)
+  std::vector<int> lr_steps = {30, 60, 90};  // epochs at which the step schedule multiplies by lr_gamma
+  double lr_gamma = 0.1;
+  int64_t lr_base_batch = 0;           // 0: --lr as given; N: --lr is for N images, scaled linearly
+  double label_smoothing = 0.0;
+  bool nesterov = false;
+  bool no_wd_on_bn_bias = false;       // batch-norm weights, biases and the FC bias not decayed
+
+  // --- validation (issue 12)
+  int64_t val_samples = 0;             // synthetic validation samples (0: no validation)
+  int eval_every = 1;                  // epochs between evaluations (and one at the end)
+  bool eval_only = false;              // evaluate --init's weights and exit
+  bool save_best = false;              // keep the best top-1's weights beside --save
+
+  // --- what a user sees (issue 12)
+  std::string tensorboard;             // folder for TensorBoard event files (rank 0)
+
+  // --- communication (issue 14)
+  // A collective that makes no progress this long gives up: the CPU ring after this much
+  // silence from a neighbour (and its set-up), NCCL's watchdog on a collective not finished.
+  // The rank then names the silent peer to the launcher and exits 86 (proto/peer_lost.h).
+  double comm_timeout_s = 300;
 };
 
 // Parses argv (argv[0] included). Returns nullopt when --help was printed. Throws UsageError.
@@ -51,7 +109,7 @@ std::optional<TrainOptions> parse_options(const std::vector<std::string>& args);
 // Throws UsageError naming the offending option and what would be valid.
 void validate(const TrainOptions& o);
 
-// The precision actually used on a device ("cpu" or "gpu"): the default, or a UsageError.
-std::string resolve_precision(const TrainOptions& o, bool gpu);
+// The compute dtype actually used on the CPU or the GPU: the default, or a UsageError.
+DType resolve_precision(const TrainOptions& o, bool gpu);
 
 }  // namespace worker

@@ -115,26 +115,37 @@ std::pair<std::string, uint16_t> split_addr(const std::string& addr, const std::
   return {addr.substr(0, colon), uint16_t(std::stoi(port))};
 }
 
+// Who is on the other side of a socket, for errors: a name and, for a ring peer, its rank.
+struct Peer {
+  std::string name;
+  int rank = -1;  // -1: not (yet) known to be a ring peer
+};
+
+// The peer vanished: what train_resnet reports to the launcher as the rank at fault.
+[[noreturn]] void lost(const Peer& peer, const std::string& msg) {
+  if (peer.rank < 0) throw CommError(msg);
+  throw CommError(msg, /*peer_lost=*/true, peer.rank);
+}
+
 int remaining_ms(Clock::time_point deadline) {
   const auto left = std::chrono::duration_cast<ms>(deadline - Clock::now()).count();
   return int(std::clamp<long long>(left, 0, 1 << 30));
 }
 
 // Waits for `events` on fd until the deadline; throws naming `peer` on timeout.
-void wait_fd(int fd, short events, Clock::time_point deadline, const std::string& peer,
-             const std::string& what) {
+void wait_fd(int fd, short events, Clock::time_point deadline, const Peer& peer, const std::string& what) {
   while (true) {
     pollfd p{fd, events, 0};
     const int rc = ::poll(&p, 1, remaining_ms(deadline));
     if (rc > 0) return;
     if (rc < 0 && errno == EINTR) continue;
     if (rc < 0) throw CommError(what + ": poll: " + errno_text(errno));
-    throw CommError(what + ": timed out waiting for " + peer);
+    lost(peer, what + ": timed out waiting for " + peer.name);
   }
 }
 
-void send_all(int fd, const uint8_t* p, size_t n, Clock::time_point deadline,
-              const std::string& peer, const std::string& what) {
+void send_all(int fd, const uint8_t* p, size_t n, Clock::time_point deadline, const Peer& peer,
+              const std::string& what) {
   while (n > 0) {
     const ssize_t k = ::send(fd, p, n, MSG_NOSIGNAL);
     if (k > 0) {
@@ -143,12 +154,12 @@ void send_all(int fd, const uint8_t* p, size_t n, Clock::time_point deadline,
     } else if (k < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
       wait_fd(fd, POLLOUT, deadline, peer, what);
     } else if (k < 0 && errno != EINTR) {
-      throw CommError(what + ": sending to " + peer + ": " + errno_text(errno));
+      lost(peer, what + ": sending to " + peer.name + ": " + errno_text(errno));
     }
   }
 }
 
-void recv_all(int fd, uint8_t* p, size_t n, Clock::time_point deadline, const std::string& peer,
+void recv_all(int fd, uint8_t* p, size_t n, Clock::time_point deadline, const Peer& peer,
               const std::string& what) {
   while (n > 0) {
     const ssize_t k = ::recv(fd, p, n, 0);
@@ -156,11 +167,11 @@ void recv_all(int fd, uint8_t* p, size_t n, Clock::time_point deadline, const st
       p += k;
       n -= size_t(k);
     } else if (k == 0) {
-      throw CommError(what + ": " + peer + " closed the connection");
+      lost(peer, what + ": " + peer.name + " closed the connection");
     } else if (errno == EAGAIN || errno == EWOULDBLOCK) {
       wait_fd(fd, POLLIN, deadline, peer, what);
     } else if (errno != EINTR) {
-      throw CommError(what + ": receiving from " + peer + ": " + errno_text(errno));
+      lost(peer, what + ": receiving from " + peer.name + ": " + errno_text(errno));
     }
   }
 }
@@ -184,19 +195,19 @@ struct Hello {
 };
 
 // Reads a hello; throws CommError naming what was wrong (bad magic, version, size).
-Hello read_hello(int fd, Clock::time_point deadline, const std::string& peer, const std::string& what) {
+Hello read_hello(int fd, Clock::time_point deadline, const Peer& peer, const std::string& what) {
   uint8_t h[20];
   recv_all(fd, h, sizeof h, deadline, peer, what);
-  if (get_u32(h) != kHelloMagic) throw CommError(what + ": " + peer + " is not a ring peer (bad magic)");
+  if (get_u32(h) != kHelloMagic) throw CommError(what + ": " + peer.name + " is not a ring peer (bad magic)");
   if (get_u32(h + 4) != kVersion) {
-    throw CommError(what + ": " + peer + " speaks ring protocol version " + std::to_string(get_u32(h + 4)) +
+    throw CommError(what + ": " + peer.name + " speaks ring protocol version " + std::to_string(get_u32(h + 4)) +
                     ", this worker " + std::to_string(kVersion));
   }
   Hello out;
   out.world = get_u32(h + 8);
   out.rank = get_u32(h + 12);
   const uint32_t len = get_u32(h + 16);
-  if (len > kMaxJobId) throw CommError(what + ": " + peer + " sent a job id of " + std::to_string(len) + " bytes");
+  if (len > kMaxJobId) throw CommError(what + ": " + peer.name + " sent a job id of " + std::to_string(len) + " bytes");
   out.job.resize(len);
   recv_all(fd, reinterpret_cast<uint8_t*>(out.job.data()), len, deadline, peer, what);
   return out;
@@ -305,6 +316,7 @@ class RingComm final : public Comm {
     const std::string& addr = r == right_ ? right_addr_ : left_addr_;
     return "rank " + std::to_string(r) + (addr.empty() ? "" : " (" + addr + ")");
   }
+  Peer peer(int r) const { return {peer_name(r), r}; }
   std::string context(const std::string& what) const {
     return "rank " + std::to_string(cfg_.rank) + ": " + what;
   }
@@ -329,23 +341,29 @@ class RingComm final : public Comm {
     rdv.publish(cfg_.key_prefix + "/addr/" + std::to_string(cfg_.rank), format_addr(addr));
 
     // Connect to the right neighbour and introduce ourselves.
-    right_addr_ = rdv.lookup(cfg_.key_prefix + "/addr/" + std::to_string(right_), cfg_.timeout,
-                             "rank " + std::to_string(right_));
+    try {
+      right_addr_ = rdv.lookup(cfg_.key_prefix + "/addr/" + std::to_string(right_), cfg_.timeout,
+                               "rank " + std::to_string(right_));
+    } catch (const proto::StoreError& e) {
+      // The store answered, but the neighbour never published its address: it is the one missing.
+      if (e.kind() == proto::StoreError::Kind::Timeout) lost(peer(right_), what + ": " + e.what());
+      throw;
+    }
     const auto [host, port] = split_addr(right_addr_, what);
     sockaddr_in raddr = resolve(host, port, what);
     connect_right(raddr, deadline, what);
     const auto hello = encode_hello(cfg_.rank, cfg_.world, cfg_.job_id);
-    send_all(send_fd_.get(), hello.data(), hello.size(), deadline, peer_name(right_), what);
+    send_all(send_fd_.get(), hello.data(), hello.size(), deadline, peer(right_), what);
 
     // Accept the left neighbour; connections that are not it are dropped.
     while (recv_fd_.get() < 0) {
-      wait_fd(lst.get(), POLLIN, deadline, peer_name(left_) + " to connect", what);
+      wait_fd(lst.get(), POLLIN, deadline, {peer_name(left_) + " to connect", left_}, what);
       Fd c(::accept4(lst.get(), nullptr, nullptr, SOCK_CLOEXEC));
       if (c.get() < 0) continue;
       set_socket_options(c.get());
       Hello h;
       try {
-        h = read_hello(c.get(), deadline, "a connecting peer", what);
+        h = read_hello(c.get(), deadline, {"a connecting peer", -1}, what);
       } catch (const CommError&) {
         continue;  // not a ring peer (or it gave up): keep waiting for the real one
       }
@@ -358,10 +376,10 @@ class RingComm final : public Comm {
       }
       recv_fd_ = std::move(c);
     }
-    send_all(recv_fd_.get(), hello.data(), hello.size(), deadline, peer_name(left_), what);
+    send_all(recv_fd_.get(), hello.data(), hello.size(), deadline, peer(left_), what);
 
     // The right neighbour's answer proves we reached the process we meant to.
-    const Hello reply = read_hello(send_fd_.get(), deadline, peer_name(right_), what);
+    const Hello reply = read_hello(send_fd_.get(), deadline, peer(right_), what);
     if (reply.job != cfg_.job_id || int(reply.rank) != right_ || int(reply.world) != cfg_.world) {
       throw CommError(what + ": " + right_addr_ + " answered as rank " + std::to_string(reply.rank) + " of job '" +
                       reply.job + "', expected rank " + std::to_string(right_));
@@ -383,14 +401,15 @@ class RingComm final : public Comm {
       if (::connect(send_fd_.get(), reinterpret_cast<const sockaddr*>(&raddr), sizeof raddr) != 0) {
         err = errno;
         if (err == EINPROGRESS) {
-          wait_fd(send_fd_.get(), POLLOUT, deadline, peer_name(right_), what);
+          wait_fd(send_fd_.get(), POLLOUT, deadline, peer(right_), what);
           socklen_t elen = sizeof err;
           ::getsockopt(send_fd_.get(), SOL_SOCKET, SO_ERROR, &err, &elen);
         }
       }
       if (err == 0) return;
       if (!cfg_.retry_connect || err != ECONNREFUSED || Clock::now() + pause >= deadline) {
-        throw CommError(what + ": cannot connect to " + peer_name(right_) + ": " + errno_text(err));
+        // It published its address, so it was there: refused or unreachable now means it is gone.
+        lost(peer(right_), what + ": cannot connect to " + peer_name(right_) + ": " + errno_text(err));
       }
       std::this_thread::sleep_for(pause);  // a retry's back-off, bounded by the deadline
       pause = std::min(pause * 2, ms(500));
@@ -431,8 +450,8 @@ class RingComm final : public Comm {
       if (rc < 0) throw CommError(what + ": poll: " + errno_text(errno));
       if (rc == 0) {
         const int peer = got < recv_total ? left_ : right_;
-        throw CommError(what + ": no progress for " + std::to_string(cfg_.timeout.count()) +
-                        " ms waiting for " + peer_name(peer) + " (hung or stopped)");
+        lost(this->peer(peer), what + ": no progress for " + std::to_string(cfg_.timeout.count()) +
+                                   " ms waiting for " + peer_name(peer) + " (hung or stopped)");
       }
       if (si >= 0 && fds[si].revents) {
         while (sent < send_total) {
@@ -445,7 +464,7 @@ class RingComm final : public Comm {
           } else if (k < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
             break;
           } else if (k < 0 && errno != EINTR) {
-            throw CommError(what + ": " + peer_name(right_) + " is gone (" + errno_text(errno) + ")");
+            lost(peer(right_), what + ": " + peer_name(right_) + " is gone (" + errno_text(errno) + ")");
           }
         }
       }
@@ -459,11 +478,11 @@ class RingComm final : public Comm {
             last_progress = Clock::now();
             if (got == kFrameHeader) check_header(rhdr, recv_len, what);
           } else if (k == 0) {
-            throw CommError(what + ": " + peer_name(left_) + " closed the connection (exited or failed)");
+            lost(peer(left_), what + ": " + peer_name(left_) + " closed the connection (exited or failed)");
           } else if (errno == EAGAIN || errno == EWOULDBLOCK) {
             break;
           } else if (errno != EINTR) {
-            throw CommError(what + ": receiving from " + peer_name(left_) + ": " + errno_text(errno));
+            lost(peer(left_), what + ": receiving from " + peer_name(left_) + ": " + errno_text(errno));
           }
         }
       }

@@ -27,9 +27,11 @@ class Client;
 
 namespace worker {
 
-class CommError : public std::runtime_error {
+// The ring's errors; a peer that vanished (closed its connection, went silent past
+// RingConfig::timeout, refused the connection after publishing its address) is peer_lost().
+class CommError : public CommFailure {
  public:
-  using std::runtime_error::runtime_error;
+  using CommFailure::CommFailure;
 };
 
 // Where ranks find each other's listening addresses.
@@ -57,7 +59,9 @@ struct RingConfig {
   uint16_t bind_port = 0;               // 0: an ephemeral port, published through the rendezvous
   bool retry_connect = false;           // retry a refused connection until the timeout
   std::string key_prefix = "ring/0";    // store keys: <prefix>/addr/<rank>
-  std::chrono::milliseconds timeout{std::chrono::seconds(300)};  // silence before giving up
+  // Silence of a neighbour before giving up on it (train_resnet --comm-timeout, 300 s): the
+  // CPU analogue of NCCL's watchdog. Bounds the set-up as well.
+  std::chrono::milliseconds timeout{std::chrono::seconds(300)};
   size_t chunk_bytes = size_t(4) << 20;  // pipelining unit of the ring
 };
 

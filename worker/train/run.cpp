@@ -8,28 +8,42 @@
 #include <string>
 
 #include "proto/client.h"
+#include "proto/peer_lost.h"
 #include "worker/core/backend.h"
+#include "worker/data/data_error.h"
+#include "worker/train/checkpoint.h"
 #include "worker/train/env.h"
 #include "worker/train/options.h"
 #include "worker/train/ring_comm.h"
+#include "worker/train/torchrun_store.h"
 #include "worker/train/trainer.h"
 
 namespace worker {
 
 namespace {
 
-// Set by the checkpoint signal's handler, read by the training loop at step boundaries.
+// Set by the signal handlers, read by the training loop at step boundaries.
 std::atomic<bool> g_save_request{false};
-static_assert(std::atomic<bool>::is_always_lock_free, "the signal handler needs a lock-free flag");
+std::atomic<int> g_stop_signal{0};
+static_assert(std::atomic<bool>::is_always_lock_free && std::atomic<int>::is_always_lock_free,
+              "the signal handlers need lock-free flags");
 
 extern "C" void on_checkpoint_signal(int) { g_save_request.store(true); }
+extern "C" void on_stop_signal(int sig) { g_stop_signal.store(sig); }
 
-void install_checkpoint_signal(int sig) {
+void install(int sig, void (*handler)(int), int flags) {
   struct sigaction sa{};
-  sa.sa_handler = on_checkpoint_signal;
+  sa.sa_handler = handler;
   sigemptyset(&sa.sa_mask);
-  sa.sa_flags = SA_RESTART;
+  sa.sa_flags = SA_RESTART | flags;
   ::sigaction(sig, &sa, nullptr);
+}
+
+// With --save, Ctrl-C and SIGTERM (launch's teardown, Slurm, kill) save at the next step
+// boundary and end the run with the signal's exit code; a second one kills at once
+// (SA_RESETHAND restores the default action).
+void install_stop_signals() {
+  for (int sig : {SIGINT, SIGTERM}) install(sig, on_stop_signal, SA_RESETHAND);
 }
 
 struct Device {
@@ -39,61 +53,65 @@ struct Device {
 
 Device choose_device(const TrainOptions& o, const WorkerEnv& env) {
   Device d;
-  if (o.device == "cpu") return d;
-  if (o.device == "gpu") {
+  if (o.device == DeviceChoice::Cpu) return d;
+  if (o.device == DeviceChoice::Gpu) {
     if (!gpu_backend_built()) {
       throw UsageError("--device gpu: this train_resnet was built without the GPU backend (CUDA, cuDNN, NCCL)");
     }
     d.gpu = true;
   } else {
-    d.gpu = env.selected_gpus.has_value() && gpu_backend_built();
+    d.gpu = env.gpu_ordinal.has_value() && gpu_backend_built();
   }
-  if (d.gpu) d.ordinal = env.selected_gpus ? gpu_ordinal(*env.selected_gpus, env.cuda_visible_devices) : 0;
+  // FLAGS_selected_gpus is the ordinal; under torchrun's contract the local rank is (as in
+  // torch.cuda.set_device(LOCAL_RANK)).
+  if (d.gpu) d.ordinal = env.gpu_ordinal.value_or(env.contract == proto::Contract::Torchrun ? env.local_rank : 0);
   return d;
 }
 
-#ifdef WORKER_HAVE_GPU
-DType dtype_of(const std::string& p) {
-  if (p == "bf16") return DType::BF16;
-  if (p == "fp16") return DType::F16;
-  return DType::F32;
-}
-#endif
-
 std::unique_ptr<Ops> make_backend(const TrainOptions& opt, const Device& dev) {
-  const std::string precision = resolve_precision(opt, dev.gpu);  // throws on CPU + bf16/fp16
+  const DType precision = resolve_precision(opt, dev.gpu);  // throws on CPU + bf16/fp16
 #ifdef WORKER_HAVE_GPU
-  if (dev.gpu) return make_gpu_ops(dev.ordinal, dtype_of(precision));
+  if (dev.gpu) return make_gpu_ops(dev.ordinal, precision);
+#else
+  (void)precision;
 #endif
   return make_cpu_ops(opt.threads);
 }
 
-// The communicator of the job: none for one rank; NCCL on GPUs; else the TCP ring, whose ranks
-// meet through the launcher's store or, without one, on the endpoints the launcher assigned.
-// `store` receives the store client, which must outlive the communicator (NCCL's watches the
-// job's status through it).
-std::unique_ptr<Comm> make_comm(const WorkerEnv& env, const Device& dev, Ops& ops,
-                                std::optional<proto::Client>& store) {
+// The communicator of the job: none for one rank; NCCL on GPUs; else the TCP ring. The ranks
+// meet through the launcher's store; under torchrun's contract through the store rank 0 serves
+// on MASTER_ADDR:MASTER_PORT; under paddle's launcher (no store) the CPU ring uses the endpoints
+// it assigned. `store` / `master` receive the store, which must outlive the communicator
+// (NCCL's watchdog watches the job's status through it).
+std::unique_ptr<Comm> make_comm(const TrainOptions& opt, const WorkerEnv& env, const Device& dev, Ops& ops,
+                                std::optional<proto::Client>& store, std::optional<TorchrunStore>& master) {
+  using namespace proto::env;
+  const auto timeout = std::chrono::milliseconds(static_cast<int64_t>(opt.comm_timeout_s * 1000));
   if (env.world == 1) return make_single_process_comm();
+  proto::Client* client = nullptr;
   if (env.store_addr) {
-    store.emplace(proto::Client::from_env());
+    client = &store.emplace(proto::Client::from_env(env));
+  } else if (env.contract == proto::Contract::Torchrun) {
+    client = &master.emplace(env).client();
   } else if (dev.gpu || env.endpoints.empty()) {
-    throw EnvError("PADDLE_TRAINERS_NUM=" + std::to_string(env.world) + " but LAUNCH_STORE_ADDR is not set" +
-                   (dev.gpu ? "" : " (nor PADDLE_TRAINER_ENDPOINTS)") +
+    throw EnvError(std::string(kPaddleTrainersNum) + "=" + std::to_string(env.world) + " but " + kStoreAddr +
+                   " is not set" + (dev.gpu ? "" : std::string(" (nor ") + kPaddleTrainerEndpoints + ")") +
                    ": run the ranks under `launch`, whose store they meet in");
   }
 #ifdef WORKER_HAVE_GPU
-  if (dev.gpu) return make_nccl_comm(ops, &*store, env.rank, env.world, "world", env.restart_count);
+  if (dev.gpu) return make_nccl_comm(ops, client, env.rank, env.world, "world", env.restart_count, timeout);
 #endif
   RingConfig rc;
   rc.rank = env.rank;
   rc.world = env.world;
   rc.job_id = env.job_id;
   if (!env.current_host().empty()) rc.bind_host = env.current_host();
+  else if (master) rc.bind_host = master->local_host();
   rc.key_prefix = "ring/world/" + std::to_string(env.restart_count);  // a restart meets anew
+  rc.timeout = timeout;
   std::unique_ptr<Rendezvous> rdv;
-  if (store) {
-    rdv = make_store_rendezvous(*store);
+  if (client) {
+    rdv = make_store_rendezvous(*client);
   } else {  // a launcher without our store (e.g. paddle's): the endpoints it assigned
     const std::string& me = env.endpoints[size_t(env.rank)];
     rc.bind_port = uint16_t(std::stoi(me.substr(me.rfind(':') + 1)));
@@ -106,15 +124,29 @@ std::unique_ptr<Comm> make_comm(const WorkerEnv& env, const Device& dev, Ops& op
 int run(const TrainOptions& opt, const WorkerEnv& env) {
   if (env.checkpoint_signal != 0) {
     if (opt.save.empty()) {
-      throw UsageError("LAUNCH_CHECKPOINT_SIGNAL is set but there is no --save PATH to write the checkpoint to");
+      throw UsageError(std::string(proto::env::kCheckpointSignal) +
+                       " is set but there is no --save PATH to write the checkpoint to");
     }
-    install_checkpoint_signal(env.checkpoint_signal);
+    install(env.checkpoint_signal, on_checkpoint_signal, 0);
+  }
+  Requests requests;
+  requests.save = &g_save_request;
+  if (!opt.save.empty()) {
+    // Before anything else: a --save that cannot be written fails now, not after the training.
+    if (env.rank == 0) {
+      check_save_path(opt.save);
+      for (const std::string& line : recover_interrupted_save(opt.save)) std::cout << line << std::endl;
+    }
+    install_stop_signals();
+    requests.stop = &g_stop_signal;
   }
   const Device dev = choose_device(opt, env);
   std::unique_ptr<Ops> ops = make_backend(opt, dev);
+  std::optional<TorchrunStore> master;  // declared first: it outlives the client and the comm
   std::optional<proto::Client> store;
-  std::unique_ptr<Comm> comm = make_comm(env, dev, *ops, store);
-  const TrainResult r = train(opt, env, *ops, *comm, std::cout, &g_save_request);
+  std::unique_ptr<Comm> comm = make_comm(opt, env, dev, *ops, store, master);
+  const TrainResult r = train(opt, env, *ops, *comm, std::cout, requests);
+  if (r.stop_signal != 0) return 128 + r.stop_signal;  // as a shell reports a death by that signal
   if (!r.checksums_agree) {
     std::cerr << "train_resnet: error: the ranks' parameters differ at the end of training" << std::endl;
     return 1;
@@ -144,6 +176,18 @@ int run_train(int argc, const char* const* argv) {
   } catch (const EnvError& e) {
     std::cerr << "train_resnet: error: " << who << e.what() << std::endl;
     return 2;
+  } catch (const DataError& e) {  // bad data: before training, or a corrupt file under --strict-data
+    std::cerr << "train_resnet: error: " << who << e.what() << std::endl;
+    return 2;
+  } catch (const CommFailure& e) {
+    const std::string msg = e.what();
+    std::cerr << "train_resnet: error: " << (msg.rfind("rank ", 0) == 0 ? "" : who) << msg << std::endl;
+    if (!e.peer_lost()) return 1;
+    // The launcher reads this line and the exit code: the peer, not this rank, is at fault.
+    const std::string me = "rank " + std::to_string(env.rank) + ": ";
+    std::cerr << proto::format_peer_lost({e.lost_peer(), msg.rfind(me, 0) == 0 ? msg.substr(me.size()) : msg})
+              << std::endl;
+    return proto::kPeerLostExitCode;
   } catch (const std::exception& e) {
     const std::string msg = e.what();
     std::cerr << "train_resnet: error: " << (msg.rfind("rank ", 0) == 0 ? "" : who) << msg << std::endl;

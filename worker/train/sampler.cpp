@@ -27,6 +27,16 @@ uint64_t below(uint64_t& state, uint64_t n) {
 
 }  // namespace
 
+std::vector<std::vector<int64_t>> eval_order(int64_t size, int rank, int world, int batch) {
+  if (size < 0 || world < 1 || rank < 0 || rank >= world || batch < 1) throw std::invalid_argument("eval_order: bad sizes");
+  std::vector<std::vector<int64_t>> order;
+  for (int64_t i = rank; i < size; i += world) {
+    if (order.empty() || int64_t(order.back().size()) == batch) order.emplace_back();
+    order.back().push_back(i);
+  }
+  return order;
+}
+
 Sampler::Sampler(const SamplerConfig& cfg) : cfg_(cfg) {
   if (cfg.num_samples < 1 || cfg.world < 1 || cfg.accum < 1 || cfg.batch < 1) {
     throw std::invalid_argument("sampler: sizes must be positive");
@@ -69,6 +79,14 @@ std::vector<int64_t> Sampler::batch(const std::vector<int64_t>& perm, int rank, 
     out[size_t(i)] = perm[size_t(pos % n)];  // padding repeats the start, as DistributedSampler
   }
   return out;
+}
+
+std::vector<std::vector<int64_t>> Sampler::epoch_order(int64_t epoch, int rank, int64_t first_step) const {
+  const std::vector<int64_t> perm = permutation(epoch);
+  std::vector<std::vector<int64_t>> order;
+  for (int64_t step = first_step; step < steps_per_epoch(); ++step)
+    for (int micro = 0; micro < cfg_.accum; ++micro) order.push_back(batch(perm, rank, micro, step));
+  return order;
 }
 
 }  // namespace worker

@@ -22,6 +22,11 @@ struct SamplerConfig {
   uint64_t seed = 0;
 };
 
+// The order of an evaluation pass: rank r reads samples r, r + world, r + 2 world, ... of the
+// split, in micro-batches of at most `batch` (the last one shorter). No padding and no
+// shuffling: every sample is read exactly once by exactly one rank, whatever the split's size.
+std::vector<std::vector<int64_t>> eval_order(int64_t size, int rank, int world, int batch);
+
 class Sampler {
  public:
   explicit Sampler(const SamplerConfig& cfg);  // throws std::invalid_argument on bad sizes
@@ -35,6 +40,9 @@ class Sampler {
   // permutation is `perm`.
   std::vector<int64_t> batch(const std::vector<int64_t>& perm, int rank, int micro,
                              int64_t step) const;
+  // Everything rank `rank` reads in steps [first_step, steps_per_epoch()) of an epoch, one entry
+  // per micro-batch in reading order (step by step, micro-batches within a step).
+  std::vector<std::vector<int64_t>> epoch_order(int64_t epoch, int rank, int64_t first_step) const;
 
  private:
   SamplerConfig cfg_;

@@ -1,26 +1,16 @@
 #include "worker/train/trainer.h"
 
 #include <algorithm>
-#include <chrono>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
-#include <cstring>
-#include <fstream>
-#include <memory>
 #include <stdexcept>
 #include <string>
-#include <vector>
 
 #include <nlohmann/json.hpp>
 
-#include "worker/core/model.h"
-#include "worker/core/safetensors.h"
-#include "worker/train/checkpoint.h"
-#include "worker/train/loss_scaler.h"
-#include "worker/train/checksum.h"
-#include "worker/train/grad_reducer.h"
-#include "worker/train/sampler.h"
+#include "worker/train/data.h"
+#include "worker/train/report.h"
 
 namespace worker {
 
@@ -30,397 +20,521 @@ using Clock = std::chrono::steady_clock;
 
 double seconds_since(Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); }
 
-std::string fmt(const char* f, double v) {
-  char buf[64];
-  std::snprintf(buf, sizeof buf, f, v);
-  return buf;
-}
-
-const char* st_dtype(DType t) {
-  switch (t) {
-    case DType::F32: return "F32";
-    case DType::BF16: return "BF16";
-    case DType::F16: return "F16";
-  }
-  return "F32";
-}
-
-void dump_batch(const std::string& path, Ops& ops, Model& model, const std::vector<int64_t>& indices) {
-  const Act& x = model.input();
-  StTensor images;
-  images.name = "images";
-  images.dtype = st_dtype(x.dtype);
-  images.shape = {x.n, x.h, x.w, x.c};
-  images.data.resize(x.bytes());
-  ops.synchronize();
-  ops.download(images.data.data(), x.data, x.bytes());
-  std::vector<int32_t> lab(size_t(x.n));
-  ops.download(lab.data(), model.labels(), lab.size() * sizeof(int32_t));
-  StTensor labels{"labels", "I64", {x.n}, std::vector<uint8_t>(lab.size() * 8)};
-  StTensor idx{"indices", "I64", {x.n}, std::vector<uint8_t>(lab.size() * 8)};
-  for (size_t i = 0; i < lab.size(); ++i) {
-    const int64_t l = lab[i];
-    std::memcpy(labels.data.data() + 8 * i, &l, 8);
-    std::memcpy(idx.data.data() + 8 * i, &indices[i], 8);
-  }
-  ensure_parent_dir(path);
-  write_safetensors(path, {images, labels, idx}, {{"layout", "NHWC"}});
-}
-
-std::string gb(size_t bytes) { return fmt("%.2f GB", double(bytes) / 1e9); }
-std::string mb(size_t bytes) { return fmt("%.1f MB", double(bytes) / 1e6); }
-
-// WORKER_MEM_REPORT=1: where the device memory went (the model's and the backend's shares, the
-// optimizer state), one line per item; what no one claims (NCCL's gather buffer, ...) is "other".
-void memory_report(std::ostream& out, const Model& model, const Ops& ops, size_t optimizer_bytes) {
-  std::vector<std::pair<std::string, size_t>> items = model.memory_breakdown();
-  items.emplace_back("optimizer state", optimizer_bytes);
-  size_t pool_free = 0;
-  for (auto& kv : ops.memory_breakdown()) {
-    if (kv.first.rfind("pool reserved", 0) == 0) {
-      pool_free = kv.second;  // not handed out: not part of the peak
-      continue;
-    }
-    items.push_back(kv);
-  }
-  size_t sum = 0;
-  for (const auto& kv : items) sum += kv.second;
-  const size_t peak = ops.peak_bytes();
-  out << "Memory (rank 0, " << mb(peak) << " peak):" << std::endl;
-  for (const auto& kv : items) out << "  " << kv.first << ": " << mb(kv.second) << std::endl;
-  out << "  other: " << mb(peak > sum ? peak - sum : 0) << std::endl;
-  if (pool_free > 0) out << "  (pool overhead: " << mb(pool_free) << " reserved beyond the peak)" << std::endl;
-}
-
 bool env_flag(const char* name) {
   const char* v = std::getenv(name);
   return v && *v && std::string(v) != "0";
 }
 
-}  // namespace
+std::unique_ptr<BatchSource> train_source(const TrainOptions& opt, Ops& ops) {
+  std::unique_ptr<BatchSource> s = make_batch_source(opt, Split::Train, ops);
+  if (!s) throw std::logic_error("make_batch_source: no training data");
+  return s;
+}
 
-TrainResult train(const TrainOptions& opt, const WorkerEnv& env, Ops& ops, Comm& comm, std::ostream& out,
-                  std::atomic<bool>* save_request) {
-  const int rank = comm.rank(), world = comm.size();
-  const bool lead = rank == 0;
-  const DataKind kind = opt.data == "learnable" ? DataKind::Learnable : DataKind::Random;
+SamplerConfig sampler_config(const TrainOptions& opt, const BatchSource& data, int world) {
+  return {data.info().size, world, opt.accum_steps, opt.batch_size, opt.seed};
+}
 
-  Sampler sampler({opt.num_samples, world, opt.accum_steps, opt.batch_size, opt.seed});
-  const int64_t steps_per_epoch = sampler.steps_per_epoch();
-  if (steps_per_epoch == 0) {
-    throw UsageError("--num-samples " + std::to_string(opt.num_samples) + " is too small: split over " +
-                     std::to_string(world) + " rank(s) x " + std::to_string(opt.accum_steps) +
-                     " micro-batch(es), each gets " + std::to_string(sampler.shard_length()) +
-                     " samples per epoch, fewer than --batch-size " + std::to_string(opt.batch_size));
-  }
-  const int64_t global_batch = int64_t(world) * opt.batch_size * opt.accum_steps;
+// Checked before the model is built: a data set too small for one step is a usage error.
+int64_t checked_steps_per_epoch(const Sampler& sampler, const TrainOptions& opt, int world) {
+  if (sampler.steps_per_epoch() > 0) return sampler.steps_per_epoch();
+  throw UsageError("--num-samples " + std::to_string(opt.num_samples) + " is too small: split over " +
+                   std::to_string(world) + " rank(s) x " + std::to_string(opt.accum_steps) +
+                   " micro-batch(es), each gets " + std::to_string(sampler.shard_length()) +
+                   " samples per epoch, fewer than --batch-size " + std::to_string(opt.batch_size));
+}
 
+ModelConfig model_config(const TrainOptions& opt, const BatchSource& data) {
   ModelConfig mc;
+  mc.label_smoothing = float(opt.label_smoothing);
   mc.depth = opt.depth;
   mc.width = opt.width;
-  mc.num_classes = opt.num_classes;
+  mc.num_classes = data.info().num_classes;
   mc.image_size = opt.image_size;
   mc.batch = opt.batch_size;
-  Model model(mc, ops);
-  const size_t np = model.num_params(), nb = model.num_buffers();
+  return mc;
+}
 
-  // --- Initial state: seed, --init weights, or a whole --resume checkpoint.
-  model.init(opt.seed);
-  TrainState ts;
+OptimizerConfig optimizer_config(const TrainOptions& opt) {
+  OptimizerConfig c;
+  c.kind = opt.optimizer;
+  c.momentum = float(opt.momentum);
+  c.weight_decay = float(opt.weight_decay);
+  c.nesterov = opt.nesterov;
+  return c;
+}
+
+// The learning rate rule: --lr as given, or (--lr-base-batch N) scaled linearly to the global
+// batch, lr x global / N (Goyal et al.; NVIDIA's recipe gives 0.256 per 256 images).
+LrSchedule lr_schedule(const TrainOptions& opt, int64_t global_batch, int64_t steps_per_epoch) {
+  LrSchedule s;
+  s.kind = opt.lr_schedule;
+  s.base_lr = opt.lr_base_batch > 0 ? opt.lr * double(global_batch) / double(opt.lr_base_batch) : opt.lr;
+  s.steps_per_epoch = steps_per_epoch;
+  s.total_steps = int64_t(opt.epochs) * steps_per_epoch;
+  s.warmup_steps = std::llround(opt.warmup_epochs * double(steps_per_epoch));
+  s.milestones = opt.lr_steps;
+  s.gamma = opt.lr_gamma;
+  return s;
+}
+
+std::string hms(double seconds) {
+  const int64_t s = std::llround(std::max(seconds, 0.0));
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%lld:%02lld:%02lld", (long long)(s / 3600), (long long)(s / 60 % 60),
+                (long long)(s % 60));
+  return buf;
+}
+
+
+}  // namespace
+
+// --- Set-up: data, sampler, model, optimizer (nothing is allocated in the loop)
+
+TrainingSession::TrainingSession(const TrainOptions& opt, Ops& ops, Comm& comm, std::ostream& out,
+                                 const Requests& requests)
+    : opt_(opt), ops_(ops), comm_(comm), out_(out), requests_(requests), rank_(comm.rank()),
+      world_(comm.size()), lead_(rank_ == 0), train_data_(train_source(opt, ops)),
+      val_data_(make_batch_source(opt, Split::Val, ops)),
+      sampler_(sampler_config(opt, *train_data_, world_)), steps_per_epoch_(checked_steps_per_epoch(sampler_, opt, world_)),
+      global_batch_(int64_t(world_) * opt.batch_size * opt.accum_steps), model_(model_config(opt, *train_data_), ops),
+      optimizer_(optimizer_config(opt), ops, model_.num_params(),
+                 opt.no_wd_on_bn_bias ? decay_mask_without_bn_and_bias(model_) : std::vector<uint8_t>{}),
+      reducer_(comm, model_.grads(), model_.num_params(), size_t(25) << 18) {  // 25 MiB of fp32, as DDP's bucket
+  if (!val_data_ && (opt.eval_only || opt.save_best)) {
+    throw UsageError(std::string(opt.eval_only ? "--eval-only" : "--save-best") +
+                     " needs validation data (--val-samples N for synthetic data)");
+  }
+  schedule_ = lr_schedule(opt, global_batch_, steps_per_epoch_);
+  total_steps_ = int64_t(opt.epochs) * steps_per_epoch_;
+  if (opt.max_steps > 0) total_steps_ = std::min(total_steps_, opt.max_steps);
   // fp16 needs loss scaling (GradScaler's semantics); bf16 and fp32 do not.
-  LossScaler scaler;
-  scaler.enabled = ops.compute_dtype() == DType::F16;
-  ts.seed = opt.seed;
-  ts.optimizer = opt.optimizer;
-  ts.data = opt.data;
-  ts.num_samples = opt.num_samples;
-  ts.global_batch = global_batch;
-  const bool adam = opt.optimizer == "adam";
-  auto* slot_a = static_cast<float*>(ops.alloc(np * sizeof(float)));
-  auto* slot_b = adam ? static_cast<float*>(ops.alloc(np * sizeof(float))) : nullptr;
+  scaler_.enabled = ops.compute_dtype() == DType::F16;
+  // Gradient all-reduce during backward only where the communicator overlaps with compute.
+  overlap_ = world_ > 1 && ops.device() == DeviceKind::Gpu;
+  state_.seed = opt.seed;
+  state_.optimizer = opt.optimizer;
+  state_.data = data_source_name(opt);
+  state_.num_samples = train_data_->info().size;
+  state_.global_batch = global_batch_;
+}
 
-  std::string resume = opt.resume;
-  if (resume == "auto") resume = checkpoint_exists(opt.save) ? opt.save : "";
-  if (!opt.init.empty()) {
-    model.set_state(load_weights(opt.init, model));
-  } else if (!resume.empty()) {
-    ModelState ms;
-    TrainState loaded;
-    load_checkpoint(resume, model, &ms, &loaded);
-    auto differs = [&](const char* what, const std::string& was, const std::string& now) {
-      if (was != now) {
-        throw UsageError("cannot resume from '" + resume + "': it was trained with " + what + " " + was +
-                         ", this run has " + now + " (the data order would not continue)");
+// --- The run: llm.c's main loop, in named steps
+
+TrainResult TrainingSession::run() {
+  if (lead_) {
+    metrics_.open(opt_.metrics_file);
+    tensorboard_.open(opt_.tensorboard);
+  }
+  resume();
+  announce();
+  if (opt_.eval_only) return eval_only();
+  comm_timed_ = comm_.timing(&comm_prev_);
+  t_start_ = Clock::now();
+  for (int64_t epoch = pos_.epoch; epoch < opt_.epochs && !finished(); ++epoch) {
+    const int64_t first = epoch == pos_.epoch ? pos_.batch : 0;
+    pass_order_ = sampler_.epoch_order(epoch, rank_, first);
+    train_data_->start(epoch, pass_order_);
+    for (int64_t b = first; b < steps_per_epoch_ && !finished(); ++b) {
+      const bool log_now = b % opt_.log_every == 0;
+      const StepStats s = step(log_now);
+      pos_ = {epoch + (b + 1) / steps_per_epoch_, (b + 1) % steps_per_epoch_};
+      if (log_now) log({epoch, b}, s);
+      const bool scheduled = opt_.save_every > 0 && state_.step % opt_.save_every == 0;
+      const bool requested = requests_.save && requests_.save->exchange(false);
+      if (scheduled || requested) save(pos_);
+      if (lead_ && requested && !scheduled) {
+        out_ << "Saved " << opt_.save << " at step " << state_.step << " (checkpoint signal)" << std::endl;
       }
-    };
-    differs("--optimizer", loaded.optimizer, opt.optimizer);
-    differs("--seed", std::to_string(loaded.seed), std::to_string(opt.seed));
-    differs("--data", loaded.data, opt.data);
-    differs("--num-samples", std::to_string(loaded.num_samples), std::to_string(opt.num_samples));
-    differs("a global batch (ranks x batch x accum-steps) of", std::to_string(loaded.global_batch),
-            std::to_string(global_batch));
-    model.set_state(ms);
-    ops.upload(slot_a, loaded.slot_a.data(), np * sizeof(float));
-    if (adam) ops.upload(slot_b, loaded.slot_b.data(), np * sizeof(float));
-    ts.step = loaded.step;
-    if (scaler.enabled && loaded.loss_scale > 0.0f) {
-      scaler.scale = loaded.loss_scale;
-      scaler.growth_tracker = loaded.loss_scale_growth_tracker;
+      if (stop_requested()) return stop();
     }
-    scaler.skipped = loaded.skipped_steps;
-    ts.epoch = loaded.epoch;
-    ts.batch = loaded.batch;
-    if (lead) {
-      out << "Resuming from " << resume << " at step " << ts.step << " (epoch " << ts.epoch << ", batch " << ts.batch
-          << ")" << std::endl;
+    if (val_data_ && pos_.batch == 0 && (epoch + 1) % opt_.eval_every == 0) validate(epoch);
+  }
+  if (val_data_ && last_eval_step_ != state_.step && result_.steps > 0) validate(pos_.batch ? pos_.epoch : pos_.epoch - 1);
+  report();
+  return result_;
+}
+
+// --- One optimizer step
+
+StepStats TrainingSession::step(bool want_loss) {
+  const size_t np = model_.num_params(), nb = model_.num_buffers();
+  // DDP broadcasts buffers from rank 0 before every forward: running statistics agree.
+  if (world_ > 1) comm_.broadcast(model_.buffers(), nb * sizeof(float), 0);
+  comm_.wait();
+  ops_.zero(model_.grads(), np * sizeof(float));
+  StepStats s;
+  double loss_sum = 0.0;
+  for (int k = 0; k < opt_.accum_steps; ++k) {
+    double wait_ms = 0.0;
+    train_data_->next(model_.input(), model_.labels(), &wait_ms);
+    s.data_wait_ms += wait_ms;
+    if (result_.steps == 0 && k == 0) dump_first_batch(pass_order_.front());
+    if (overlap_ && k + 1 == opt_.accum_steps) {  // the last micro-batch's backward carries the all-reduce
+      reducer_.begin();
+      model_.on_grads_ready = [this](size_t gb, size_t ge) { reducer_.ready(gb, ge); };
+    }
+    model_.forward_backward(scaler_.multiplier() / float(opt_.accum_steps));
+    model_.on_grads_ready = nullptr;
+    if (want_loss) loss_sum += model_.last_loss();
+  }
+  s.loss = loss_sum / opt_.accum_steps;
+  if (world_ > 1 && overlap_) reducer_.finish();
+  if (world_ > 1 && !overlap_) {
+    comm_.allreduce_sum(model_.grads(), np);
+    comm_.wait();
+  }
+  // Average over ranks and undo the loss scale in one pass. An inf or NaN on any rank survives
+  // the all-reduce, so every rank reaches the same verdict.
+  if (world_ > 1 || scaler_.enabled) ops_.scale_grads(1.0f / (float(world_) * scaler_.multiplier()));
+  s.lr = schedule_.lr(state_.step);
+  if (scaler_.update(!scaler_.enabled || ops_.grads_finite())) {
+    optimizer_.step(float(s.lr));
+    ops_.params_updated();
+  }
+  ++state_.step;
+  ++result_.steps;
+  ++window_steps_;
+  window_wait_ms_ += s.data_wait_ms;
+  if (result_.steps == 1) {  // the first step pays for warm-up: throughput starts after it
+    ops_.synchronize();
+    t_first_ = t_window_ = Clock::now();
+    window_steps_ = 0;
+    window_wait_ms_ = 0.0;
+  }
+  return s;
+}
+
+void TrainingSession::dump_first_batch(const std::vector<int64_t>& indices) {
+  if (lead_ && !opt_.dump_batch.empty()) dump_batch(opt_.dump_batch, ops_, model_, indices);
+}
+
+// --- Start: weights and training state
+
+void TrainingSession::resume() {
+  model_.init(opt_.seed);
+  const std::string from = resume_source(opt_.resume, opt_.save);
+  if (!opt_.init.empty()) {
+    model_.set_state(load_weights(opt_.init, model_));
+  } else if (!from.empty()) {
+    ModelState ms;
+    TrainState saved;
+    load_checkpoint(from, model_, &ms, &saved);
+    check_resume_compatible(from, saved, state_);
+    model_.set_state(ms);
+    optimizer_.set_state(saved.optimizer_state, saved.step - saved.skipped_steps);
+    state_.step = saved.step;
+    if (scaler_.enabled && saved.loss_scale > 0.0f) {
+      scaler_.scale = saved.loss_scale;
+      scaler_.growth_tracker = saved.loss_scale_growth_tracker;
+    }
+    scaler_.skipped = saved.skipped_steps;
+    state_.best_top1 = saved.best_top1;
+    pos_ = {saved.epoch, saved.batch};
+    if (lead_) {
+      out_ << "Resuming from " << from << " at step " << state_.step << " (epoch " << pos_.epoch << ", batch "
+           << pos_.batch << ")" << std::endl;
     }
   }
   // Every rank starts from rank 0's weights and buffers (as DDP does at construction).
-  if (world > 1) {
-    comm.broadcast(model.params(), np * sizeof(float), 0);
-    comm.broadcast(model.buffers(), nb * sizeof(float), 0);
-    comm.wait();
-    ops.params_updated();
+  if (world_ > 1) {
+    comm_.broadcast(model_.params(), model_.num_params() * sizeof(float), 0);
+    comm_.broadcast(model_.buffers(), model_.num_buffers() * sizeof(float), 0);
+    comm_.wait();
+    ops_.params_updated();
   }
+}
 
-  if (lead) {
-    out << "train_resnet: ResNet-" << opt.depth << " (width " << opt.width << ", " << opt.num_classes << " classes, "
-        << opt.image_size << "x" << opt.image_size << ", " << np << " parameters) on " << ops.describe() << "; "
-        << world << " rank(s) x batch " << opt.batch_size << " x " << opt.accum_steps << " micro-batch(es), "
-        << steps_per_epoch << " steps per epoch, " << opt.optimizer << " lr " << opt.lr << std::endl;
+void TrainingSession::announce() {
+  if (!lead_) return;
+  out_ << "train_resnet: ResNet-" << opt_.depth << " (width " << opt_.width << ", " << model_.config().num_classes
+       << " classes, " << opt_.image_size << "x" << opt_.image_size << ", " << model_.num_params()
+       << " parameters) on " << ops_.describe() << "; " << world_ << " rank(s) x batch " << opt_.batch_size << " x "
+       << opt_.accum_steps << " micro-batch(es), " << steps_per_epoch_ << " steps per epoch, "
+       << to_string(opt_.optimizer) << " lr " << opt_.lr << std::endl;
+  out_ << "Data: " << train_data_->describe() << std::endl;
+  if (val_data_) {
+    out_ << "Validation: " << val_data_->describe();
+    if (!opt_.eval_only) out_ << "; every " << opt_.eval_every << " epoch(s) and at the end";
+    out_ << std::endl;
   }
-
-  std::ofstream metrics;
-  if (lead && !opt.metrics_file.empty()) {
-    ensure_parent_dir(opt.metrics_file);
-    metrics.open(opt.metrics_file, std::ios::trunc);
-    if (!metrics) throw std::runtime_error("cannot write --metrics-file '" + opt.metrics_file + "'");
+  if (opt_.eval_only) return;
+  out_ << "Recipe: global batch " << global_batch_ << " (" << world_ << " rank(s) x " << opt_.batch_size << " x "
+       << opt_.accum_steps << "), lr " << schedule_.base_lr;
+  if (opt_.lr_base_batch > 0) {
+    out_ << " (--lr " << opt_.lr << " per " << opt_.lr_base_batch << " images x " << global_batch_ << " / "
+         << opt_.lr_base_batch << ")";
+  } else {
+    out_ << " (--lr as given)";
   }
-
-  auto save = [&](int64_t epoch, int64_t next_batch) {
-    if (!lead || opt.save.empty()) return;
-    TrainState s = ts;  // position = (epoch, next_batch), normalised to a batch inside an epoch
-    s.loss_scale = scaler.enabled ? scaler.scale : 0.0f;
-    s.loss_scale_growth_tracker = scaler.growth_tracker;
-    s.skipped_steps = scaler.skipped;
-    s.epoch = epoch + next_batch / steps_per_epoch;
-    s.batch = next_batch % steps_per_epoch;
-    s.slot_a.resize(np);
-    ops.synchronize();
-    ops.download(s.slot_a.data(), slot_a, np * sizeof(float));
-    if (adam) {
-      s.slot_b.resize(np);
-      ops.download(s.slot_b.data(), slot_b, np * sizeof(float));
-    }
-    save_checkpoint(opt.save, model, model.get_state(), s);
-  };
-
-  // Gradient all-reduce during backward only where the communicator overlaps with compute.
-  const bool overlap = world > 1 && ops.device() == DeviceKind::Gpu;
-  GradReducer reducer(comm, model.grads(), np, size_t(25) << 18);  // 25 MiB of fp32, as DDP's bucket
-
-  TrainResult result;
-  Comm::Timing comm_prev;
-  bool comm_timed = comm.timing(&comm_prev);
-  const auto t_start = Clock::now();
-  Clock::time_point t_first{}, t_window{};
-  int64_t window_steps = 0;
-  bool dumped = opt.dump_batch.empty() || !lead;
-  bool done = opt.max_steps > 0 && ts.step >= opt.max_steps;
-  int64_t epoch = ts.epoch;
-  for (; epoch < opt.epochs && !done; ++epoch) {
-    const auto perm = sampler.permutation(epoch);
-    const int64_t first = epoch == ts.epoch ? ts.batch : 0;
-    for (int64_t b = first; b < steps_per_epoch; ++b) {
-      if (opt.max_steps > 0 && ts.step >= opt.max_steps) {
-        done = true;
-        break;
-      }
-      const bool log = b % opt.log_every == 0;
-      // DDP broadcasts buffers from rank 0 before every forward: running statistics agree.
-      if (world > 1) comm.broadcast(model.buffers(), nb * sizeof(float), 0);
-      comm.wait();
-      ops.zero(model.grads(), np * sizeof(float));
-      double loss_sum = 0.0;
-      for (int k = 0; k < opt.accum_steps; ++k) {
-        const auto idx = sampler.batch(perm, rank, k, b);
-        ops.make_batch(kind, opt.seed, idx.data(), opt.batch_size, opt.image_size, opt.num_classes, model.input(),
-                       model.labels());
-        if (!dumped) {
-          dump_batch(opt.dump_batch, ops, model, idx);
-          dumped = true;
-        }
-        const bool last = k + 1 == opt.accum_steps;
-        if (overlap && last) {
-          reducer.begin();
-          model.on_grads_ready = [&](size_t gb, size_t ge) { reducer.ready(gb, ge); };
-        }
-        model.forward_backward(scaler.multiplier() / float(opt.accum_steps));
-        model.on_grads_ready = nullptr;
-        if (log) loss_sum += model.last_loss();
-      }
-      if (world > 1) {
-        if (overlap) {
-          reducer.finish();
-        } else {
-          comm.allreduce_sum(model.grads(), np);
-          comm.wait();
-        }
-      }
-      // Average over ranks and undo the loss scale in one pass. An inf or NaN on any rank
-      // survives the all-reduce, so every rank reaches the same verdict.
-      if (world > 1 || scaler.enabled) ops.scale_grads(1.0f / (float(world) * scaler.multiplier()));
-      if (scaler.update(!scaler.enabled || ops.grads_finite())) {
-        const int64_t taken = ts.step - scaler.skipped;  // the optimizer's own step count so far
-        if (adam) {
-          ops.adam_step(float(opt.lr), 0.9f, 0.999f, 1e-8f, float(opt.weight_decay), taken + 1, slot_a, slot_b);
-        } else {
-          ops.sgd_step(float(opt.lr), float(opt.momentum), float(opt.weight_decay), slot_a, taken == 0);
-        }
-        ops.params_updated();
-      }
-      ++ts.step;
-      ++result.steps;
-      ++window_steps;
-      if (result.steps == 1) {  // the first step pays for warm-up: throughput starts after it
-        ops.synchronize();
-        t_first = t_window = Clock::now();
-        window_steps = 0;
-      }
-
-      if (log) {
-        double local = loss_sum / opt.accum_steps;
-        std::vector<double> all(static_cast<size_t>(world));
-        comm.allgather_host(&local, all.data(), sizeof(double));
-        double mean = 0.0;
-        for (double l : all) mean += l;
-        mean /= world;
-        ops.synchronize();
-        const auto now = Clock::now();
-        const double dt = std::chrono::duration<double>(now - t_window).count();
-        const double ips = window_steps > 0 && dt > 0 ? double(window_steps * global_batch) / dt : 0.0;
-        t_window = now;
-        window_steps = 0;
-        // All-reduce time per step over this window (NCCL: device-side events).
-        Comm::Timing ct;
-        double ar_ms = -1, exposed_ms = -1;
-        if (comm_timed && comm.timing(&ct) && ct.steps > comm_prev.steps) {
-          const double k = double(ct.steps - comm_prev.steps);
-          ar_ms = (ct.allreduce_ms - comm_prev.allreduce_ms) / k;
-          exposed_ms = (ct.exposed_ms - comm_prev.exposed_ms) / k;
-          comm_prev = ct;
-        }
-        if (lead) {
-          out << "Epoch[" << epoch << "], Batch[" << b << "], Loss: " << fmt("%.6f", mean);
-          if (ips > 0) out << ", images/s: " << fmt("%.1f", ips);
-          out << std::endl;
-          if (metrics.is_open()) {
-            nlohmann::json j = {{"epoch", epoch}, {"batch", b}, {"step", ts.step - 1}, {"loss", mean},
-                                {"images_per_s", ips > 0 ? nlohmann::json(ips) : nlohmann::json(nullptr)},
-                                {"time", seconds_since(t_start)}};
-            if (ar_ms >= 0) {
-              j["allreduce_ms"] = ar_ms;
-              j["allreduce_exposed_ms"] = exposed_ms;
-            }
-            metrics << j.dump() << "\n" << std::flush;
-          }
-        }
-        if (!std::isfinite(mean)) throw std::runtime_error("loss is " + fmt("%f", mean) + " at step " + std::to_string(ts.step - 1) + ": training diverged (lower --lr)");
-      }
-      bool save_now = opt.save_every > 0 && ts.step % opt.save_every == 0;
-      if (save_request && save_request->exchange(false)) save_now = true;
-      if (save_now) {
-        save(epoch, b + 1);
-        if (lead && !(opt.save_every > 0 && ts.step % opt.save_every == 0)) {
-          out << "Saved " << opt.save << " at step " << ts.step << " (checkpoint signal)" << std::endl;
-        }
-      }
-    }
+  out_ << ", " << to_string(opt_.lr_schedule) << " schedule";
+  if (opt_.lr_schedule == LrScheduleKind::Step) {
+    out_ << " (x " << opt_.lr_gamma << " at epochs";
+    for (size_t i = 0; i < opt_.lr_steps.size(); ++i) out_ << (i ? "," : " ") << opt_.lr_steps[i];
+    out_ << ")";
   }
+  if (schedule_.warmup_steps > 0) out_ << ", " << schedule_.warmup_steps << " warm-up steps";
+  out_ << ", " << to_string(opt_.optimizer);
+  if (opt_.optimizer == OptimizerKind::Sgd) out_ << " momentum " << opt_.momentum << (opt_.nesterov ? " (Nesterov)" : "");
+  out_ << ", weight decay " << opt_.weight_decay << (opt_.no_wd_on_bn_bias ? " (not on batch-norm and biases)" : "")
+       << ", label smoothing " << opt_.label_smoothing << "; " << total_steps_ << " steps" << std::endl;
+}
 
-  ops.synchronize();
-  if (result.steps > 1) {
-    const double dt = seconds_since(t_first);
-    result.images_per_s = dt > 0 ? double((result.steps - 1) * global_batch) / dt : 0.0;
-  }
-  if (lead && result.steps > 0) {
-    out << "Throughput: " << fmt("%.1f", result.images_per_s) << " images/s (" << world << " rank(s), "
-        << result.steps << " steps, first step excluded), total " << fmt("%.1f", seconds_since(t_start)) << " s"
-        << std::endl;
-  }
+// --- Log: the loss averaged over ranks, throughput over the window since the last log
 
-  if (lead && scaler.enabled) {
-    out << "fp16 loss scaling: scale " << scaler.scale << ", " << scaler.skipped
-        << " step(s) skipped for inf/NaN gradients" << std::endl;
-  }
-
-  // --- Peak device memory (issue 5), every rank's, and the all-reduce time per step overall.
-  const uint64_t my_peak = ops.peak_bytes();
-  std::vector<uint64_t> peaks(static_cast<size_t>(world));
-  comm.allgather_host(&my_peak, peaks.data(), sizeof(uint64_t));
-  uint64_t max_peak = 0;
-  for (uint64_t p : peaks) max_peak = std::max(max_peak, p);
+void TrainingSession::log(const Position& at, const StepStats& s) {
+  double local = s.loss;
+  std::vector<double> all(static_cast<size_t>(world_));
+  comm_.allgather_host(&local, all.data(), sizeof(double));
+  double mean = 0.0;
+  for (double l : all) mean += l;
+  mean /= world_;
+  ops_.synchronize();
+  const auto now = Clock::now();
+  const double dt = std::chrono::duration<double>(now - t_window_).count();
+  const double ips = window_steps_ > 0 && dt > 0 ? double(window_steps_ * global_batch_) / dt : 0.0;
+  const double wait_ms = window_steps_ > 0 ? window_wait_ms_ / double(window_steps_) : s.data_wait_ms;
+  const double eta = window_steps_ > 0 ? dt / double(window_steps_) * double(total_steps_ - state_.step) : -1.0;
+  t_window_ = now;
+  window_steps_ = 0;
+  window_wait_ms_ = 0.0;
+  // All-reduce time per step over this window (NCCL: device-side events).
   Comm::Timing ct;
-  const bool have_ct = comm.timing(&ct) && ct.steps > 0;
-  if (lead) {
-    out << "Peak device memory: " << gb(my_peak) << " (rank 0, " << my_peak << " bytes)";
-    if (world > 1) out << ", " << gb(max_peak) << " (largest over " << world << " ranks)";
-    out << std::endl;
+  double ar_ms = -1, exposed_ms = -1;
+  if (comm_timed_ && comm_.timing(&ct) && ct.steps > comm_prev_.steps) {
+    const double k = double(ct.steps - comm_prev_.steps);
+    ar_ms = (ct.allreduce_ms - comm_prev_.allreduce_ms) / k;
+    exposed_ms = (ct.exposed_ms - comm_prev_.exposed_ms) / k;
+    comm_prev_ = ct;
+  }
+  if (lead_) {
+    // The paddle guide's "Epoch[e], Batch[b], Loss: x" first, then what a user watches.
+    out_ << "Epoch[" << at.epoch << "], Batch[" << at.batch << "], Loss: " << strf("%.6f", mean)
+         << ", lr: " << strf("%.6g", s.lr);
+    if (ips > 0) out_ << ", images/s: " << strf("%.1f", ips);
+    out_ << ", data wait: " << strf("%.2f", wait_ms) << " ms/step, step " << state_.step << "/" << total_steps_;
+    if (eta >= 0) out_ << ", ETA " << hms(eta);
+    out_ << std::endl;
+    nlohmann::json j = {{"epoch", at.epoch}, {"batch", at.batch}, {"step", state_.step - 1}, {"loss", mean},
+                        {"lr", s.lr}, {"images_per_s", ips > 0 ? nlohmann::json(ips) : nlohmann::json(nullptr)},
+                        {"data_wait_ms", wait_ms}, {"time", seconds_since(t_start_)}};
+    if (ar_ms >= 0) {
+      j["allreduce_ms"] = ar_ms;
+      j["allreduce_exposed_ms"] = exposed_ms;
+    }
+    if (scaler_.enabled) j["loss_scale"] = scaler_.scale;
+    metrics_.write(j);
+    std::vector<std::pair<std::string, float>> tb = {
+        {"train/loss", float(mean)}, {"train/lr", float(s.lr)}, {"train/data_wait_ms", float(wait_ms)}};
+    if (ips > 0) tb.emplace_back("train/images_per_s", float(ips));
+    if (scaler_.enabled) tb.emplace_back("train/loss_scale", scaler_.scale);
+    tensorboard_.scalars(state_.step - 1, tb);
+  }
+  if (!std::isfinite(mean)) {
+    throw std::runtime_error("loss is " + strf("%f", mean) + " at step " + std::to_string(state_.step - 1) +
+                             ": training diverged (lower --lr)");
+  }
+}
+
+// --- Evaluate: eval mode (batch-norm running statistics), every validation image once
+
+EvalCounts TrainingSession::evaluate() {
+  // Rank 0's running statistics everywhere: the ranks evaluate the model rank 0 saves.
+  if (world_ > 1) {
+    comm_.broadcast(model_.buffers(), model_.num_buffers() * sizeof(float), 0);
+    comm_.wait();
+  }
+  const int classes = model_.config().num_classes;
+  const auto order = eval_order(val_data_->info().size, rank_, world_, opt_.batch_size);
+  val_data_->start(0, order);
+  EvalCounts mine;
+  std::vector<int32_t> labels(size_t(opt_.batch_size));
+  for (size_t i = 0; i < order.size(); ++i) {
+    const int n = val_data_->next(model_.input(), model_.labels(), nullptr);
+    model_.forward_eval();
+    const std::vector<float> logits = model_.last_logits();  // synchronizes
+    ops_.download(labels.data(), model_.labels(), size_t(n) * sizeof(int32_t));
+    mine.add(logits.data(), labels.data(), n, classes, float(opt_.label_smoothing));
+  }
+  // Summed in rank order on every rank: exact counts, one identical result everywhere.
+  std::vector<EvalCounts> all(static_cast<size_t>(world_));
+  comm_.allgather_host(&mine, all.data(), sizeof(EvalCounts));
+  EvalCounts total;
+  for (const EvalCounts& c : all) total += c;
+  return total;
+}
+
+void TrainingSession::validate(int64_t epoch) {
+  const auto t0 = Clock::now();
+  const EvalCounts c = evaluate();
+  const double secs = seconds_since(t0);
+  // Training throughput leaves the validation passes out (the summary gives their time).
+  eval_seconds_ += secs;
+  t_window_ += std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(secs));
+  last_eval_step_ = state_.step;
+  result_.last_top1 = c.top1_percent();
+  const bool best = c.top1_percent() > state_.best_top1;
+  if (best) {
+    state_.best_top1 = c.top1_percent();
+    best_epoch_ = epoch;
+  }
+  result_.best_top1 = state_.best_top1;
+  if (!lead_) return;
+  out_ << "Validation: epoch " << epoch << ", step " << state_.step << ": top-1 " << strf("%.2f", c.top1_percent())
+       << " %, top-5 " << strf("%.2f", c.top5_percent()) << " %, loss " << strf("%.4f", c.mean_loss()) << " ("
+       << c.images << " images, " << strf("%.1f", secs) << " s)" << std::endl;
+  metrics_.write({{"eval", true}, {"epoch", epoch}, {"step", state_.step}, {"top1", c.top1_percent()},
+                  {"top5", c.top5_percent()}, {"val_loss", c.mean_loss()}, {"val_images", c.images},
+                  {"eval_s", secs}, {"time", seconds_since(t_start_)}});
+  tensorboard_.scalars(state_.step, {{"val/top1", float(c.top1_percent())},
+                                     {"val/top5", float(c.top5_percent())},
+                                     {"val/loss", float(c.mean_loss())}});
+  if (best && opt_.save_best) {
+    write_weights(best_weights_path(opt_.save), model_, model_.get_state(), state_.step,
+                  {{"top1", strf("%.4f", c.top1_percent())}, {"epoch", std::to_string(epoch)}});
+    out_ << "Saved " << best_weights_path(opt_.save) << " (best top-1 so far)" << std::endl;
+  }
+}
+
+TrainResult TrainingSession::eval_only() {
+  t_start_ = Clock::now();
+  const EvalCounts c = evaluate();
+  result_.best_top1 = result_.last_top1 = c.top1_percent();
+  if (lead_) {
+    out_ << "Evaluated " << opt_.init << ": top-1 " << strf("%.2f", c.top1_percent()) << " %, top-5 "
+         << strf("%.2f", c.top5_percent()) << " %, loss " << strf("%.4f", c.mean_loss()) << " (" << c.images
+         << " images, " << strf("%.1f", seconds_since(t_start_)) << " s)" << std::endl;
+    metrics_.write({{"eval", true}, {"epoch", 0}, {"step", 0}, {"top1", c.top1_percent()},
+                    {"top5", c.top5_percent()}, {"val_loss", c.mean_loss()}, {"val_images", c.images},
+                    {"weights", opt_.init}});
+  }
+  return result_;
+}
+
+// --- Save: rank 0 writes the weights and everything needed to continue from `next`
+
+void TrainingSession::save(const Position& next) {
+  if (!lead_ || opt_.save.empty()) return;
+  TrainState s = state_;
+  s.epoch = next.epoch;
+  s.batch = next.batch;
+  s.loss_scale = scaler_.enabled ? scaler_.scale : 0.0f;
+  s.loss_scale_growth_tracker = scaler_.growth_tracker;
+  s.skipped_steps = scaler_.skipped;
+  s.optimizer_state = optimizer_.state();
+  save_checkpoint(opt_.save, model_, model_.get_state(), s);
+}
+
+// --- Report: throughput, memory, the final checkpoint, whether the ranks agree
+
+void TrainingSession::report() {
+  ops_.synchronize();
+  if (result_.steps > 1) {
+    const double dt = seconds_since(t_first_) - eval_seconds_;
+    result_.images_per_s = dt > 0 ? double((result_.steps - 1) * global_batch_) / dt : 0.0;
+  }
+  if (lead_ && result_.steps > 0) {
+    out_ << "Throughput: " << strf("%.1f", result_.images_per_s) << " images/s (" << world_ << " rank(s), "
+         << result_.steps << " steps, first step" << (eval_seconds_ > 0 ? " and validation" : "")
+         << " excluded), total " << strf("%.1f", seconds_since(t_start_)) << " s";
+    if (eval_seconds_ > 0) out_ << " (validation " << strf("%.1f", eval_seconds_) << " s)";
+    out_ << std::endl;
+  }
+  if (lead_ && scaler_.enabled) {
+    out_ << "fp16 loss scaling: scale " << scaler_.scale << ", " << scaler_.skipped
+         << " step(s) skipped for inf/NaN gradients" << std::endl;
+  }
+
+  // Peak device memory (issue 5), every rank's, and the all-reduce time per step overall.
+  const uint64_t my_peak = ops_.peak_bytes();
+  std::vector<uint64_t> peaks(static_cast<size_t>(world_));
+  comm_.allgather_host(&my_peak, peaks.data(), sizeof(uint64_t));
+  const uint64_t max_peak = *std::max_element(peaks.begin(), peaks.end());
+  // Unreadable images skipped (issue 11), over all ranks: each reads its own shard.
+  const int64_t my_skipped = train_data_->skipped() + (val_data_ ? val_data_->skipped() : 0);
+  std::vector<int64_t> skipped(static_cast<size_t>(world_));
+  comm_.allgather_host(&my_skipped, skipped.data(), sizeof(int64_t));
+  int64_t skipped_all = 0;
+  for (int64_t k : skipped) skipped_all += k;
+  Comm::Timing ct;
+  const bool have_ct = comm_.timing(&ct) && ct.steps > 0;
+  if (lead_) {
+    out_ << "Peak device memory: " << strf("%.2f GB", double(my_peak) / 1e9) << " (rank 0, " << my_peak << " bytes)";
+    if (world_ > 1) out_ << ", " << strf("%.2f GB", double(max_peak) / 1e9) << " (largest over " << world_ << " ranks)";
+    out_ << std::endl;
     if (have_ct) {
-      out << "All-reduce: " << fmt("%.2f", ct.allreduce_ms / double(ct.steps)) << " ms per step on the communication stream, "
-          << fmt("%.2f", ct.exposed_ms / double(ct.steps)) << " ms of it after backward ended (not overlapped), "
-          << ct.steps << " steps" << std::endl;
+      out_ << "All-reduce: " << strf("%.2f", ct.allreduce_ms / double(ct.steps))
+           << " ms per step on the communication stream, " << strf("%.2f", ct.exposed_ms / double(ct.steps))
+           << " ms of it after backward ended (not overlapped), " << ct.steps << " steps" << std::endl;
     }
-    if (env_flag("WORKER_MEM_REPORT")) memory_report(out, model, ops, (adam ? 2 : 1) * np * sizeof(float));
-    if (metrics.is_open()) {
-      nlohmann::json j = {{"final", true}, {"steps", result.steps}, {"throughput_images_per_s", result.images_per_s},
-                          {"peak_bytes", my_peak}, {"peak_bytes_max_rank", max_peak}, {"world", world},
-                          {"time", seconds_since(t_start)}};
-      if (have_ct) {
-        j["allreduce_ms"] = ct.allreduce_ms / double(ct.steps);
-        j["allreduce_exposed_ms"] = ct.exposed_ms / double(ct.steps);
-      }
-      metrics << j.dump() << "\n" << std::flush;
+    if (env_flag("WORKER_MEM_REPORT")) memory_report(out_, model_, ops_, optimizer_.state_bytes());
+    nlohmann::json j = {{"final", true}, {"steps", result_.steps}, {"throughput_images_per_s", result_.images_per_s},
+                        {"eval_s", eval_seconds_}, {"skipped_images", skipped_all},
+                        {"peak_bytes", my_peak}, {"peak_bytes_max_rank", max_peak}, {"world", world_},
+                        {"time", seconds_since(t_start_)}};
+    if (have_ct) {
+      j["allreduce_ms"] = ct.allreduce_ms / double(ct.steps);
+      j["allreduce_exposed_ms"] = ct.exposed_ms / double(ct.steps);
     }
+    metrics_.write(j);
   }
 
   // Rank 0's buffers for everyone, so the checksums (and rank 0's checkpoint) cover one state.
-  if (world > 1) {
-    comm.broadcast(model.buffers(), nb * sizeof(float), 0);
-    comm.wait();
+  if (world_ > 1) {
+    comm_.broadcast(model_.buffers(), model_.num_buffers() * sizeof(float), 0);
+    comm_.wait();
   }
-  if (!opt.save.empty() && result.steps > 0) {
-    save(ts.epoch, ts.batch + result.steps);
-    if (lead) out << "Saved " << opt.save << " (training state: " << train_state_path(opt.save) << ")" << std::endl;
+  if (!opt_.save.empty() && result_.steps > 0) {
+    save(pos_);
+    if (lead_) out_ << "Saved " << opt_.save << " (training state: " << train_state_path(opt_.save) << ")" << std::endl;
   }
+  result_.checksums_agree = report_checksums(model_, comm_, out_);
+  if (!lead_) return;
+  out_ << "Summary: " << result_.steps << " steps in " << hms(seconds_since(t_start_)) << ", "
+       << strf("%.1f", result_.images_per_s) << " images/s";
+  if (result_.last_top1 >= 0) {
+    out_ << "; validation top-1 best " << strf("%.2f", state_.best_top1) << " %";
+    if (best_epoch_ >= 0) out_ << " (epoch " << best_epoch_ << ")";
+    out_ << ", last " << strf("%.2f", result_.last_top1) << " %";
+  }
+  if (!opt_.save.empty()) {
+    out_ << "; checkpoint " << opt_.save;
+    if (opt_.save_best && best_epoch_ >= 0) out_ << ", best " << best_weights_path(opt_.save);
+  }
+  if (tensorboard_.is_open()) out_ << "; TensorBoard " << tensorboard_.path();
+  if (opt_.data == DataSourceKind::Images) out_ << "; " << skipped_all << " unreadable image read(s) skipped (all ranks)";
+  out_ << std::endl;
+}
 
-  // --- Checksums: every rank prints its own, rank 0 says whether they agree.
-  ModelState st = model.get_state();
-  ParamChecksum cs;
-  cs.add(st.params.data(), st.params.size());
-  cs.add(st.buffers.data(), st.buffers.size());
-  out << "rank " << rank << ": params checksum " << cs.str() << std::endl;
-  struct Wire {
-    uint64_t fnv, count;
-    double sum;
-  } mine{cs.fnv, cs.count, cs.sum};
-  std::vector<Wire> all(static_cast<size_t>(world));
-  comm.allgather_host(&mine, all.data(), sizeof(Wire));
-  std::string differing;
-  for (int r = 0; r < world; ++r) {
-    if (all[size_t(r)].fnv != mine.fnv || all[size_t(r)].count != mine.count) {
-      differing += (differing.empty() ? "" : ", ") + std::to_string(r);
-    }
+// --- Stop (SIGINT, SIGTERM with --save): every rank stops at the same step boundary
+
+bool TrainingSession::stop_requested() {
+  if (!requests_.stop) return false;
+  int mine = requests_.stop->load(), any = mine;
+  if (world_ > 1) {  // a signal may reach the ranks on either side of a boundary: agree on one
+    std::vector<int> all(static_cast<size_t>(world_));
+    comm_.allgather_host(&mine, all.data(), sizeof(int));
+    for (int s : all) any = any ? any : s;
   }
-  result.checksums_agree = differing.empty();
-  if (lead) {
-    if (result.checksums_agree) {
-      out << "Checksums: all " << world << " rank(s) agree" << std::endl;
-    } else {
-      out << "Checksums: ranks " << differing << " DIFFER from rank 0" << std::endl;
-    }
+  stop_signal_ = any;
+  return any != 0;
+}
+
+TrainResult TrainingSession::stop() {
+  save(pos_);
+  result_.stop_signal = stop_signal_;
+  if (lead_) {
+    out_ << "Stopped by signal " << stop_signal_ << " at step " << state_.step << ": saved " << opt_.save
+         << " (training state " << train_state_path(opt_.save) << "); continue with --resume " << opt_.save
+         << std::endl;
   }
-  return result;
+  return result_;
+}
+
+TrainResult train(const TrainOptions& opt, const WorkerEnv& /*env*/, Ops& ops, Comm& comm, std::ostream& out,
+                  const Requests& requests) {
+  TrainingSession session(opt, ops, comm, out, requests);
+  return session.run();
 }
 
 }  // namespace worker

@@ -1,14 +1,30 @@
-// The data-parallel training loop, independent of the backend and of the communicator.
+// The data-parallel training loop, independent of the backend and of the communicator: a
+// training session whose named parts (resume, step, evaluate, log, save, report) run() strings
+// together.
 #pragma once
 
 #include <atomic>
+#include <chrono>
 #include <cstdint>
+#include <memory>
 #include <ostream>
+#include <vector>
 
 #include "worker/core/comm.h"
+#include "worker/core/model.h"
 #include "worker/core/ops.h"
+#include "worker/data/batch_source.h"
+#include "worker/train/checkpoint.h"
 #include "worker/train/env.h"
+#include "worker/train/evaluation.h"
+#include "worker/train/lr_schedule.h"
+#include "worker/train/grad_reducer.h"
+#include "worker/train/loss_scaler.h"
+#include "worker/train/metrics.h"
+#include "worker/train/optimizer.h"
 #include "worker/train/options.h"
+#include "worker/train/sampler.h"
+#include "worker/train/tensorboard.h"
 
 namespace worker {
 
@@ -16,12 +32,98 @@ struct TrainResult {
   int64_t steps = 0;           // optimizer steps taken in this run
   double images_per_s = 0.0;   // all ranks together, first step excluded (0 if < 2 steps)
   bool checksums_agree = true;
+  double best_top1 = -1.0;     // validation top-1 in percent (-1: not evaluated)
+  double last_top1 = -1.0;
+  int stop_signal = 0;         // the signal that stopped training early (after saving), else 0
 };
 
-// Trains as the options say; rank 0 writes the log to `out`. `save_request` (may be null) is
-// polled at every step boundary: when set, rank 0 saves to --save and clears it (for a
-// checkpoint signal). Throws on any failure (checkpoint, communication, backend).
+// What signal handlers ask of the loop, polled at every step boundary (either may be null).
+struct Requests {
+  // The checkpoint signal: rank 0 saves to --save, clears the flag, training goes on.
+  std::atomic<bool>* save = nullptr;
+  // SIGINT/SIGTERM (their number): every rank stops at the same step boundary (agreed by an
+  // all-gather every step), rank 0 saves to --save, train() returns with stop_signal set.
+  std::atomic<int>* stop = nullptr;
+};
+
+// Trains as the options say; rank 0 writes the log to `out`. Throws on any failure
+// (checkpoint, communication, backend).
 TrainResult train(const TrainOptions& opt, const WorkerEnv& env, Ops& ops, Comm& comm, std::ostream& out,
-                  std::atomic<bool>* save_request = nullptr);
+                  const Requests& requests = {});
+
+// Where a run stands in its data: the epoch and the step within it that comes next.
+struct Position {
+  int64_t epoch = 0;
+  int64_t batch = 0;
+};
+
+// What one optimizer step measured.
+struct StepStats {
+  double loss = 0.0;          // mean over this rank's micro-batches (when asked for)
+  double lr = 0.0;            // the learning rate it stepped with
+  double data_wait_ms = 0.0;  // time the data source blocked this step
+};
+
+class TrainingSession {
+ public:
+  TrainingSession(const TrainOptions& opt, Ops& ops, Comm& comm, std::ostream& out, const Requests& requests);
+  TrainResult run();
+
+ private:
+  using Clock = std::chrono::steady_clock;
+
+  void resume();                             // --init, --resume or fresh; rank 0's state for all
+  void announce();                           // the start-up lines: model, data, recipe
+  StepStats step(bool want_loss);            // one optimizer step at the current position
+  EvalCounts evaluate();                     // the whole validation split, summed over ranks
+  void validate(int64_t epoch);              // evaluate, log, record, keep the best
+  void log(const Position& at, const StepStats& s);
+  void save(const Position& next);           // rank 0: weights + training state to --save
+  void report();                             // throughput, memory, final save, checksums, summary
+  TrainResult eval_only();                   // --eval-only
+  bool stop_requested();                     // a stop signal on any rank (collective)
+  TrainResult stop();                        // save, say how to continue
+  bool finished() const { return opt_.max_steps > 0 && state_.step >= opt_.max_steps; }
+  void dump_first_batch(const std::vector<int64_t>& indices);
+
+  const TrainOptions& opt_;
+  Ops& ops_;
+  Comm& comm_;
+  std::ostream& out_;
+  Requests requests_;
+  int stop_signal_ = 0;
+  const int rank_, world_;
+  const bool lead_;
+
+  std::unique_ptr<BatchSource> train_data_;
+  std::unique_ptr<BatchSource> val_data_;    // null: no validation
+  Sampler sampler_;
+  int64_t steps_per_epoch_ = 0;
+  int64_t global_batch_ = 0;
+  Model model_;
+  Optimizer optimizer_;
+  LossScaler scaler_;
+  GradReducer reducer_;
+  bool overlap_ = false;     // all-reduce buckets during backward (NCCL's own stream)
+
+  LrSchedule schedule_;
+  int64_t total_steps_ = 0;  // what this run will reach: --epochs, or --max-steps when sooner
+
+  TrainState state_;         // the run's settings and step count (what a checkpoint records)
+  Position pos_;             // the next step's place in the data
+  std::vector<std::vector<int64_t>> pass_order_;  // this rank's micro-batches of the current epoch
+  MetricsLog metrics_;       // --metrics-file (rank 0)
+  EventWriter tensorboard_;  // --tensorboard (rank 0)
+  int64_t best_epoch_ = -1, last_eval_step_ = -1;
+
+  // Timing: the first step pays for warm-up, throughput counts from its end.
+  TrainResult result_;
+  Clock::time_point t_start_{}, t_first_{}, t_window_{};
+  int64_t window_steps_ = 0;
+  double eval_seconds_ = 0.0;  // spent in validation passes
+  double window_wait_ms_ = 0.0;
+  Comm::Timing comm_prev_;
+  bool comm_timed_ = false;
+};
 
 }  // namespace worker

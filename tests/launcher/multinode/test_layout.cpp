@@ -150,8 +150,25 @@ TEST_CASE("timeout message: arrival-order nodes can only be counted", "[multinod
 TEST_CASE("timeout message: with the expected hosts (Slurm), the missing hosts are named", "[multinode]") {
   auto a = node("10.0.0.1", 1);
   a.hostname = "gpu01";
-  std::string m = describe_missing(3, {a}, {"gpu01", "gpu02", "gpu03"}, 600);
+  std::string m = describe_missing(3, {a}, {{"gpu01", {}}, {"gpu02", {}}, {"gpu03", {}}}, 600);
   CHECK_THAT(m, Catch::Contains("2 of 3 nodes did not arrive (missing hosts: gpu02, gpu03)"));
+}
+
+// Issue 14, item 9: node 0's own host was listed as missing when gethostname() gave its FQDN.
+TEST_CASE("timeout message: an arrived host is recognised by its address or its name up to the domain", "[multinode]") {
+  auto fqdn = node("10.0.0.1", 1);
+  fqdn.hostname = "GPU01.cluster.example";  // gethostname() on a real cluster
+  auto other = node("10.0.0.9", 1);
+  other.hostname = "login-node";  // registered under an address only Slurm's name resolves to
+  const std::vector<ExpectedHost> slurm = {{"gpu01", {"10.0.0.1"}}, {"gpu02", {"10.0.0.2"}}, {"gpu09", {"10.0.0.9"}}};
+  std::string m = describe_missing(3, {fqdn, other}, slurm, 600);
+  CHECK_THAT(m, Catch::Contains("1 of 3 nodes did not arrive (missing hosts: gpu02)"));
+  // Without addresses (a name that does not resolve here) the names still match up to the domain.
+  CHECK(same_host({"gpu01", {}}, fqdn));
+  CHECK(same_host({"gpu01.cluster.example", {}}, fqdn));
+  CHECK_FALSE(same_host({"gpu011", {}}, fqdn));
+  CHECK_FALSE(same_host({"gpu02", {"10.0.0.2"}}, fqdn));
+  CHECK(same_host({"10.0.0.1", {}}, fqdn));  // a node list of addresses
 }
 
 TEST_CASE("registration records round-trip through JSON", "[multinode]") {

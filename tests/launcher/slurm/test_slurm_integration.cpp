@@ -133,9 +133,16 @@ TEST_CASE("slurm: scancel --signal=USR2 reaches the workers as a checkpoint sign
   const std::string& d = td.path;
   // What sbatch --signal=USR2@120 does at the time limit. (With proctrack/linuxproc or cgroup,
   // Slurm signals every process of the step itself too: a worker may get it twice, harmlessly.)
-  const std::string script = "trap 'echo $LAUNCH_CHECKPOINT_SIGNAL > " + d + "/saved.$RANK' USR2; "
-                             "echo $SLURM_JOB_ID > " + d + "/job.$RANK; "
-                             "while [ ! -s " + d + "/saved.$RANK ]; do sleep 0.05; done; exit 0";
+  // The worker is a program with a handler (workers start with the checkpoint signal ignored,
+  // which a POSIX shell's trap cannot undo; a program's own handler replaces it).
+  { std::ofstream(d + "/worker.py") << "import os, signal, sys, time\n"
+                                      "d, r = sys.argv[1], os.environ['RANK']\n"
+                                      "got = []\n"
+                                      "signal.signal(signal.SIGUSR2, lambda *a: got.append(1))\n"
+                                      "open(d + '/job.' + r, 'w').write(os.environ['SLURM_JOB_ID'] + '\\n')\n"
+                                      "while not got: time.sleep(0.05)\n"
+                                      "open(d + '/saved.' + r, 'w').write(os.environ['LAUNCH_CHECKPOINT_SIGNAL'] + '\\n')\n"; }
+  const std::string script = "exec /usr/bin/python3 " + d + "/worker.py " + d;
   Proc p = srun(d, {"-n1"}, {"--devices", "cpu", "--nproc_per_node", "2", "--checkpoint-signal", "USR2"}, script);
   Reaper guard(p.pid);
   REQUIRE(wait_until([&] { return all_lines(d + "/job.0") && all_lines(d + "/job.1"); }, 30));
@@ -171,7 +178,9 @@ TEST_CASE("slurm: a short CPU training, both forms, the same parameters as witho
     argv.insert(argv.end(), args.begin(), args.end());
     Proc p = start(argv, d, g_env, "srun" + form[0]);
     Reaper g(p.pid);
-    REQUIRE(wait_exit(p.pid, 120) == 0);
+    const int rc = wait_exit(p.pid, 120);
+    INFO("srun " << form[0] << " output:\n" << p.out());
+    REQUIRE(rc == 0);
     CHECK(checksum(p.out()) == want);
   }
 }

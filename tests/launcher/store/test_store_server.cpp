@@ -250,6 +250,7 @@ TEST_CASE("garbage and a 2^63 length prefix close that connection only, without 
 TEST_CASE("a client that stalls mid-frame or never says HELLO is closed; others go on", "[store]") {
   launch::StoreServerConfig cfg;
   cfg.stall_timeout = 300ms;
+  cfg.hello_timeout = 300ms;
   cfg.sweep_interval = 50ms;
   TestStore ts(cfg);
   RawConn silent(ts.server->address());

@@ -77,7 +77,7 @@ int run(int argc, char** argv) {
       if (s == 1) t0 = now_s();
       ops->zero(m.grads(), m.num_params() * 4);
       m.forward_backward();
-      ops->sgd_step(0.01f, 0.9f, 0.0f, mom, s == 0);
+      ops->sgd_step(0.01f, 0.9f, 0.0f, mom, s == 0, false, nullptr);
       ops->synchronize();
     }
     const double dt = now_s() - t0;

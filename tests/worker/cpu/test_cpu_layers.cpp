@@ -264,7 +264,7 @@ TEST_CASE("cpu softmax cross-entropy: loss, gradient, stability, bad labels", "[
   std::vector<float> logits = randn(size_t(n) * classes, 13, 2.0f), dl(logits.size());
   std::vector<int32_t> labels{0, 5, 2, 2};
   float loss = 0;
-  f.ops.softmax_xent(n, classes, logits.data(), labels.data(), 0.5f, &loss, dl.data());
+  f.ops.softmax_xent(n, classes, logits.data(), labels.data(), 0.5f, 0.0f, &loss, dl.data());
   double want = 0;
   for (int i = 0; i < n; ++i) {
     double s = 0;
@@ -278,7 +278,7 @@ TEST_CASE("cpu softmax cross-entropy: loss, gradient, stability, bad labels", "[
   auto lossf = [&] {
     float l = 0;
     std::vector<float> scratch(dl.size());
-    f.ops.softmax_xent(n, classes, logits.data(), labels.data(), 1.0f, &l, scratch.data());
+    f.ops.softmax_xent(n, classes, logits.data(), labels.data(), 1.0f, 0.0f, &l, scratch.data());
     return double(l);
   };
   check("xent dlogits", logits, half, lossf, 1e-2f, 5e-3);
@@ -287,11 +287,45 @@ TEST_CASE("cpu softmax cross-entropy: loss, gradient, stability, bad labels", "[
   std::vector<float> big{1e4f, 0.0f, -1e4f, 1e4f, 1e4f, 0.0f};
   std::vector<int32_t> bl{2, 0};
   std::vector<float> bd(6);
-  f.ops.softmax_xent(2, 3, big.data(), bl.data(), 1.0f, &loss, bd.data());
+  f.ops.softmax_xent(2, 3, big.data(), bl.data(), 1.0f, 0.0f, &loss, bd.data());
   CHECK(loss == Approx((2e4 + std::log(2.0)) / 2).epsilon(1e-6));
   for (float v : bd) CHECK(std::isfinite(v));
 
   labels[1] = 6;
-  CHECK_THROWS_WITH(f.ops.softmax_xent(n, classes, logits.data(), labels.data(), 1.0f, &loss, dl.data()),
+  CHECK_THROWS_WITH(f.ops.softmax_xent(n, classes, logits.data(), labels.data(), 1.0f, 0.0f, &loss, dl.data()),
                     Catch::Contains("label 6 of sample 1"));
+}
+
+TEST_CASE("cpu softmax cross-entropy with label smoothing: torch's target, its gradient", "[cpu][xent]") {
+  const int n = 3, classes = 5;
+  const float e = 0.1f;
+  Fixture f(1);
+  std::vector<float> logits = randn(size_t(n) * classes, 17, 2.0f), dl(logits.size());
+  std::vector<int32_t> labels{4, 0, 2};
+  float loss = 0;
+  f.ops.softmax_xent(n, classes, logits.data(), labels.data(), 1.0f, e, &loss, dl.data());
+  // CrossEntropyLoss(label_smoothing=e) = (1 - e) * nll + e * mean_k(-log p_k).
+  double want = 0;
+  for (int i = 0; i < n; ++i) {
+    const float* z = logits.data() + size_t(i) * classes;
+    double s = 0;
+    for (int k = 0; k < classes; ++k) s += std::exp(double(z[k]));
+    double uniform = 0;
+    for (int k = 0; k < classes; ++k) uniform += (std::log(s) - z[k]) / classes;
+    want += (1 - e) * (std::log(s) - z[labels[size_t(i)]]) + e * uniform;
+  }
+  CHECK(loss == Approx(want / n).epsilon(1e-6));
+  auto lossf = [&] {
+    float l = 0;
+    std::vector<float> scratch(dl.size());
+    f.ops.softmax_xent(n, classes, logits.data(), labels.data(), 1.0f, e, &l, scratch.data());
+    return double(l);
+  };
+  check("smoothed xent dlogits", logits, dl, lossf, 1e-2f, 5e-3);
+  // Each row of the gradient sums to zero (softmax and the target both sum to one).
+  for (int i = 0; i < n; ++i) {
+    double row = 0;
+    for (int k = 0; k < classes; ++k) row += dl[size_t(i * classes + k)];
+    CHECK(std::abs(row) < 1e-7);
+  }
 }

@@ -104,7 +104,7 @@ TEST_CASE("model on cpu: a small ResNet learns the learnable data", "[cpu][model
     const float l = m.last_loss();
     if (step <= 5) first += l / 5;
     if (step > steps - 5) last += l / 5;
-    ops->adam_step(1e-3f, 0.9f, 0.999f, 1e-8f, 0.0f, step, mbuf, vbuf);
+    ops->adam_step(1e-3f, 0.9f, 0.999f, 1e-8f, 0.0f, step, mbuf, vbuf, nullptr);
     ops->params_updated();
   }
   INFO("mean loss of the first 5 steps " << first << ", of the last 5 " << last);

@@ -25,7 +25,7 @@ TEST_CASE("cpu sgd: momentum buffer starts as the gradient, weight decay is L2",
   const double lr = 0.1, mom = 0.9, wd = 0.01;
   std::vector<double> p(b.p.begin(), b.p.end()), mb(4);
   for (int step = 0; step < 3; ++step) {
-    b.ops.sgd_step(float(lr), float(mom), float(wd), buf.data(), step == 0);
+    b.ops.sgd_step(float(lr), float(mom), float(wd), buf.data(), step == 0, false, nullptr);
     for (size_t i = 0; i < 4; ++i) {
       const double d = b.g[i] + wd * p[i];
       mb[i] = step == 0 ? d : mom * mb[i] + d;
@@ -35,8 +35,44 @@ TEST_CASE("cpu sgd: momentum buffer starts as the gradient, weight decay is L2",
     }
   }
   // Without momentum no buffer is needed.
-  b.ops.sgd_step(0.1f, 0.0f, 0.0f, nullptr, false);
+  b.ops.sgd_step(0.1f, 0.0f, 0.0f, nullptr, false, false, nullptr);
   CHECK(b.p[0] == Approx(p[0] - 0.1 * b.g[0]).epsilon(1e-6));
+}
+
+TEST_CASE("cpu sgd: Nesterov momentum and weight decay only where the mask says", "[cpu][optim]") {
+  Buffers b;
+  std::vector<float> buf(4, 0.0f);
+  const std::vector<uint8_t> mask{1, 0, 1, 0};  // e.g. conv weights decayed, BN parameters not
+  const double lr = 0.1, mom = 0.875, wd = 0.05;
+  std::vector<double> p(b.p.begin(), b.p.end()), mb(4);
+  for (int step = 0; step < 3; ++step) {
+    b.ops.sgd_step(float(lr), float(mom), float(wd), buf.data(), step == 0, true, mask.data());
+    for (size_t i = 0; i < 4; ++i) {
+      const double d = b.g[i] + (mask[i] ? wd * p[i] : 0.0);
+      mb[i] = step == 0 ? d : mom * mb[i] + d;
+      p[i] -= lr * (d + mom * mb[i]);  // torch: grad = grad + momentum * buf
+      CHECK(b.p[i] == Approx(p[i]).epsilon(1e-6));
+      CHECK(buf[i] == Approx(mb[i]).epsilon(1e-6));
+    }
+  }
+}
+
+TEST_CASE("cpu adam: weight decay only where the mask says", "[cpu][optim]") {
+  Buffers b;
+  std::vector<float> m(4, 0.0f), v(4, 0.0f);
+  const std::vector<uint8_t> mask{0, 1, 1, 0};
+  const double lr = 1e-2, b1 = 0.9, b2 = 0.999, eps = 1e-8, wd = 0.1;
+  std::vector<double> p(b.p.begin(), b.p.end()), md(4, 0.0), vd(4, 0.0);
+  for (int step = 1; step <= 2; ++step) {
+    b.ops.adam_step(float(lr), float(b1), float(b2), float(eps), float(wd), step, m.data(), v.data(), mask.data());
+    for (size_t i = 0; i < 4; ++i) {
+      const double g = b.g[i] + (mask[i] ? wd * p[i] : 0.0);
+      md[i] = b1 * md[i] + (1 - b1) * g;
+      vd[i] = b2 * vd[i] + (1 - b2) * g * g;
+      p[i] -= lr * (md[i] / (1 - std::pow(b1, step))) / (std::sqrt(vd[i] / (1 - std::pow(b2, step))) + eps);
+      CHECK(b.p[i] == Approx(p[i]).epsilon(1e-6));
+    }
+  }
 }
 
 TEST_CASE("cpu adam: torch's update with bias correction", "[cpu][optim]") {
@@ -45,7 +81,7 @@ TEST_CASE("cpu adam: torch's update with bias correction", "[cpu][optim]") {
   const double lr = 1e-3, b1 = 0.9, b2 = 0.999, eps = 1e-8, wd = 0.01;
   std::vector<double> p(b.p.begin(), b.p.end()), md(4, 0.0), vd(4, 0.0);
   for (int step = 1; step <= 3; ++step) {
-    b.ops.adam_step(float(lr), float(b1), float(b2), float(eps), float(wd), step, m.data(), v.data());
+    b.ops.adam_step(float(lr), float(b1), float(b2), float(eps), float(wd), step, m.data(), v.data(), nullptr);
     for (size_t i = 0; i < 4; ++i) {
       const double g = b.g[i] + wd * p[i];
       md[i] = b1 * md[i] + (1 - b1) * g;

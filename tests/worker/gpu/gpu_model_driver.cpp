@@ -102,7 +102,7 @@ int bench(const std::map<std::string, std::string>& a, Clock::time_point t_start
                     m.input(), m.labels());
     ops->zero(m.grads(), m.num_params() * 4);
     m.forward_backward();
-    ops->sgd_step(0.1f, 0.9f, 1e-4f, mom, first);
+    ops->sgd_step(0.1f, 0.9f, 1e-4f, mom, first, false, nullptr);
     ops->params_updated();
   };
   train_step(true);
@@ -146,7 +146,7 @@ int bench(const std::map<std::string, std::string>& a, Clock::time_point t_start
     graph.capture([&] {
       ops->zero(m.grads(), m.num_params() * 4);
       m.forward_backward();
-      ops->sgd_step(0.1f, 0.9f, 1e-4f, mom, false);
+      ops->sgd_step(0.1f, 0.9f, 1e-4f, mom, false, false, nullptr);
       ops->params_updated();
     });
     const std::vector<double> stream_rates = rates;

@@ -24,7 +24,9 @@ std::string message_of(void (*f)()) {
 }  // namespace
 
 TEST_CASE("check macros name the call, the place, the rank and the host", "[gpu_host]") {
-  setenv("PADDLE_TRAINER_ID", "3", 1);  // where() reads it once, at the first error
+  // where() reads the contract once, at the first error; rank 3 must be below the world size.
+  setenv("PADDLE_TRAINER_ID", "3", 1);
+  setenv("PADDLE_TRAINERS_NUM", "4", 1);
   const std::string m = message_of([] { CUDA_CHECK(cudaErrorInvalidValue); });
   CHECK_THAT(m, Catch::Contains("cudaErrorInvalidValue"));
   CHECK_THAT(m, Catch::Contains("test_gpu_check.cpp:"));

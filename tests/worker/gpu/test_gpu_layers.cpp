@@ -160,7 +160,7 @@ TEST_CASE("max-pool, average pool, fc and softmax cross-entropy match the CPU ba
     std::vector<int32_t> labels(n);
     for (int i = 0; i < n; ++i) labels[i] = (i * 7 + 3) % classes;
 
-    std::vector<float> mp[2], mpb[2], ap[2], apb[2], lg[2], dl[2], loss[2], fdx[2], g[2];
+    std::vector<float> mp[2], mpb[2], ap[2], apb[2], lg[2], dl[2], loss[2], fdx[2], g[2], dls[2], losss[2];
     Side* sides[2] = {&p.gpu, &p.cpu};
     for (int i = 0; i < 2; ++i) {
       Side& sd = *sides[i];
@@ -185,7 +185,10 @@ TEST_CASE("max-pool, average pool, fc and softmax cross-entropy match the CPU ba
       sd.ops->upload(lab, labels.data(), size_t(n) * 4);
       sd.ops->fc_forward(feat, fw, fb, classes, logits);
       lg[i] = sd.get_f(logits, size_t(n) * classes);
-      sd.ops->softmax_xent(n, classes, logits, lab, 2.f, l, dlog);
+      sd.ops->softmax_xent(n, classes, logits, lab, 2.f, 0.1f, l, dlog);  // label smoothing 0.1
+      dls[i] = sd.get_f(dlog, size_t(n) * classes);
+      losss[i] = sd.get_f(l, 1);
+      sd.ops->softmax_xent(n, classes, logits, lab, 2.f, 0.f, l, dlog);
       dl[i] = sd.get_f(dlog, size_t(n) * classes);
       loss[i] = sd.get_f(l, 1);
       Act fdxa = sd.act(n, 1, 1, c);
@@ -201,6 +204,8 @@ TEST_CASE("max-pool, average pool, fc and softmax cross-entropy match the CPU ba
     CHECK_CLOSE("fc logits", lg[0], lg[1], tol(t));
     CHECK_CLOSE("loss", loss[0], loss[1], tol(t));
     CHECK_CLOSE("dlogits", dl[0], dl[1], tol(t));
+    CHECK_CLOSE("loss, label smoothing 0.1", losss[0], losss[1], tol(t));
+    CHECK_CLOSE("dlogits, label smoothing 0.1", dls[0], dls[1], tol(t));
     CHECK_CLOSE("fc dx", fdx[0], fdx[1], tol(t));
     CHECK_CLOSE("fc dW, db (added)", g[0], g[1], tol(t));
   }
@@ -243,19 +248,29 @@ TEST_CASE("optimizers, gradient scaling and the finiteness check match the CPU b
   const size_t count = 100003;  // not a multiple of any vector width
   const auto params = randn(count, 21), grads = randn(count, 22, 0.1f);
   Pair p(DType::F32, params, grads);
-  std::vector<float> sgd[2], adam[2];
+  // Weight decay on two elements of three (--no-wd-on-bn-bias): a mask in backend memory.
+  std::vector<uint8_t> mask_host(count);
+  for (size_t j = 0; j < count; ++j) mask_host[j] = j % 3 != 0;
+  std::vector<float> sgd[2], nesterov[2], adam[2], adam_masked[2];
   Side* sides[2] = {&p.gpu, &p.cpu};
   for (int i = 0; i < 2; ++i) {
     Side& sd = *sides[i];
+    auto* mask = static_cast<uint8_t*>(sd.ops->alloc(count));
+    sd.ops->upload(mask, mask_host.data(), count);
     float* mom = sd.floats(std::vector<float>(count));
     sd.ops->scale_grads(0.5f);
-    sd.ops->sgd_step(0.1f, 0.9f, 1e-4f, mom, true);
-    sd.ops->sgd_step(0.1f, 0.9f, 1e-4f, mom, false);
+    sd.ops->sgd_step(0.1f, 0.9f, 1e-4f, mom, true, false, nullptr);
+    sd.ops->sgd_step(0.1f, 0.9f, 1e-4f, mom, false, false, nullptr);
     sgd[i] = sd.get_params();
+    sd.ops->sgd_step(0.1f, 0.875f, 3e-2f, mom, false, true, mask);
+    sd.ops->sgd_step(0.1f, 0.875f, 3e-2f, mom, false, true, mask);
+    nesterov[i] = sd.get_params();
     float* m = sd.floats(std::vector<float>(count));
     float* v = sd.floats(std::vector<float>(count));
-    for (int64_t step = 1; step <= 3; ++step) sd.ops->adam_step(1e-3f, 0.9f, 0.999f, 1e-8f, 1e-4f, step, m, v);
+    for (int64_t step = 1; step <= 3; ++step) sd.ops->adam_step(1e-3f, 0.9f, 0.999f, 1e-8f, 1e-4f, step, m, v, nullptr);
     adam[i] = sd.get_params();
+    for (int64_t step = 4; step <= 5; ++step) sd.ops->adam_step(1e-3f, 0.9f, 0.999f, 1e-8f, 3e-2f, step, m, v, mask);
+    adam_masked[i] = sd.get_params();
     CHECK(sd.ops->grads_finite());
     std::vector<float> bad = grads;
     bad[count - 1] = INFINITY;
@@ -267,6 +282,8 @@ TEST_CASE("optimizers, gradient scaling and the finiteness check match the CPU b
   }
   CHECK_CLOSE("params after 2 SGD steps", sgd[0], sgd[1], 1e-6);
   CHECK_CLOSE("params after 3 Adam steps", adam[0], adam[1], 1e-6);
+  CHECK_CLOSE("params after 2 more Nesterov steps, masked weight decay", nesterov[0], nesterov[1], 1e-6);
+  CHECK_CLOSE("params after 2 more Adam steps, masked weight decay", adam_masked[0], adam_masked[1], 1e-6);
 }
 
 TEST_CASE("the GPU backend reports misuse and impossible requests clearly", "[gpu]") {

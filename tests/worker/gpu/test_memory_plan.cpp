@@ -50,12 +50,12 @@ class CountingOps final : public Ops {
   void avgpool_backward(const Act&, Act&) override {}
   void fc_forward(const Act&, ParamView, ParamView, int, float*) override {}
   void fc_backward(const Act&, ParamView, const float*, int, Act&, ParamView, ParamView) override {}
-  void softmax_xent(int, int, const float*, const int32_t*, float, float*, float*) override {}
+  void softmax_xent(int, int, const float*, const int32_t*, float, float, float*, float*) override {}
   void make_batch(DataKind, uint64_t, const int64_t*, int, int, int, Act&, int32_t*) override {}
   void scale_grads(float) override {}
   bool grads_finite() override { return true; }
-  void sgd_step(float, float, float, float*, bool) override {}
-  void adam_step(float, float, float, float, float, int64_t, float*, float*) override {}
+  void sgd_step(float, float, float, float*, bool, bool, const uint8_t*) override {}
+  void adam_step(float, float, float, float, float, int64_t, float*, float*, const uint8_t*) override {}
   void synchronize() override {}
 
  private:

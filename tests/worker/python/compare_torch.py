@@ -26,9 +26,14 @@ except ImportError as e:  # honest skip: CI machines without python3-torch
     print(f"SKIPPED: torch/torchvision not importable ({e})")
     sys.exit(77)
 
-# Must match tests/worker/cpu/model_driver.cpp.
+# Must match tests/worker/reference_step.h.
 SGD = dict(lr=0.1, momentum=0.9, weight_decay=1e-4)
 ADAM = dict(lr=1e-3, betas=(0.9, 0.999), eps=1e-8, weight_decay=1e-4)
+# Issue 12's recipe: label smoothing, then two Nesterov steps with weight decay only on the
+# parameters of more than one dimension (NVIDIA's --no-wd-on-bn-bias as torch parameter groups).
+SMOOTHING = 0.1
+NESTEROV = dict(lr=0.1, momentum=0.875, nesterov=True)
+NESTEROV_WD = 5e-2
 
 # Tolerances, relative to the tensor's largest magnitude; the reference is torch in fp32.
 # Measured: loss ~1e-6, gradients <= ~5e-5 (ResNet-18 and -50). fp32 summation order differs
@@ -36,11 +41,14 @@ ADAM = dict(lr=1e-3, betas=(0.9, 0.999), eps=1e-8, weight_decay=1e-4)
 # subtracts nearly equal terms, so gradients get 1e-3: a 20x margin, while a wrong stride,
 # padding, layout or formula gives errors of order 1. After one optimizer step we compare the
 # step itself (p_after - p_init): for SGD it is linear in the gradient; Adam's first step is
-# ~lr * sign(grad), exact wherever the gradient's sign is reliable (see run_depth).
+# ~lr * sign(grad), judged against torch in float64 (see run_depth).
 TOL_LOSS = 1e-4
 TOL_GRAD = 1e-3
 TOL_STATE = 1e-4   # running statistics after the forward, num_batches_tracked
-ADAM_NOISE = 1e-3  # fraction of a tensor's max |grad| below which a gradient's sign is noise
+# Adam's first step (see run_depth): ours may step differently from float64 on at most this many
+# times the weights torch's own float32 does, and on at least ADAM_MIN_FLIPS.
+ADAM_FLIP_FACTOR = 4
+ADAM_MIN_FLIPS = 16
 
 # ResNet-50 with torchvision's default initialisation is ill-conditioned at small sizes: the
 # gradient grows ~100x from fc to conv1 and torch's OWN fp32 gradients differ from its fp64
@@ -53,11 +61,10 @@ ADAM_NOISE = 1e-3  # fraction of a tensor's max |grad| below which a gradient's 
 # flip a few ReLU masks (pre-activations within rounding of 0), and BN backward spreads each
 # flip over its channel and every layer below: single elements then differ by up to a few %
 # (torch fp32 vs torch fp64 shows the same). For ResNet-50 gradients and steps are therefore
-# compared in the L2 norm per tensor (measured <= 1e-2; a real mistake gives ~1), and the
-# first Adam step (+-lr per weight) by the fraction of weights stepping the other way.
+# compared in the L2 norm per tensor (measured <= 1e-2; a real mistake gives ~1); the first Adam
+# step is judged as for every depth (run_depth).
 BN3_GAMMA = (0.2, 0.5)
 TOL_GRAD_L2 = 5e-2
-TOL_ADAM_FLIPS = 1e-2
 
 
 def l2_err(ours, ref):
@@ -120,6 +127,8 @@ def run_depth(driver, depth, image_size, batch, classes, verbose):
         fwd = st.load(os.path.join(d, "fwd.safetensors"))
         after_sgd = st.load(os.path.join(d, "sgd.safetensors"))
         after_adam = st.load(os.path.join(d, "adam.safetensors"))
+        smooth = st.load(os.path.join(d, "smooth.safetensors"))
+        after_nesterov = st.load(os.path.join(d, "nesterov.safetensors"))
 
     x = torch.from_numpy(batch_t["images"]).permute(0, 3, 1, 2).contiguous()
     y = torch.from_numpy(batch_t["labels"])
@@ -158,40 +167,77 @@ def run_depth(driver, depth, image_size, batch, classes, verbose):
         else:
             worst["state"] = max(worst["state"], rep.check(f"after SGD: {name}", after_sgd[name], v.numpy(), TOL_STATE, verbose))
 
+    # Adam's first step is lr * g / (|g| + eps) per weight: +-lr wherever |g| >> eps, however
+    # small g is, so an element-wise tolerance judges rounding, not correctness. It is judged by
+    # how many weights step differently from torch in float64 (by more than lr/2: the other
+    # way, or not at all), against how many torch's own float32 steps differently from its
+    # float64, with oneDNN's kernels and with its native ones: every fp32 implementation flips
+    # the weights whose gradient is within its rounding of zero, and how many depends on the
+    # kernels (ResNet-50 here: 3,203 with oneDNN, 19,997 without, of 23.5 M). A real mistake
+    # flips a large fraction of a tensor.
     m = fresh()
     _, ga = step(m)
     torch.optim.Adam(m.parameters(), **ADAM).step()
-    noise_elems = flips = total = 0
+    m64 = fresh().double()
+    m64.zero_grad()
+    torch.nn.functional.cross_entropy(m64(x.double()), y).backward()
+    torch.optim.Adam(m64.parameters(), **ADAM).step()
+    ref64 = {n: v.numpy() for n, v in m64.state_dict().items()}
+    # torch float32 once more with another kernel choice (oneDNN off: its native convolutions):
+    # how far two fp32 summation orders of the same library fall apart.
+    with torch.backends.mkldnn.flags(enabled=False):
+        m_alt = fresh()
+        step(m_alt)
+        torch.optim.Adam(m_alt.parameters(), **ADAM).step()
+    alt = {n: v.double().numpy() for n, v in m_alt.state_dict().items()}
+    flips_ours = flips_torch = flips_alt = total = 0
     for name, v in m.state_dict().items():
         if name not in ga:
             worst["state"] = max(worst["state"], rep.check(f"after Adam: {name}", after_adam[name], v.numpy(), TOL_STATE, verbose))
             continue
         d_ours = after_adam[name].astype(np.float64) - init[name]
-        d_ref = v.double().numpy() - init[name]
-        if not strict:
-            # Count the weights whose step went the other way; every step must stay within lr.
-            flips += int(((d_ours * d_ref) < 0).sum())
-            total += d_ref.size
-            if np.abs(d_ours).max() > ADAM["lr"] * 1.001 + 1e-7:
-                rep.failures.append(f"Adam step: {name}: |step| {np.abs(d_ours).max():.3g} > lr")
-            continue
-        # Adam's first step is ~lr * sign(grad) however small the gradient: where it is at
-        # rounding level its sign is summation-order noise, so there only |step| <= lr is checked.
-        mag = np.abs(ga[name])
-        noisy = mag < ADAM_NOISE * mag.max()
-        noise_elems += int(noisy.sum())
-        if noisy.any() and np.abs(d_ours[noisy]).max() > ADAM["lr"] * 1.001:
-            rep.failures.append(f"Adam step: {name}: |step| {np.abs(d_ours[noisy]).max():.3g} > lr on a near-zero gradient")
-        worst["adam"] = max(worst["adam"], rep.check(
-            f"Adam step: {name}", np.where(noisy, 0.0, d_ours), np.where(noisy, 0.0, d_ref), TOL_GRAD, verbose))
-    if not strict:
-        frac = flips / max(total, 1)
-        print(f"  Adam: {flips} of {total} weights stepped the other way ({frac:.2e}, tol {TOL_ADAM_FLIPS:g})")
-        if frac >= TOL_ADAM_FLIPS:
-            rep.failures.append(f"Adam step: {frac:.2e} of the weights stepped the other way")
+        d_torch = v.double().numpy() - init[name]
+        d_64 = ref64[name] - init[name]
+        flips_ours += int((np.abs(d_ours - d_64) > ADAM["lr"] / 2).sum())
+        flips_torch += int((np.abs(d_torch - d_64) > ADAM["lr"] / 2).sum())
+        flips_alt += int((np.abs(alt[name] - init[name] - d_64) > ADAM["lr"] / 2).sum())
+        total += d_64.size
+        if np.abs(d_ours).max() > ADAM["lr"] * 1.001 + 1e-7:
+            rep.failures.append(f"Adam step: {name}: |step| {np.abs(d_ours).max():.3g} > lr")
+    # Ours is another fp32 summation order: allow the reference's own count (the larger of its two
+    # kernel choices) several times over, and a floor of ADAM_MIN_FLIPS weights for a reference
+    # that happens to flip none.
+    limit = max(ADAM_FLIP_FACTOR * max(flips_torch, flips_alt), ADAM_MIN_FLIPS)
+    worst["adam"] = flips_ours / max(total, 1)
+    print(f"  Adam vs torch float64: ours {flips_ours} of {total} weights step differently, torch float32 "
+          f"{flips_torch}, torch float32 without oneDNN {flips_alt} (limit {limit:.0f} = max({ADAM_FLIP_FACTOR} x torch's larger, {ADAM_MIN_FLIPS}))")
+    if flips_ours > limit:
+        rep.failures.append(f"Adam step: {flips_ours} weights step differently from float64 (limit {limit:.0f})")
+    # Label smoothing (CrossEntropyLoss(label_smoothing=)) and Nesterov with parameter groups.
+    m = fresh()
+    m.zero_grad()
+    ls = torch.nn.CrossEntropyLoss(label_smoothing=SMOOTHING)(m(x), y)
+    ls.backward()
+    rep.check("loss, label smoothing 0.1", smooth["loss"], ls.item(), TOL_LOSS, True)
+    for name, p in m.named_parameters():
+        worst["smooth"] = max(worst.get("smooth", 0.0), rep.check(
+            f"grad, label smoothing: {name}", smooth[name], p.grad.double().numpy(), tol_g, verbose, metric))
+    params = dict(m.named_parameters())
+    groups = [{"params": [p for p in params.values() if p.ndim > 1], "weight_decay": NESTEROV_WD},
+              {"params": [p for p in params.values() if p.ndim == 1], "weight_decay": 0.0}]
+    opt = torch.optim.SGD(groups, **NESTEROV)
+    opt.step()
+    opt.step()  # the same gradients again: the momentum buffer's recurrence
+    for name, p in params.items():
+        d_ours = after_nesterov[name].astype(np.float64) - init[name]
+        d_ref = p.detach().double().numpy() - init[name]
+        worst["nesterov"] = max(worst.get("nesterov", 0.0), rep.check(
+            f"Nesterov steps, masked weight decay: {name}", d_ours, d_ref, tol_g, verbose, metric))
+    print(f"  label smoothing gradients {worst['smooth']:.2e}, two Nesterov steps with parameter groups "
+          f"{worst['nesterov']:.2e} (tol {tol_g:g})")
     print(f"  worst rel err ({metric}): gradients {worst['grad']:.2e} (tol {tol_g:g}), running stats {worst['state']:.2e} "
-          f"(tol {TOL_STATE:g}), SGD step {worst['sgd']:.2e}, Adam step {worst['adam']:.2e} "
-          f"({noise_elems} weights with |grad| < {ADAM_NOISE:g} x max: |step| <= lr checked)")
+          f"(tol {TOL_STATE:g}), SGD step {worst['sgd']:.2e}, Adam: {worst['adam']:.2e} of the weights step "
+          f"differently")
     return rep.failures
 
 

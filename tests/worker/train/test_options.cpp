@@ -28,13 +28,13 @@ TEST_CASE("defaults are the paddle guide's", "[train][options]") {
   CHECK(o->batch_size == 32);
   CHECK(o->num_samples == 1000);
   CHECK(o->epochs == 3);
-  CHECK(o->optimizer == "adam");
+  CHECK(o->optimizer == worker::OptimizerKind::Adam);
   CHECK(o->lr == 1e-3);
   CHECK(o->log_every == 10);
-  CHECK(o->data == "random");
-  CHECK(o->device == "auto");
-  CHECK(worker::resolve_precision(*o, true) == "bf16");
-  CHECK(worker::resolve_precision(*o, false) == "fp32");
+  CHECK(o->data == worker::DataSourceKind::Random);
+  CHECK(o->device == worker::DeviceChoice::Auto);
+  CHECK(worker::resolve_precision(*o, true) == worker::DType::BF16);
+  CHECK(worker::resolve_precision(*o, false) == worker::DType::F32);
 }
 
 TEST_CASE("every option is parsed", "[train][options]") {
@@ -48,7 +48,10 @@ TEST_CASE("every option is parsed", "[train][options]") {
   CHECK(o->depth == 18);
   CHECK(o->width == 16);
   CHECK(o->max_steps == 5);
-  CHECK(o->optimizer == "sgd");
+  CHECK(o->optimizer == worker::OptimizerKind::Sgd);
+  CHECK(o->data == worker::DataSourceKind::Learnable);
+  CHECK(o->device == worker::DeviceChoice::Cpu);
+  CHECK(o->precision == worker::Precision::Fp32);
   CHECK(o->momentum == 0.5);
   CHECK(o->weight_decay == 1e-4);
   CHECK(o->accum_steps == 2);
@@ -76,7 +79,15 @@ TEST_CASE("bad values are usage errors naming the option", "[train][options]") {
       {{"--momentum", "1"}, "--momentum"},
       {{"--weight-decay", "-1"}, "--weight-decay"},
       {{"--accum-steps", "0"}, "--accum-steps"},
-      {{"--data", "imagenet"}, "--data"},
+      {{"--data", ""}, "--data"},  // a path is checked when the data is opened (check_data.py errors)
+      {{"--crop-scale", "0.5"}, "--crop-scale"},
+      {{"--crop-scale", "0.9,0.1"}, "--crop-scale"},
+      {{"--hflip", "1.5"}, "--hflip"},
+      {{"--loader", "tpu"}, "--loader"},
+      {{"--augment", "heavy"}, "--augment"},
+      {{"--decode-scaling", "maybe"}, "--decode-scaling"},
+      {{"--data-prefetch", "0"}, "--data-prefetch"},
+      {{"--val-data", "v.txt"}, "--val-data"},
       {{"--save-every", "5"}, "--save-every"},
       {{"--resume", "auto"}, "--resume auto"},
       {{"--init", "a", "--resume", "b"}, "--init"},
@@ -95,6 +106,72 @@ TEST_CASE("bad values are usage errors naming the option", "[train][options]") {
     CHECK(err.find('\n') == std::string::npos);
   }
   TrainOptions o;
-  o.precision = "fp16";
+  o.precision = worker::Precision::Fp16;
   CHECK_THROWS_AS(worker::resolve_precision(o, false), UsageError);  // auto picked the CPU
+}
+
+TEST_CASE("the recipe, validation and TensorBoard options (issue 12)", "[train][options]") {
+  const auto d = parse_options(std::vector<std::string>{});
+  REQUIRE(d);
+  CHECK(d->lr_schedule == worker::LrScheduleKind::Constant);
+  CHECK(d->warmup_epochs == 0.0);
+  CHECK(d->lr_steps == std::vector<int>{30, 60, 90});
+  CHECK(d->lr_gamma == 0.1);
+  CHECK(d->lr_base_batch == 0);
+  CHECK(d->label_smoothing == 0.0);
+  CHECK_FALSE(d->nesterov);
+  CHECK_FALSE(d->no_wd_on_bn_bias);
+  CHECK(d->val_samples == 0);
+  CHECK(d->eval_every == 1);
+  const auto o = parse_options(std::vector<std::string>{
+      "--optimizer", "sgd", "--momentum", "0.875", "--lr", "0.256", "--lr-base-batch", "256", "--lr-schedule", "cosine",
+      "--warmup-epochs", "5", "--epochs", "90", "--label-smoothing", "0.1", "--nesterov", "--no-wd-on-bn-bias",
+      "--lr-steps", "10,20", "--lr-steps", "5", "--lr-gamma", "0.5", "--val-samples", "100", "--eval-every", "2",
+      "--save", "c.safetensors", "--save-best", "--tensorboard", "tb"});
+  REQUIRE(o);
+  CHECK(o->lr_schedule == worker::LrScheduleKind::Cosine);
+  CHECK(o->warmup_epochs == 5.0);
+  CHECK(o->lr_steps == std::vector<int>{5});  // a repeated option replaces the list
+  CHECK(o->lr_gamma == 0.5);
+  CHECK(o->lr_base_batch == 256);
+  CHECK(o->label_smoothing == 0.1);
+  CHECK(o->nesterov);
+  CHECK(o->no_wd_on_bn_bias);
+  CHECK(o->val_samples == 100);
+  CHECK(o->eval_every == 2);
+  CHECK(o->save_best);
+  CHECK(o->tensorboard == "tb");
+  CHECK(parse_options(std::vector<std::string>{"--eval-only", "--init", "w.safetensors"})->eval_only);
+
+  const std::vector<std::pair<std::vector<std::string>, std::string>> bad = {
+      {{"--lr-schedule", "linear"}, "--lr-schedule must be constant, step or cosine"},
+      {{"--warmup-epochs", "-1"}, "--warmup-epochs"},
+      {{"--warmup-epochs", "4", "--epochs", "3"}, "--warmup-epochs"},
+      {{"--lr-steps", "60,30"}, "--lr-steps"},
+      {{"--lr-steps", "30,x"}, "--lr-steps"},
+      {{"--lr-steps", "30,,60"}, "--lr-steps"},
+      {{"--lr-gamma", "0"}, "--lr-gamma"},
+      {{"--lr-base-batch", "-1"}, "--lr-base-batch"},
+      {{"--label-smoothing", "1"}, "--label-smoothing"},
+      {{"--nesterov"}, "--nesterov needs --optimizer sgd"},
+      {{"--nesterov", "--optimizer", "sgd", "--momentum", "0"}, "--nesterov"},
+      {{"--val-samples", "-1"}, "--val-samples"},
+      {{"--eval-every", "0"}, "--eval-every"},
+      {{"--eval-only"}, "--eval-only needs --init"},
+      {{"--eval-only", "--init", "w", "--save", "c"}, "--eval-only"},
+      {{"--save-best"}, "--save-best needs --save"},
+  };
+  for (const auto& [args, needle] : bad) {
+    const std::string err = usage_error(args);
+    INFO(args[0] << " -> '" << err << "'");
+    CHECK(err.find(needle) != std::string::npos);
+  }
+}
+
+// --- communication (issue 14)
+TEST_CASE("--comm-timeout: 300 s by default, any positive number of seconds", "[train][options][comm]") {
+  CHECK(parse_options(std::vector<std::string>{})->comm_timeout_s == 300);
+  CHECK(parse_options(std::vector<std::string>{"--comm-timeout", "1.5"})->comm_timeout_s == 1.5);
+  for (const char* bad : {"0", "-3", "nan", "1e9"})
+    CHECK_THAT(usage_error({"--comm-timeout", bad}), Catch::Contains("--comm-timeout"));
 }

@@ -138,6 +138,8 @@ TEST_CASE("a rank that dies mid-job: the others fail fast with an error naming a
       try {
         comm->allreduce_sum(v.data(), v.size());
       } catch (const CommError& e) {
+        // Whoever noticed reports the neighbour it lost, for the launcher's root cause.
+        if (!e.peer_lost() || !e.lost_peer() || *e.lost_peer() == r) return std::string("not a lost peer: ") + e.what();
         return e.what();
       }
       return "no error";
@@ -165,6 +167,7 @@ TEST_CASE("a silent rank: the waiting rank times out naming it", "[train][ring]"
   auto cfg = config(0, 2);
   cfg.timeout = 300ms;
   std::string err;
+  std::optional<int> lost;
   {
     auto comm = make_ring_comm(cfg, rdv);
     std::vector<float> v(10, 1.0f);
@@ -172,6 +175,7 @@ TEST_CASE("a silent rank: the waiting rank times out naming it", "[train][ring]"
       comm->allreduce_sum(v.data(), v.size());
     } catch (const CommError& e) {
       err = e.what();
+      if (e.peer_lost()) lost = e.lost_peer();
     }
   }
   done.set_value();
@@ -179,6 +183,7 @@ TEST_CASE("a silent rank: the waiting rank times out naming it", "[train][ring]"
   INFO(err);
   CHECK(err.find("no progress") != std::string::npos);
   CHECK(err.find("rank 1") != std::string::npos);
+  CHECK(lost == std::optional<int>(1));  // the silent rank is the one lost
 }
 
 TEST_CASE("ranks of different jobs refuse to form a ring", "[train][ring]") {

@@ -67,3 +67,14 @@ TEST_CASE("too few samples for one batch give zero steps; bad sizes throw", "[tr
   CHECK_THROWS(Sampler({0, 1, 1, 1, 0}));
   CHECK_THROWS(Sampler({10, 0, 1, 1, 0}));
 }
+
+TEST_CASE("epoch_order lists a rank's micro-batches from a step on, in reading order", "[train][sampler]") {
+  Sampler s({64, 2, 2, 4, 3});  // 2 ranks x 2 micro-batches of 4: 4 steps per epoch
+  REQUIRE(s.steps_per_epoch() == 4);
+  const auto perm = s.permutation(5);
+  const auto order = s.epoch_order(5, 1, 1);  // rank 1 resumed at step 1
+  REQUIRE(order.size() == 3 * 2);
+  for (int64_t step = 1; step < 4; ++step)
+    for (int micro = 0; micro < 2; ++micro) CHECK(order[size_t((step - 1) * 2 + micro)] == s.batch(perm, 1, micro, step));
+  CHECK(s.epoch_order(5, 1, 4).empty());
+}

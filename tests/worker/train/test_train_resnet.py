@@ -140,9 +140,10 @@ def case_errors(a, tmp):
     usage(SMALL + ["--resume", good, "--seed", "5"], "--seed", code=2)
     usage(SMALL + ["--resume", good, "--optimizer", "sgd"], "--optimizer", code=2)
 
-    # A failed save leaves nothing behind (its folder cannot exist: a file has that name).
+    # A --save whose folder cannot exist (a file has that name) is refused before training
+    # (issue 12: it used to fail after the whole run) and leaves nothing behind.
     bad = os.path.join(good, "c.safetensors")
-    usage(SMALL + ["--max-steps", "1", "--save", bad], good, code=1)
+    usage(SMALL + ["--max-steps", "1", "--save", bad], good, code=2)
     check(not any(".tmp" in f for f in os.listdir(tmp)), f"temporary files left: {os.listdir(tmp)}")
     # A missing folder is created (as in `--save ckpt/$SLURM_JOB_ID`).
     nested = os.path.join(tmp, "new", "dir", "c")
@@ -261,7 +262,8 @@ def free_port():
 
 def case_peer_dies(a, tmp):
     """Two ranks on fixed endpoints (no launcher); SIGKILL rank 1 mid-training: rank 0 exits
-    within seconds with one error line naming rank 1."""
+    within seconds with one error line naming rank 1, and says it lost rank 1 the way launch
+    reads it (a LAUNCH_PEER_LOST line, exit code 86: proto/peer_lost.h)."""
     import select
     import signal
     import time
@@ -285,9 +287,10 @@ def case_peer_dies(a, tmp):
         rc = procs[0].wait(timeout=30)
         elapsed = time.monotonic() - t0
         err = procs[0].stderr.read().strip().splitlines()
-        check(rc == 1, f"rank 0 exited {rc} after its peer died")
-        check(len(err) == 1 and err[0].startswith("train_resnet: error: rank 0:") and "rank 1 (" in err[0],
+        check(rc == 86, f"rank 0 exited {rc} after its peer died (86: it lost a peer)")
+        check(len(err) == 2 and err[0].startswith("train_resnet: error: rank 0:") and "rank 1 (" in err[0],
               f"rank 0's error does not name rank 1: {err}")
+        check(err[1].startswith("LAUNCH_PEER_LOST rank=1: "), f"rank 0 does not report its lost peer: {err}")
         check(elapsed < 10, f"rank 0 took {elapsed:.1f} s to notice")
         print(f"rank 0 exited {elapsed:.2f} s after rank 1 was killed: {err[0]}")
     finally:
@@ -401,15 +404,20 @@ def case_equivalence(a, tmp):
           f"losses over 3 steps {lsame:.1e}; control 1 rank x 32: {control[0]:.1e}, losses {lcontrol:.1e}")
 
 
-def main():
+def main(cases=None, extra_args=()):
+    """Runs `CASE --train PATH --launch PATH [extra_args]`: the function case_CASE of `cases`
+    (a module's globals(), this module's by default) in a fresh temporary folder."""
+    cases = cases or globals()
     ap = argparse.ArgumentParser()
     ap.add_argument("case")
     ap.add_argument("--train", required=True)
     ap.add_argument("--launch", required=True)
+    for flag in extra_args:
+        ap.add_argument(flag, default="")
     a = ap.parse_args()
     tmp = tempfile.mkdtemp(prefix=f"train_{a.case}_")
     try:
-        rc = globals()["case_" + a.case](a, tmp)
+        rc = cases["case_" + a.case](a, tmp)
         if rc == SKIP:
             return SKIP
         print(f"{a.case}: passed")

@@ -1,4 +1,4 @@
-#include "launcher/slurm_options.h"
+#include "launcher/slurm/slurm_options.h"
 
 #include "launcher/devices.h"
 #include "launcher/errors.h"

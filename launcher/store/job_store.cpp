@@ -1,4 +1,4 @@
-#include "launcher/job_store.h"
+#include "launcher/store/job_store.h"
 
 #include <stdexcept>
 

@@ -2,25 +2,26 @@
 
 #include <csignal>
 
-#include "worker/train/env.h"
+#include "proto/worker_env.h"
 
-using worker::EnvError;
-using worker::EnvMap;
-using worker::read_worker_env;
+using proto::EnvError;
+using proto::EnvMap;
+using proto::read_worker_env;
 
-TEST_CASE("no launcher variables: a single process", "[train][env]") {
+TEST_CASE("no launcher variables: a single process", "[proto][env]") {
   const auto e = read_worker_env({});
   CHECK(e.rank == 0);
   CHECK(e.world == 1);
   CHECK(e.local_rank == 0);
   CHECK_FALSE(e.distributed());
   CHECK_FALSE(e.store_addr.has_value());
-  CHECK_FALSE(e.selected_gpus.has_value());
+  CHECK_FALSE(e.gpu_ordinal.has_value());
+  CHECK(e.contract == proto::Contract::None);
   CHECK(e.job_id == "default");
   CHECK(e.endpoints.empty());
 }
 
-TEST_CASE("a full launcher environment is read", "[train][env]") {
+TEST_CASE("a full launcher environment is read", "[proto][env]") {
   const EnvMap env = {{"PADDLE_TRAINER_ID", "2"},
                       {"PADDLE_TRAINERS_NUM", "3"},
                       {"PADDLE_LOCAL_RANK", "2"},
@@ -39,13 +40,14 @@ TEST_CASE("a full launcher environment is read", "[train][env]") {
   CHECK(e.current_endpoint == "10.0.0.2:6170");
   CHECK(e.current_host() == "10.0.0.2");
   CHECK(*e.store_addr == "10.0.0.1:5000");
-  CHECK(*e.selected_gpus == "1");
+  CHECK(*e.gpu_ordinal == 1);
   CHECK(e.job_id == "job7");
+  CHECK(e.contract == proto::Contract::Paddle);
   CHECK(e.restart_count == 4);
   CHECK(e.distributed());
 }
 
-TEST_CASE("world defaults to the endpoint count; current endpoint to this rank's", "[train][env]") {
+TEST_CASE("world defaults to the endpoint count; current endpoint to this rank's", "[proto][env]") {
   const auto e = read_worker_env({{"PADDLE_TRAINER_ID", "1"}, {"PADDLE_TRAINER_ENDPOINTS", "a:1,b:2"}});
   CHECK(e.world == 2);
   CHECK(e.current_endpoint == "b:2");
@@ -54,7 +56,7 @@ TEST_CASE("world defaults to the endpoint count; current endpoint to this rank's
   CHECK(read_worker_env({{"TORCHELASTIC_RESTART_COUNT", "2"}}).restart_count == 2);
 }
 
-TEST_CASE("inconsistent launcher variables are errors naming the variable", "[train][env]") {
+TEST_CASE("inconsistent launcher variables are errors naming the variable", "[proto][env]") {
   auto fails_with = [](const EnvMap& env, const std::string& needle) {
     try {
       read_worker_env(env);
@@ -84,19 +86,52 @@ TEST_CASE("inconsistent launcher variables are errors naming the variable", "[tr
   fails_with({{"PADDLE_LOCAL_RANK", "1.5"}}, "PADDLE_LOCAL_RANK");
 }
 
-TEST_CASE("GPU ordinal from FLAGS_selected_gpus and CUDA_VISIBLE_DEVICES", "[train][env]") {
-  using worker::gpu_ordinal;
-  CHECK(gpu_ordinal("3", std::nullopt) == 3);
-  CHECK(gpu_ordinal("3", std::string("2,3")) == 1);    // physical id -> position
-  CHECK(gpu_ordinal("5", std::string("5")) == 0);
-  CHECK(gpu_ordinal("1", std::string("4,6")) == 1);    // not listed: paddle's relative numbering
-  CHECK_THROWS_AS(gpu_ordinal("7", std::string("2,3")), EnvError);
-  CHECK_THROWS_AS(gpu_ordinal("0,1", std::nullopt), EnvError);
-  CHECK_THROWS_AS(gpu_ordinal("gpu0", std::nullopt), EnvError);
+TEST_CASE("FLAGS_selected_gpus is an index among the visible GPUs, as paddle means it", "[proto][env]") {
+  auto ordinal = [](EnvMap env) { return *read_worker_env(env).gpu_ordinal; };
+  CHECK(ordinal({{"FLAGS_selected_gpus", "3"}}) == 3);
+  // Issue 10: CUDA_VISIBLE_DEVICES=1,2 and --gpus 0,1 gave both ranks ordinal 0.
+  CHECK(ordinal({{"FLAGS_selected_gpus", "0"}, {"CUDA_VISIBLE_DEVICES", "1,2"}}) == 0);
+  CHECK(ordinal({{"FLAGS_selected_gpus", "1"}, {"CUDA_VISIBLE_DEVICES", "1,2"}}) == 1);
+  CHECK(ordinal({{"FLAGS_selected_gpus", "1"}, {"CUDA_VISIBLE_DEVICES", "GPU-8f2e,GPU-91aa"}}) == 1);
+  CHECK_THROWS_WITH(read_worker_env({{"FLAGS_selected_gpus", "2"}, {"CUDA_VISIBLE_DEVICES", "1,2"}}),
+                    Catch::Contains("exposes 2"));
+  CHECK_THROWS_AS(read_worker_env({{"FLAGS_selected_gpus", "0"}, {"CUDA_VISIBLE_DEVICES", "-1"}}), EnvError);
+  CHECK_THROWS_AS(read_worker_env({{"FLAGS_selected_gpus", "0,1"}}), EnvError);
+  CHECK_THROWS_AS(read_worker_env({{"FLAGS_selected_gpus", "gpu0"}}), EnvError);
 }
 
-TEST_CASE("the checkpoint signal is read by name or number", "[train][env]") {
-  using worker::parse_signal;
+TEST_CASE("torchrun's contract alone: RANK, WORLD_SIZE, LOCAL_RANK, MASTER_ADDR, MASTER_PORT", "[proto][env]") {
+  const auto e = read_worker_env({{"RANK", "3"}, {"WORLD_SIZE", "4"}, {"LOCAL_RANK", "1"}, {"LOCAL_WORLD_SIZE", "2"},
+                                  {"MASTER_ADDR", "10.0.0.1"}, {"MASTER_PORT", "29500"},
+                                  {"TORCHELASTIC_RUN_ID", "abc"}});
+  CHECK(e.contract == proto::Contract::Torchrun);
+  CHECK(e.rank == 3);
+  CHECK(e.world == 4);
+  CHECK(e.local_rank == 1);
+  CHECK(e.local_world == 2);
+  CHECK(*e.master == "10.0.0.1:29500");
+  CHECK(e.job_id == "abc");
+  CHECK_FALSE(e.agent_store);
+  CHECK(read_worker_env({{"RANK", "0"}, {"WORLD_SIZE", "2"}, {"MASTER_ADDR", "h"}, {"MASTER_PORT", "1"},
+                         {"TORCHELASTIC_USE_AGENT_STORE", "True"}})
+            .agent_store);
+  CHECK_THROWS_WITH(read_worker_env({{"RANK", "0"}, {"WORLD_SIZE", "2"}, {"MASTER_ADDR", "h"}}),
+                    Catch::Contains("MASTER_PORT"));
+  CHECK_THROWS_WITH(read_worker_env({{"WORLD_SIZE", "2"}}), Catch::Contains("RANK is not set"));
+  CHECK_THROWS_WITH(read_worker_env({{"RANK", "2"}, {"WORLD_SIZE", "2"}}), Catch::Contains("RANK=2 is not below WORLD_SIZE=2"));
+}
+
+TEST_CASE("Paddle's and torchrun's names must agree where both are set", "[proto][env]") {
+  CHECK(read_worker_env({{"PADDLE_TRAINER_ID", "1"}, {"RANK", "1"}, {"PADDLE_TRAINERS_NUM", "2"}, {"WORLD_SIZE", "2"}})
+            .rank == 1);
+  CHECK_THROWS_WITH(read_worker_env({{"PADDLE_TRAINER_ID", "1"}, {"RANK", "0"}, {"PADDLE_TRAINERS_NUM", "2"}}),
+                    Catch::Contains("PADDLE_TRAINER_ID=1 but RANK=0"));
+  CHECK_THROWS_WITH(read_worker_env({{"PADDLE_RESTART_COUNT", "1"}, {"TORCHELASTIC_RESTART_COUNT", "2"}}),
+                    Catch::Contains("TORCHELASTIC_RESTART_COUNT=2"));
+}
+
+TEST_CASE("the checkpoint signal is read by name or number", "[proto][env]") {
+  using proto::parse_signal;
   CHECK(parse_signal("V", "USR2") == SIGUSR2);
   CHECK(parse_signal("V", "SIGUSR1") == SIGUSR1);
   CHECK(parse_signal("V", "TERM") == SIGTERM);

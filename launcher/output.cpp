@@ -1,0 +1,229 @@
+#include "launcher/output.h"
+
+#include <fcntl.h>
+#include <limits.h>
+#include <poll.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+
+#include "launcher/log.h"
+
+namespace launch {
+
+namespace {
+
+std::string bytes_text(uint64_t n) { return std::to_string(n) + " byte" + (n == 1 ? "" : "s"); }
+
+}  // namespace
+
+// ---------------------------------------------------------------------------------------------
+// Console
+
+Console::Console(int fd, size_t capacity) : fd_(fd), capacity_(capacity) {
+  struct stat st;
+  if (fstat(fd, &st) < 0) {
+    mode_ = Mode::Plain;
+    return;
+  }
+  if (S_ISSOCK(st.st_mode)) {
+    mode_ = Mode::Socket;
+  } else if (S_ISFIFO(st.st_mode) || S_ISCHR(st.st_mode)) {
+    const std::string self = "/proc/self/fd/" + std::to_string(fd);
+    const int own = open(self.c_str(), O_WRONLY | O_NONBLOCK | O_CLOEXEC | O_NOCTTY);
+    if (own >= 0) {
+      fd_ = own;
+      own_fd_ = true;
+      mode_ = Mode::NonBlocking;
+    } else {
+      // Writes no larger than PIPE_BUF after poll() says there is room do not block.
+      mode_ = Mode::Guarded;
+    }
+  } else {
+    mode_ = Mode::Plain;
+  }
+}
+
+Console::~Console() {
+  if (own_fd_) close(fd_);
+}
+
+ssize_t Console::put(const char* p, size_t n) {
+  switch (mode_) {
+    case Mode::Socket: return send(fd_, p, n, MSG_DONTWAIT | MSG_NOSIGNAL);
+    case Mode::Guarded: {
+      pollfd pf{fd_, POLLOUT, 0};
+      if (poll(&pf, 1, 0) <= 0 || !(pf.revents & POLLOUT)) {
+        errno = EAGAIN;
+        return -1;
+      }
+      return ::write(fd_, p, n < PIPE_BUF ? n : PIPE_BUF);
+    }
+    case Mode::NonBlocking:
+    case Mode::Plain: break;
+  }
+  return ::write(fd_, p, n);
+}
+
+void Console::drop(size_t n) {
+  dropped_bytes_ += n;
+  gap_bytes_ += n;
+  gap_ = true;
+}
+
+void Console::failed(int err) {
+  if (err == EPIPE) {
+    log::info("console: stdout was closed; console output stops here (the workers' logs have all of it)");
+    closed_ = true;
+  } else if (err != last_error_) {
+    log::warn(std::string("console: cannot write stdout: ") + std::strerror(err) +
+              "; console output is dropped until it can be written again (the workers' logs have all of it)");
+  }
+  last_error_ = err;
+  drop(buf_.size() - pos_);
+  buf_.clear();
+  pos_ = 0;
+}
+
+void Console::write(std::string_view data) {
+  if (data.empty()) return;
+  if (closed_) {
+    dropped_bytes_ += data.size();
+    return;
+  }
+  if (buf_.size() - pos_ + data.size() > capacity_) {
+    drop(data.size());  // the whole chunk or line: never half of it
+    return;
+  }
+  if (gap_) {
+    std::string marker = last_char_ == '\n' ? "" : "\n";
+    marker += "[launch] " + bytes_text(gap_bytes_) +
+              " of output dropped here: the console did not keep up (the workers' logs have all of it)\n";
+    buf_ += marker;
+    gap_ = false;
+    gap_bytes_ = 0;
+  }
+  if (pos_ > 0 && pos_ == buf_.size()) {
+    buf_.clear();
+    pos_ = 0;
+  }
+  buf_.append(data.data(), data.size());
+  last_char_ = data.back();
+  flush();
+}
+
+void Console::flush() {
+  while (pos_ < buf_.size()) {
+    const ssize_t n = put(buf_.data() + pos_, buf_.size() - pos_);
+    if (n > 0) {
+      pos_ += static_cast<size_t>(n);
+      if (last_error_ != 0) {
+        log::info("console: stdout can be written again");
+        last_error_ = 0;
+      }
+      continue;
+    }
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) break;
+    failed(n < 0 ? errno : EIO);
+    return;
+  }
+  if (pos_ == buf_.size()) {
+    buf_.clear();
+    pos_ = 0;
+    if (buf_.capacity() > (size_t(1) << 20)) std::string().swap(buf_);
+  } else if (pos_ > (size_t(1) << 20)) {
+    buf_.erase(0, pos_);
+    pos_ = 0;
+  }
+}
+
+void Console::finish(std::chrono::milliseconds stall) {
+  while (pending() && !closed_) {
+    const size_t before = pos_;
+    flush();
+    if (!pending()) break;
+    if (pos_ != before) continue;
+    pollfd pf{fd_, POLLOUT, 0};
+    if (poll(&pf, 1, static_cast<int>(stall.count())) <= 0) break;
+  }
+  if (pending()) {
+    drop(buf_.size() - pos_);
+    buf_.clear();
+    pos_ = 0;
+  }
+  if (dropped_bytes_ > 0)
+    log::warn("console: " + bytes_text(dropped_bytes_) +
+              " of the workers' output did not reach the console (too slow or failing); the logs have all of it");
+}
+
+// ---------------------------------------------------------------------------------------------
+// LogFile
+
+LogFile::~LogFile() {
+  if (fd_ >= 0) close(fd_);
+}
+
+LogFile::LogFile(LogFile&& o) noexcept
+    : fd_(o.fd_), path_(std::move(o.path_)), lost_(o.lost_), lost_total_(o.lost_total_), error_(o.error_) {
+  o.fd_ = -1;
+}
+
+LogFile& LogFile::operator=(LogFile&& o) noexcept {
+  if (this != &o) {
+    if (fd_ >= 0) close(fd_);
+    fd_ = o.fd_;
+    path_ = std::move(o.path_);
+    lost_ = o.lost_;
+    lost_total_ = o.lost_total_;
+    error_ = o.error_;
+    o.fd_ = -1;
+  }
+  return *this;
+}
+
+bool LogFile::write_all(const char* p, size_t n) {
+  while (n > 0) {
+    const ssize_t w = ::write(fd_, p, n);
+    if (w < 0 && errno == EINTR) continue;
+    if (w <= 0) {
+      error_ = w < 0 ? errno : EIO;
+      return false;
+    }
+    p += w;
+    n -= static_cast<size_t>(w);
+  }
+  return true;
+}
+
+void LogFile::write(std::string_view data) {
+  if (fd_ < 0 || data.empty()) return;
+  if (lost_ > 0) {
+    // The disk took bytes again: say where the gap is, in the log itself.
+    const std::string marker = "\n[launch] " + bytes_text(lost_) + " of output missing here: " +
+                               std::strerror(error_) + "\n";
+    if (!write_all(marker.data(), marker.size())) {
+      lost_ += data.size();
+      lost_total_ += data.size();
+      return;
+    }
+    log::info("log " + path_ + " is written again (" + bytes_text(lost_) + " missing in it)");
+    lost_ = 0;
+  }
+  if (write_all(data.data(), data.size())) return;
+  if (lost_total_ == 0 || lost_ == 0)
+    log::warn("cannot write " + path_ + ": " + std::strerror(error_) +
+              "; its output is counted and the log resumes when it can be written");
+  lost_ += data.size();
+  lost_total_ += data.size();
+}
+
+void LogFile::finish() {
+  if (lost_total_ > 0)
+    log::warn("log " + path_ + " misses " + bytes_text(lost_total_) + " of output (" + std::strerror(error_) + ")");
+}
+
+}  // namespace launch

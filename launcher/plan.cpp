@@ -1,0 +1,157 @@
+#include "launcher/plan.h"
+
+#include <sys/resource.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <climits>
+
+#include "launcher/devices.h"
+#include "launcher/errors.h"
+#include "launcher/exit_policy.h"
+#include "launcher/multinode/multinode_job.h"
+#include "launcher/ports.h"
+#include "launcher/program.h"
+#include "launcher/slurm/slurm_env.h"
+
+namespace launch {
+
+namespace {
+
+std::string absolute(const std::string& path) {
+  if (!path.empty() && path[0] == '/') return path;
+  char buf[PATH_MAX];
+  if (!getcwd(buf, sizeof buf)) throw SystemError("getcwd", errno);
+  return std::string(buf) + "/" + path;
+}
+
+std::string parent_dir(const std::string& path) {
+  size_t slash = path.rfind('/');
+  if (slash == std::string::npos) return ".";
+  return slash == 0 ? "/" : path.substr(0, slash);
+}
+
+std::string env_or(const EnvMap& env, const char* name, const std::string& fallback) {
+  auto it = env.find(name);
+  return it == env.end() || it->second.empty() ? fallback : it->second;
+}
+
+// --master HOST:PORT as "ip:port". A host name from Slurm's node list that resolves to a loopback
+// address (Debian maps a machine's own name to 127.0.1.1) is refused: node 0 would serve its
+// store where no other node can reach it.
+std::string check_master(const std::string& m, bool from_slurm) {
+  const size_t colon = m.rfind(':');
+  int port = 0;
+  if (colon != std::string::npos && colon > 0 && colon + 1 < m.size() &&
+      m.find_first_not_of("0123456789", colon + 1) == std::string::npos && m.size() - colon <= 6)
+    port = std::stoi(m.substr(colon + 1));
+  if (port < 1 || port > 65535) throw UsageError("--master '" + m + "' must be HOST:PORT, e.g. 10.0.0.1:29400");
+  const std::string ip = resolve_ipv4(m.substr(0, colon));
+  if (from_slurm && ip.rfind("127.", 0) == 0)
+    throw UsageError("the Slurm step's first host '" + m.substr(0, colon) + "' resolves to " + ip +
+                     ", which other nodes cannot reach (see /etc/hosts); give --master IP:PORT");
+  return ip + ":" + std::to_string(port);
+}
+
+// Per worker the launcher holds its output pipe and its log, plus one lock per reserved port
+// (n + 2) for the whole job, and a few of its own (store, epoll, signalfd, timers): a job of n
+// workers needs about 3n + 64 descriptors. The soft limit is raised up to the hard one; past
+// that, say what to raise before anything starts.
+void ensure_open_files(int n) {
+  const rlim_t need = static_cast<rlim_t>(3) * static_cast<rlim_t>(n) + 64;
+  rlimit lim;
+  if (getrlimit(RLIMIT_NOFILE, &lim) != 0 || lim.rlim_cur >= need) return;
+  if (lim.rlim_max != RLIM_INFINITY && lim.rlim_max < need)
+    throw UsageError(std::to_string(n) + " worker processes need about " + std::to_string(need) +
+                     " open files, but the limit is " + std::to_string(lim.rlim_max) + ": raise it (ulimit -n " +
+                     std::to_string(need) + ", or LimitNOFILE in a service) or start fewer processes");
+  lim.rlim_cur = need;
+  setrlimit(RLIMIT_NOFILE, &lim);
+}
+
+// torchrun's --nproc-per-node gpu|cpu|auto.
+void resolve_nproc_word(Options& o, int visible) {
+  if (!o.nproc_word) return;
+  const long cores = sysconf(_SC_NPROCESSORS_ONLN);
+  const bool gpu = *o.nproc_word == "gpu" || (*o.nproc_word == "auto" && visible > 0);
+  if (gpu) {
+    if (visible == 0) throw UsageError("--nproc_per_node gpu: no GPU is visible (check CUDA_VISIBLE_DEVICES)");
+    o.nproc_per_node = visible;
+  } else {
+    o.nproc_per_node = static_cast<int>(cores > 0 ? cores : 1);
+    if (!o.gpus && !o.devices) o.devices = "cpu";
+  }
+}
+
+}  // namespace
+
+// ---------------------------------------------------------------------------------------------
+
+Plan make_plan(const Options& given, const EnvMap& parent) {
+  Plan p;
+  p.opt = given;
+  Options& opt = p.opt;
+  p.parent = parent;
+
+  // --- Slurm fills in what the user did not say
+  const bool cpu_asked = opt.devices && (*opt.devices == "cpu" || *opt.devices == "CPU");
+  int visible = cpu_asked ? 0 : detect_visible_gpus(parent);
+  std::optional<slurm::SlurmLayout> layout;
+  try {
+    layout = slurm::derive_slurm_layout(parent);
+  } catch (const slurm::SlurmEnvError& e) {
+    throw UsageError(std::string("inside Slurm: ") + e.what());
+  }
+  if (layout) {
+    SlurmDerived d = apply_slurm(opt, *layout, visible);
+    opt = d.options;
+    p.task = d.task;
+    p.slurm_notes = d.notes;
+    p.slurm_hosts = d.hosts;
+  }
+  resolve_nproc_word(opt, visible);
+
+  const bool cpu_only = opt.devices && (*opt.devices == "cpu" || *opt.devices == "CPU");
+  if (cpu_only) visible = 0;
+  p.job.devices = plan_devices(DeviceRequest{opt.gpus, opt.devices, opt.nproc_per_node}, visible);
+  ensure_open_files(p.n());
+
+  // --- the program and its interpreter: --python, else PYTHON_EXEC (torchrun's), else python3
+  std::string python = opt.python.value_or(env_or(parent, "PYTHON_EXEC", ""));
+  const std::string python_source = opt.python ? "--python" : "PYTHON_EXEC";
+  p.command = resolve_command(opt.command,
+                              real_lookup_context(env_or(parent, "PATH", "/usr/local/bin:/usr/bin:/bin"), python,
+                                                  python_source),
+                              opt.program_kind);
+
+  if (opt.framework_addr && !opt.host_given) opt.host = resolve_ipv4(*opt.framework_addr);
+  if (!is_ipv4_address(opt.host))
+    throw UsageError("--host '" + opt.host + "' is not an IPv4 address (e.g. 127.0.0.1)");
+  if (opt.summary) {
+    p.summary_path = absolute(*opt.summary);
+    struct stat st;
+    std::string dir = parent_dir(p.summary_path);
+    if (stat(dir.c_str(), &st) < 0 || !S_ISDIR(st.st_mode) || access(dir.c_str(), W_OK) < 0)
+      throw UsageError("--summary " + *opt.summary + ": directory " + dir + " does not exist or is not writable");
+  }
+
+  // --- multi-node: --master and the token are checked before anything starts
+  p.multinode = opt.nnodes > 1;
+  if (p.multinode) {
+    if (p.task) throw UsageError("one Slurm task per worker works on one node only");
+    const bool from_slurm = !given.master && opt.master;
+    p.master = check_master(*opt.master, from_slurm);
+    p.master_origin = from_slurm ? "--master, derived from " + std::string(proto::env::kSlurmStepNodelist)
+                                 : std::string("--master");
+    p.token = resolve_multinode_token(opt.token_file, parent);
+  }
+
+  JobSpec& job = p.job;
+  job.job_id = opt.job_id;
+  job.log_dir = absolute(opt.log_dir);
+  job.max_restarts = opt.max_restart;
+  if (opt.checkpoint_signal) job.checkpoint_signal = signal_name(*opt.checkpoint_signal);
+  return p;
+}
+
+}  // namespace launch

@@ -1,0 +1,83 @@
+#!/usr/bin/env bash
+# The input pipeline's benchmark (issue 11), ours and the competitors side by side in one run:
+#   loader alone, images/s delivered into the backend's memory (device memory where a GPU is
+#   visible), 224x224, batch 256, the training transform (RandomResizedCrop + flip + normalize):
+#     ours, CPU back end (data_bench --loader cpu)   vs  torch DataLoader + ImageFolder + PIL,
+#       same transforms, as many workers as our decode threads (every entry of THREADS)
+#     ours, GPU back end (nvJPEG + our kernel)       vs  the DataLoader with the most workers,
+#       and torchvision.io.decode_jpeg(device='cuda') + antialiased resize
+#   end to end (GPU only): ResNet-50 bf16 batch 256 on 1 GPU, on the JPEG folder vs --data random.
+# The JPEG set is made in a temporary folder: BENCH_IMAGES ImageNet-like files (500x375 and
+# similar, quality 87, ~110 KB). Prints a table with the ratios last.
+#   THREADS="1 2"        decode threads / DataLoader workers (default: 1 and all cores)
+#   BENCH_IMAGES=2048    BENCH_SECONDS=12 (per loader row)   BENCH_E2E_STEPS=60
+#   BUILD_DIR / GPU_BIN  where data_bench, train_resnet and launch are (default build/bin, .gpu/bin)
+set -uo pipefail
+root="$(cd "$(dirname "$0")/.." && pwd)"
+BIN="${GPU_BIN:-$root/.gpu/bin}"
+[ -x "$BIN/data_bench" ] || BIN="${BUILD_DIR:-$root/build}/bin"
+[ -x "$BIN/data_bench" ] || { echo "bench_data: $BIN/data_bench is missing (cmake --build build --target data_bench)" >&2; exit 1; }
+PY=/usr/bin/python3
+[ -x "$PY" ] && "$PY" -c 'import torch' 2>/dev/null || PY=python3
+cores="$(nproc)"
+THREADS="${THREADS:-$( [ "$cores" -gt 1 ] && echo "1 $cores" || echo 1 )}"
+N="${BENCH_IMAGES:-2048}"
+SECS="${BENCH_SECONDS:-12}"
+gpu=0
+if command -v nvidia-smi >/dev/null && nvidia-smi -L 2>/dev/null | grep -q '^GPU'; then gpu=1; fi
+if [ "$gpu" = 1 ]; then
+  SP="$($PY -c 'import site; print(site.getsitepackages()[0])')"
+  export LD_LIBRARY_PATH="$SP/nvidia/cu13/lib:$SP/nvidia/cudnn/lib:$SP/nvidia/nccl/lib:${LD_LIBRARY_PATH:-}:$BIN/../lib"
+  export NCCL_NVLS_ENABLE=0
+fi
+dev=cpu; tdev=cpu
+[ "$gpu" = 1 ] && dev=gpu && tdev=cuda
+tmp="$(mktemp -d)"
+trap 'rm -rf "$tmp"' EXIT
+echo "bench_data: making $N ImageNet-like JPEGs in $tmp ..." >&2
+info="$("$PY" "$root/tests/worker/data/make_dataset.py" "$tmp/ds" --imagenet "$N")" || exit 1
+echo "bench_data: $info" >&2
+rows=()
+field() { "$PY" -c 'import json,sys; d=json.loads(sys.argv[1]); print(d.get(sys.argv[2], d.get("error", "?")))' "$1" "$2" 2>/dev/null || echo "?"; }
+ratio() { "$PY" -c 'import sys; a,b=map(float,sys.argv[1:]); print(f"{a/b:.2f}x" if b > 0 else "n/a")' "$1" "$2" 2>/dev/null || echo "n/a"; }
+last_dl=0; last_t=1
+for t in $THREADS; do
+  ours="$("$BIN/data_bench" "$tmp/ds" cpu "$dev" 256 "$t" 224 "$SECS" 2>&1 | tail -1)"
+  theirs="$("$PY" "$root/tests/worker/data/bench_torch_loader.py" dataloader --data "$tmp/ds" --workers "$t" \
+            --seconds "$SECS" --device "$tdev" 2>&1 | tail -1)"
+  o="$(field "$ours" images_per_s)"; p="$(field "$theirs" images_per_s)"
+  rows+=("$(printf '%-44s %10s %10s %8s' "CPU back end vs DataLoader+PIL, $t thread(s)" "$o" "$p" "$(ratio "$o" "$p")")")
+  rows+=("$(printf '%-44s %10s %10s %8s' "  per thread" "$("$PY" -c "print(round($o/$t,1))" 2>/dev/null)" "$("$PY" -c "print(round($p/$t,1))" 2>/dev/null)" "")")
+  last_dl="$p"; last_t="$t"
+done
+if [ "$gpu" = 1 ]; then
+  ours="$("$BIN/data_bench" "$tmp/ds" gpu gpu 256 "$last_t" 224 "$SECS" 2>&1 | tail -1)"
+  nv="$("$PY" "$root/tests/worker/data/bench_torch_loader.py" nvjpeg --data "$tmp/ds" --seconds "$SECS" --device cuda 2>&1 | tail -1)"
+  o="$(field "$ours" images_per_s)"; v="$(field "$nv" images_per_s)"
+  rows+=("$(printf '%-44s %10s %10s %8s' "GPU back end vs DataLoader+PIL, $last_t workers" "$o" "$last_dl" "$(ratio "$o" "$last_dl")")")
+  rows+=("$(printf '%-44s %10s %10s %8s' "GPU back end vs torchvision decode_jpeg(cuda)" "$o" "$v" "$(ratio "$o" "$v")")")
+  echo "bench_data: GPU back end: $(field "$ours" describe)" >&2
+  steps="${BENCH_E2E_STEPS:-60}"
+  e2e() {  # extra train_resnet arguments -> images/s
+    timeout 300 "$BIN/launch" --gpus 0 --log_dir "$tmp/log" "$BIN/train_resnet" --depth 50 --num-classes 1000 --batch-size 256 --optimizer sgd \
+      --lr 0.1 --max-steps "$steps" --epochs 1000 --log-every 20 "$@" > "$tmp/e2e.log" 2>&1
+    grep -o 'Throughput: [0-9.]*' "$tmp/e2e.log" | awk '{print $2}' | tail -1
+    grep -E '^Data:' "$tmp/e2e.log" >&2
+  }
+  # The folder listed 8 times over (a list file): 64 steps per epoch at batch 256, so the decode
+  # of each epoch's first batch, which cannot start before the epoch does, weighs as little as
+  # it does on ImageNet (5,004 steps per epoch).
+  "$PY" - "$tmp/ds" "$tmp/e2e.txt" <<'PY'
+import os, sys
+root, out = sys.argv[1], sys.argv[2]
+train = os.path.join(root, "train")
+classes = sorted(os.listdir(train))
+rows = [f"{os.path.join(train, c, f)} {i}" for i, c in enumerate(classes) for f in sorted(os.listdir(os.path.join(train, c)))]
+open(out, "w").write("\n".join(rows * 8) + "\n")
+PY
+  real="$(e2e --data "$tmp/e2e.txt")"; synth="$(e2e --data random --num-samples 100000)"
+  rows+=("$(printf '%-44s %10s %10s %8s' "ResNet-50 bf16 b256 1 GPU: JPEGs vs random" "${real:-?}" "${synth:-?}" "$(ratio "${real:-0}" "${synth:-0}")")")
+fi
+echo
+printf '%-44s %10s %10s %8s\n' "images/s (median of 1 s windows)" "ours" "theirs" "ratio"
+for r in "${rows[@]}"; do echo "$r"; done

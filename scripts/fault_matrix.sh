@@ -1,0 +1,253 @@
+#!/usr/bin/env bash
+# The fault matrix of issue 14, run against the built binaries: signals, kill -9 of the launcher,
+# a stalled console, hostile store clients, a full disk, a stopped rank, a killed peer, a killed
+# node, a late checkpoint signal, a missing peer, a failing --summary, Slurm's elastic timeout.
+# Prints one table row per case: PASS/FAIL and its figure (time to teardown, peak RSS, exit code).
+#
+#   scripts/fault_matrix.sh [BIN_DIR]        (default: build/bin; needs launch and train_resnet)
+#
+# Everything runs on 127.0.0.1 in a temporary directory, every wait is bounded, and what a case
+# started is killed at its end. The full-disk case mounts a 64 KiB tmpfs when it may (root;
+# FAULT_MATRIX_NO_MOUNT=1 to skip), else writes the console to /dev/full, which fails every
+# write with ENOSPC the same way. Exit status: the number of failed cases (0: all passed).
+set -uo pipefail
+root="$(cd "$(dirname "$0")/.." && pwd)"
+bin="$(cd "${1:-$root/build/bin}" && pwd)"
+launch="$bin/launch"
+train="$bin/train_resnet"
+py=/usr/bin/python3
+[ -x "$py" ] || py=python3
+for b in "$launch" "$train"; do
+  [ -x "$b" ] || { echo "fault_matrix.sh: $b not found; build first (scripts/setup.sh) or give BIN_DIR" >&2; exit 2; }
+done
+
+work="$(mktemp -d /tmp/fault-matrix.XXXXXX)"
+tag="0.$$"           # our grandchildren are `sleep 1000 $tag`: found by their exact command line
+mounted=""
+cleanup() {
+  pkill -KILL -f "^sleep 1000 $tag\$" 2>/dev/null
+  for p in $(jobs -p); do kill -KILL "$p" 2>/dev/null; done
+  [ -n "$mounted" ] && umount "$mounted" 2>/dev/null
+  [ -n "${FAULT_MATRIX_KEEP:-}" ] && echo "kept $work" >&2 || rm -rf "$work"
+}
+trap cleanup EXIT
+TA=(--device cpu --depth 18 --width 8 --image-size 32 --num-classes 10 --data learnable --batch-size 8)
+failed=0
+
+now_ms() { date +%s%3N; }
+alive() { pgrep -f "^sleep 1000 $tag\$" | wc -l; }
+row() {
+  printf '| %-46s | %-4s | %s |\n' "$1" "$2" "$3"
+  [ "$2" = PASS ] || failed=$((failed + 1))
+}
+# wait_for COND SECONDS: polls a shell condition every 10 ms, bounded.
+wait_for() {
+  local end=$(( $(now_ms) + $2 * 1000 ))
+  until eval "$1"; do
+    [ "$(now_ms)" -ge "$end" ] && return 1
+    sleep 0.01
+  done
+}
+# wait_exit PID SECONDS: sets rc to its exit code, or 255 (after SIGKILL) when it did not end in
+# time. Not in a subshell: only this shell can wait for its jobs.
+wait_exit() {
+  local end=$(( $(now_ms) + $2 * 1000 ))
+  while kill -0 "$1" 2>/dev/null; do
+    if [ "$(now_ms)" -ge "$end" ]; then kill -KILL "$1" 2>/dev/null; wait "$1" 2>/dev/null; rc=255; return; fi
+    sleep 0.005
+  done
+  wait "$1"; rc=$?
+}
+# The launcher's worker of rank R (host PID, through the launcher's children and their RANK).
+worker_pid() {
+  local k
+  for k in $(cat /proc/"$1"/task/*/children 2>/dev/null); do
+    # (2> before <: a child that has just gone must not print an error)
+    if tr '\0' '\n' 2>/dev/null < /proc/"$k"/environ | grep -qx "RANK=$2"; then echo "$k"; return; fi
+  done
+}
+fresh() { rm -rf "$work/c"; mkdir -p "$work/c"; cd "$work/c" || exit 2; }
+
+printf '| %-46s | %-4s | %s |\n' "case" "" "figure"
+printf '|%s|%s|%s|\n' "------------------------------------------------" "------" "------------------------------------------"
+
+# --- signals x4: workers with wrapped and setsid grandchildren; teardown within 100 ms
+family="sh -c 'sleep 1000 $tag & sleep 1000 $tag & wait' & setsid sleep 1000 $tag & touch ready.\$RANK; wait"
+for sig in INT TERM HUP QUIT; do
+  fresh
+  "$launch" --devices cpu --nproc_per_node 2 --grace 10 sh -c "$family" >out 2>err &
+  pid=$!
+  wait_for '[ -e ready.0 ] && [ -e ready.1 ] && [ "$(alive)" -eq 6 ]' 20
+  t0=$(now_ms); kill -"$sig" "$pid"; wait_exit "$pid" 30; ms=$(( $(now_ms) - t0 ))
+  want=$((128 + $(kill -l "$sig")))
+  left=$(alive)
+  result=FAIL; [ "$rc" = "$want" ] && [ "$left" = 0 ] && [ "$ms" -le 100 ] && result=PASS
+  row "SIG$sig, wrapped + setsid grandchildren" "$result" "teardown $ms ms, exit $rc (want $want), $left left"
+done
+containment="$(grep -o 'containment: [^(;]*' err | head -1)"
+
+# --- kill -9 of the launcher: nothing alive 1 s later
+for kind in wrapped setsid; do
+  fresh
+  if [ "$kind" = wrapped ]; then
+    script="sh -c 'sleep 1000 $tag & sleep 1000 $tag & wait' & touch ready.\$RANK; wait"; n=4
+  else
+    script="setsid sleep 1000 $tag & setsid sleep 1000 $tag & touch ready.\$RANK; wait"; n=4
+  fi
+  "$launch" --devices cpu --nproc_per_node 2 sh -c "$script" >out 2>err &
+  pid=$!
+  wait_for '[ -e ready.0 ] && [ -e ready.1 ] && [ "$(alive)" -eq '"$n"' ]' 20
+  t0=$(now_ms); kill -KILL "$pid"; wait "$pid" 2>/dev/null
+  if wait_for '[ "$(alive)" -eq 0 ]' 3; then ms=$(( $(now_ms) - t0 )); else ms=-1; fi
+  result=FAIL; [ "$ms" -ge 0 ] && [ "$ms" -le 1000 ] && result=PASS
+  row "kill -9 launch, $kind grandchildren" "$result" \
+      "$([ "$ms" -ge 0 ] && echo "all gone after $ms ms" || echo "$(alive) still alive after 3 s")"
+  pkill -KILL -f "^sleep 1000 $tag\$" 2>/dev/null
+done
+
+# --- a stalled console: rank 1 exits 5 while rank 0 floods a stdout nobody reads
+fresh
+mkfifo console
+exec 3<>console  # held open, never read: the launcher's writes fill it and stop
+"$launch" --devices cpu --nproc_per_node 2 --grace 2 sh -c \
+  'if [ $RANK = 1 ]; then while [ ! -e flooded ]; do sleep 0.01; done; date +%s%3N > failed; exit 5; fi
+   seq 1 1000000; touch flooded; sleep 60' >console 2>err &
+pid=$!
+wait_exit "$pid" 60; t1=$(now_ms)
+exec 3>&-
+ms=$(( t1 - $(cat failed 2>/dev/null || echo "$t1") ))
+lines=$(wc -l < log/workerlog.0)
+result=FAIL
+[ "$rc" = 5 ] && grep -q 'root cause: rank 1 exited with code 5' err && [ "$lines" = 1000000 ] && [ "$ms" -le 2000 ] && result=PASS
+row "stalled console (nobody reads stdout)" "$result" "failure -> exit $ms ms, exit $rc, rank 0's log $lines/1000000 lines"
+
+# --- hostile store clients: 1,000 at once, before any HELLO
+fresh
+"$launch" --devices cpu --nproc_per_node 1 sh -c \
+  'echo $LAUNCH_STORE_ADDR > addr; while [ ! -e go ]; do sleep 0.02; done; '"$launch"' kv set k v && '"$launch"' kv get k' \
+  >out 2>err &
+pid=$!
+wait_for '[ -s addr ]' 20
+peak=$("$py" - "$(cut -d: -f2 addr)" "$pid" <<'EOF'
+import resource, socket, struct, sys, time
+port, pid = int(sys.argv[1]), sys.argv[2]
+soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+resource.setrlimit(resource.RLIMIT_NOFILE, (min(hard, max(soft, 4096)), hard))
+def hdr(op, n): return b"LSTR\x01" + bytes([op]) + b"\0\0" + struct.pack("<Q", n)
+socks = []
+for i in range(1000):
+    s = socket.create_connection(("127.0.0.1", port)); s.settimeout(0.2); socks.append(s)
+    try:
+        k = i % 10
+        if k < 5: s.sendall(hdr(1, 134221836) + bytes(256 << 10))  # the issue's client
+        elif k == 5: s.sendall(hdr(1, 2**64 - 1) + bytes(4096))
+        elif k < 9: s.sendall(hdr(1, 12300) + b"x" * 12299)      # largest HELLO, unfinished
+        elif i % 20 == 9: s.sendall(b"GET / HTTP/1.1\r\n\r\n")
+    except OSError:
+        pass
+time.sleep(0.5)
+hwm = [l for l in open("/proc/%s/status" % pid) if l.startswith("VmHWM")][0].split()[1]
+print(int(hwm) // 1024)
+EOF
+)
+touch go
+wait_exit "$pid" 20
+warns=$(grep -c 'LAUNCH W.*store:' err)
+result=FAIL; [ -n "$peak" ] && [ "$peak" -lt 64 ] && [ "$rc" = 0 ] && [ "$warns" -lt 40 ] && result=PASS
+row "1,000 hostile store clients" "$result" "launcher peak RSS ${peak:-?} MB, job exit $rc, $warns WARN lines"
+
+# --- a full disk: the console file hits ENOSPC
+fresh
+console=/dev/full; where="/dev/full"
+if [ -z "${FAULT_MATRIX_NO_MOUNT:-}" ] && [ "$(id -u)" = 0 ] && mkdir -p "$work/tmpfs" &&
+   mount -t tmpfs -o size=64k tmpfs "$work/tmpfs" 2>/dev/null; then
+  mounted="$work/tmpfs"; console="$mounted/console.txt"; where="64 KiB tmpfs"
+fi
+"$launch" --devices cpu --nproc_per_node 1 sh -c 'seq 1 100000' >"$console" 2>err &
+wait_exit $! 20
+said=$(grep -c 'cannot write stdout: No space left on device' err)
+lines=$(wc -l < log/workerlog.0)
+result=FAIL; [ "$rc" = 0 ] && [ "$said" = 1 ] && [ "$lines" = 100000 ] && result=PASS
+row "full disk: console file ($where)" "$result" "exit $rc, ENOSPC said $said time(s), log $lines/100000 lines"
+[ -n "$mounted" ] && umount "$mounted" && mounted=""
+
+# --- a stopped rank, a killed peer: signal rank 1 of a 2-rank train_resnet once it trains
+# signal_rank1 SIG: sets rc and ms (signal -> launch's exit).
+signal_rank1() {
+  fresh
+  "$launch" --devices cpu --nproc_per_node 2 --grace 5 "$train" "${TA[@]}" --num-samples 100000 --epochs 1 \
+    --log-every 1 --comm-timeout 2 >out 2>err &
+  local pid=$!
+  wait_for 'grep -q "Batch\[2\]" log/workerlog.0 2>/dev/null' 60
+  local r1; r1=$(worker_pid "$pid" 1)
+  local t0; t0=$(now_ms); kill -"$1" "$r1"; wait_exit "$pid" 30; ms=$(( $(now_ms) - t0 ))
+}
+signal_rank1 STOP
+result=FAIL; [ "$rc" = 86 ] && grep -q 'root cause: rank 1 stopped responding' err && result=PASS
+row "SIGSTOP of one train_resnet rank" "$result" "root cause rank 1 after $ms ms (--comm-timeout 2), exit $rc"
+signal_rank1 KILL
+result=FAIL; [ "$rc" = 137 ] && grep -q 'root cause: rank 1 killed by SIGKILL' err && result=PASS
+row "SIGKILL of one train_resnet rank" "$result" "root cause rank 1 after $ms ms, exit $rc"
+
+# --- one node's launcher killed: two launchers on loopback, train_resnet across them
+fresh
+master="127.0.0.1:$("$py" -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')"
+export LAUNCH_STORE_TOKEN=0123456789abcdef0123456789abcdef-fault-matrix
+for n in 0 1; do
+  "$launch" --nnodes 2 --master "$master" --rank $n --host 127.0.0.1 --devices cpu --nproc_per_node 1 \
+    --log_dir log "$train" "${TA[@]}" --num-samples 100000 --epochs 1 --log-every 1 >out.$n 2>err.$n &
+  eval "node$n=\$!"
+done
+unset LAUNCH_STORE_TOKEN
+wait_for 'grep -q "Batch\[2\]" log/workerlog.0 2>/dev/null' 60
+t0=$(now_ms); kill -KILL "$node1"; wait "$node1" 2>/dev/null
+wait_exit "$node0" 30; ms=$(( $(now_ms) - t0 ))
+result=FAIL
+grep -q 'root cause, on another node: node 1' err.0 && ! grep -q 'root cause: rank 0' err.0 && [ "$rc" != 0 ] && result=PASS
+row "one node's launcher killed (2 nodes, ring)" "$result" "node 0 names node 1 after $ms ms, exit $rc"
+
+# --- a late checkpoint signal: it reaches a wrapper shell and a program without its handler
+fresh
+"$launch" --devices cpu --nproc_per_node 2 --checkpoint-signal USR2 sh -c \
+  "sh -c 'sleep 1.5'; touch done.\$RANK" >out 2>err &
+pid=$!
+wait_for '[ -n "$(worker_pid '"$pid"' 1)" ]' 20
+kill -USR2 "$pid"  # forwarded to each worker: the wrapper shells
+sleep 0.2
+kill -USR2 -- -"$(worker_pid "$pid" 0)" 2>/dev/null  # rank 0's whole group, as Slurm signals a step
+wait_exit "$pid" 20
+result=FAIL; [ "$rc" = 0 ] && [ -e done.0 ] && [ -e done.1 ] && result=PASS
+row "checkpoint signal before any handler" "$result" "exit $rc$(grep -q 'killed by SIGUSR2' err && echo ', a rank killed by SIGUSR2')"
+
+# --- a missing peer: rank 1 stops before it joins the ring
+fresh
+"$launch" --devices cpu --nproc_per_node 2 --grace 5 sh -c \
+  '[ $RANK = 1 ] && kill -STOP $$; exec '"$train ${TA[*]}"' --num-samples 64 --epochs 1 --comm-timeout 2' >out 2>err &
+pid=$!
+t0=$(now_ms); wait_exit "$pid" 30; ms=$(( $(now_ms) - t0 ))
+result=FAIL; [ "$rc" = 86 ] && grep -q 'root cause: rank 1 stopped responding' err && result=PASS
+row "a peer that never joins the ring" "$result" "root cause rank 1 after $ms ms (--comm-timeout 2), exit $rc"
+
+# --- (h10-launcher's) a --summary that cannot be written keeps the job's exit code
+fresh
+mkdir sumdir
+"$launch" --devices cpu --nproc_per_node 1 --summary sumdir/summary.json sh -c 'rm -rf sumdir; exit 3' >out 2>err &
+wait_exit $! 20
+result=FAIL; [ "$rc" = 3 ] && result=PASS
+row "--summary write fails (h10-launcher)" "$result" "exit $rc (want the job's 3)"
+
+# --- (h10-launcher's) one Slurm task per worker, task 0 missing: --elastic_timeout 2 is kept
+fresh
+t0=$(now_ms)
+env SLURM_JOB_ID=$$ SLURM_STEP_ID=0 SLURM_NNODES=1 SLURM_STEP_NUM_NODES=1 SLURM_NODEID=0 SLURM_JOB_NODELIST=vm \
+  SLURM_STEP_NODELIST=vm SLURM_NTASKS=2 SLURM_STEP_NUM_TASKS=2 SLURM_STEP_TASKS_PER_NODE=2 SLURM_TASKS_PER_NODE=2 \
+  SLURM_PROCID=1 SLURM_LOCALID=1 SLURM_STEP_LAUNCHER_PORT=$$ CUDA_VISIBLE_DEVICES= \
+  "$launch" --elastic_timeout 2 true >out 2>err &
+wait_exit $! 15; ms=$(( $(now_ms) - t0 ))
+result=FAIL; [ "$rc" != 0 ] && [ "$rc" != 255 ] && [ "$ms" -le 5000 ] && result=PASS
+row "Slurm task without task 0, --elastic_timeout 2 (h10-launcher)" "$result" \
+    "$([ "$rc" = 255 ] && echo "still waiting after 15 s" || echo "exit $rc after $ms ms")"
+
+echo
+echo "containment in force: ${containment#containment: }; $(nproc) cores; $(uname -r)"
+exit "$failed"

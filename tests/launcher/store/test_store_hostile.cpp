@@ -1,0 +1,142 @@
+// The real `launch` binary against 1,000 hostile store clients on loopback (issue 14, item 1):
+// frames announcing 128 MiB or 2^64-1 bytes before any HELLO, HELLOs of the largest legal size
+// left unfinished, garbage and silence, all connected at once. The launcher's peak RSS stays
+// below 64 MB, its log does not flood, and the job's own worker still uses the store meanwhile.
+#include <catch2/catch.hpp>
+
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <sys/resource.h>
+#include <sys/socket.h>
+
+#include "../proc_helpers.h"
+
+using namespace testutil;
+
+namespace {
+
+const std::string kLaunch = LAUNCH_BIN;
+
+int connect_to(const std::string& addr) {
+  const size_t colon = addr.rfind(':');
+  sockaddr_in sa{};
+  sa.sin_family = AF_INET;
+  sa.sin_port = htons(static_cast<uint16_t>(std::stoi(addr.substr(colon + 1))));
+  inet_pton(AF_INET, addr.substr(0, colon).c_str(), &sa.sin_addr);
+  int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  if (fd < 0) return -1;
+  if (connect(fd, reinterpret_cast<sockaddr*>(&sa), sizeof sa) != 0) {
+    close(fd);
+    return -1;
+  }
+  return fd;
+}
+
+// Sends what the socket takes within a bounded time (a refused client is cut off by the store).
+void send_some(int fd, const std::string& bytes) {
+  size_t off = 0;
+  while (off < bytes.size()) {
+    ssize_t n = send(fd, bytes.data() + off, bytes.size() - off, MSG_NOSIGNAL | MSG_DONTWAIT);
+    if (n > 0) {
+      off += static_cast<size_t>(n);
+      continue;
+    }
+    if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
+      pollfd p{fd, POLLOUT, 0};
+      if (poll(&p, 1, 200) <= 0) return;  // the store stopped reading: enough
+      continue;
+    }
+    return;  // reset by the store
+  }
+}
+
+std::string header(uint8_t op, uint64_t len) {
+  std::string h = "LSTR";
+  h += '\x01';
+  h += static_cast<char>(op);
+  h += std::string(2, '\0');
+  for (int i = 0; i < 8; ++i) h += static_cast<char>((len >> (8 * i)) & 0xff);
+  return h;
+}
+
+long status_kib(pid_t pid, const std::string& field) {
+  for (const auto& l : lines_of(slurp("/proc/" + std::to_string(pid) + "/status")))
+    if (l.rfind(field + ":", 0) == 0) return std::atol(l.c_str() + field.size() + 1);
+  return -1;
+}
+
+}  // namespace
+
+TEST_CASE("store: 1,000 hostile clients at once keep the launcher below 64 MB; the job goes on", "[store][hostile]") {
+  rlimit rl{};
+  getrlimit(RLIMIT_NOFILE, &rl);
+  if (rl.rlim_max < 2200) {  // 1,000 sockets here and 1,000 in the launcher
+    std::printf("SKIPPED: RLIMIT_NOFILE hard limit %lu < 2200: cannot hold 1,000 clients here\n",
+                static_cast<unsigned long>(rl.rlim_max));
+    std::fflush(stdout);
+    std::_Exit(77);
+  }
+  rl.rlim_cur = std::max<rlim_t>(rl.rlim_cur, 4096);
+  REQUIRE(setrlimit(RLIMIT_NOFILE, &rl) == 0);  // the launcher inherits it
+
+  TempDir td;
+  const std::string& d = td.path;
+  // The worker publishes the store's address, waits until the flood is in place, then uses the
+  // store itself: the job must succeed while the strangers are still connected.
+  const std::string script = "echo $LAUNCH_STORE_ADDR > " + d + "/addr; while [ ! -e " + d +
+                             "/go ]; do sleep 0.02; done; " + kLaunch + " kv set alive yes && " + kLaunch +
+                             " kv get alive --timeout 10 > " + d + "/got";
+  Proc p = start({kLaunch, "--log_dir", d + "/log", "--devices", "cpu", "--nproc_per_node", "1", "sh", "-c", script},
+                 d);
+  Reaper guard(p.pid);
+  REQUIRE(wait_until([&] { return slurp(d + "/addr").find('\n') != std::string::npos; }, 20));
+  std::string addr = slurp(d + "/addr");
+  addr.pop_back();
+
+  std::vector<int> fds;
+  const std::string zeros(256 << 10, '\0');
+  for (int i = 0; i < 1000; ++i) {
+    int fd = connect_to(addr);
+    REQUIRE(fd >= 0);
+    fds.push_back(fd);
+    switch (i % 10) {
+      case 0: case 1: case 2: case 3: case 4:
+        // The issue's client: a HELLO announcing the global payload limit, then 256 KiB of it.
+        send_some(fd, header(1, 134221836) + zeros);
+        break;
+      case 5:
+        send_some(fd, header(1, ~uint64_t{0}) + zeros.substr(0, 4096));  // 2^64-1
+        break;
+      case 6: case 7: case 8:
+        // The largest legal HELLO, one byte short, then silence: the store must hold these.
+        send_some(fd, header(1, 3 * (4 + 4096)) + std::string(3 * (4 + 4096) - 1, 'x'));
+        break;
+      default:
+        if (i % 20 == 9) send_some(fd, "GET / HTTP/1.1\r\nHost: x\r\n\r\n");  // else: silence
+        break;
+    }
+  }
+  // The store may still be reading what the kernel buffered for it: give it a moment to grow.
+  wait_until([&] { return status_kib(p.pid, "VmHWM") >= 64 * 1024; }, 1.0);
+  const long hwm_kib = status_kib(p.pid, "VmHWM");
+  const long rss_kib = status_kib(p.pid, "VmRSS");
+  INFO("launcher peak RSS " << hwm_kib << " KiB, now " << rss_kib << " KiB");
+  CHECK(hwm_kib > 0);
+  CHECK(hwm_kib < 64 * 1024);
+
+  // The job's worker uses the store while the strangers are still connected.
+  { std::ofstream(d + "/go") << "1"; }
+  CHECK(wait_exit(p.pid, 20) == 0);
+  CHECK(slurp(d + "/got") == "yes\n");
+  for (int fd : fds) close(fd);
+
+  // Every refusal is a WARN line, but rate-limited: a burst, then about one a second.
+  int warn_lines = 0;
+  for (const auto& l : lines_of(p.err()))
+    if (l.find("LAUNCH W") == 0 && l.find("store:") != std::string::npos) ++warn_lines;
+  INFO(p.err().substr(0, 4000));
+  CHECK(warn_lines > 0);
+  CHECK(warn_lines < 40);
+  CHECK_THAT(p.err(), Catch::Contains("not logged one by one") || Catch::Contains("not logged)"));
+}

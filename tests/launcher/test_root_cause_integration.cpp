@@ -1,0 +1,241 @@
+// Issue 14 on the real binaries: the failure report names the rank at fault (item 7), and a
+// console nobody reads never delays failure handling or signals (item 3, ENOSPC of item 9).
+#include <catch2/catch.hpp>
+
+#include <dirent.h>
+
+#include <nlohmann/json.hpp>
+
+#include "proc_helpers.h"
+
+using namespace testutil;
+
+namespace {
+
+const std::string kLaunch = LAUNCH_BIN;
+const std::string kTrain = TRAIN_BIN;
+
+// The launcher's worker of this rank (host PID: found through the launcher's children and their
+// environment, whatever PID namespace the worker sees itself in).
+pid_t worker_pid(pid_t launcher, int rank) {
+  DIR* d = opendir(("/proc/" + std::to_string(launcher) + "/task").c_str());
+  if (!d) return -1;
+  pid_t found = -1;
+  while (dirent* e = readdir(d)) {
+    if (e->d_name[0] == '.') continue;
+    std::stringstream kids(slurp("/proc/" + std::to_string(launcher) + "/task/" + e->d_name + "/children"));
+    pid_t k;
+    while (kids >> k) {
+      const std::string env = slurp("/proc/" + std::to_string(k) + "/environ");
+      if (env.find(std::string(1, '\0') + "RANK=" + std::to_string(rank) + '\0') != std::string::npos ||
+          env.rfind("RANK=" + std::to_string(rank) + '\0', 0) == 0)
+        found = k;
+    }
+  }
+  closedir(d);
+  return found;
+}
+
+size_t count_lines(const std::string& path) {
+  const std::string s = slurp(path);
+  return static_cast<size_t>(std::count(s.begin(), s.end(), '\n'));
+}
+
+}  // namespace
+
+// --- item 7: the root cause is the rank at fault ----------------------------------------------
+
+TEST_CASE("root cause: a worker that lost a stopped peer puts that peer first, everywhere", "[launcher][root_cause]") {
+  TempDir td;
+  const std::string& d = td.path;
+  // Rank 0 gives up on rank 1 as a communicator does (the LAUNCH_PEER_LOST line, exit 86);
+  // rank 2 waits in the store and must learn the same root cause from it.
+  const std::string script =
+      "case $RANK in "
+      "0) while [ ! -e " + d + "/go ]; do sleep 0.01; done; "
+      "   echo 'LAUNCH_PEER_LOST rank=1: no progress for 2000 ms waiting for rank 1 (emulated)' >&2; exit 86;; "
+      "1) exec sleep 60;; "
+      "2) trap '' TERM; " + kLaunch + " kv get never --timeout 30;; esac";  // hears the store, not our SIGTERM
+  Proc p = start({kLaunch, "--log_dir", d + "/log", "--devices", "cpu", "--nproc_per_node", "3", "--grace", "5",
+                  "--summary", d + "/summary.json", "sh", "-c", script},
+                 d);
+  Reaper guard(p.pid);
+  pid_t rank1 = -1;
+  REQUIRE(wait_until([&] { return (rank1 = worker_pid(p.pid, 1)) > 0; }, 20));
+  REQUIRE(wait_until([&] { return slurp("/proc/" + std::to_string(rank1) + "/cmdline").rfind("sleep", 0) == 0; }, 20));
+  kill(rank1, SIGSTOP);
+  { std::ofstream(d + "/go") << "1"; }
+  const double t0 = now_s();
+  REQUIRE(wait_exit(p.pid, 20) == 86);
+  CHECK(now_s() - t0 < 4.0);  // the stopped rank got SIGTERM and SIGCONT: no waiting for the grace
+  const std::string err = p.err();
+  INFO(err);
+  CHECK_THAT(err, Catch::Contains("root cause: rank 1 stopped responding (its process is stopped: SIGSTOP or SIGTSTP); "
+                                  "rank 0 lost it: no progress for 2000 ms waiting for rank 1"));
+  CHECK_THAT(err, !Catch::Contains("root cause: rank 0"));
+  auto j = nlohmann::json::parse(slurp(d + "/summary.json"));
+  CHECK(j["root_cause"]["rank"] == 1);
+  CHECK(j["exit_code"] == 86);
+  // The store recorded it, and the survivor blocked there heard it from the store.
+  CHECK_THAT(err, Catch::Contains("store: job failed (rank 1: stopped responding"));
+  CHECK_THAT(slurp(d + "/log/workerlog.2"), Catch::Contains("rank 1: stopped responding"));
+}
+
+TEST_CASE("root cause: SIGSTOP of one train_resnet rank names that rank (--comm-timeout)", "[launcher][root_cause][train]") {
+  TempDir td;
+  const std::string& d = td.path;
+  Proc p = start({kLaunch, "--log_dir", d + "/log", "--devices", "cpu", "--nproc_per_node", "2", "--grace", "5", kTrain,
+                  "--device", "cpu", "--depth", "18", "--width", "8", "--image-size", "32", "--num-classes", "10",
+                  "--data", "learnable", "--batch-size", "8", "--num-samples", "100000", "--epochs", "1",
+                  "--log-every", "1", "--comm-timeout", "1.5"},
+                 d);
+  Reaper guard(p.pid);
+  REQUIRE(wait_until([&] { return slurp(d + "/log/workerlog.0").find("Epoch[0], Batch[2]") != std::string::npos; }, 60));
+  const pid_t rank1 = worker_pid(p.pid, 1);
+  REQUIRE(rank1 > 0);
+  kill(rank1, SIGSTOP);
+  const double t0 = now_s();
+  REQUIRE(wait_exit(p.pid, 30) == 86);
+  const double took = now_s() - t0;
+  const std::string err = p.err();
+  INFO(err << "\ntook " << took << " s");
+  CHECK(took < 10.0);  // the 1.5 s silence limit, not the 300 s default
+  CHECK_THAT(err, Catch::Contains("root cause: rank 1 stopped responding (its process is stopped"));
+  CHECK_THAT(err, Catch::Contains("rank 0 lost it") && Catch::Contains("no progress for 1500 ms waiting for rank 1"));
+  CHECK_THAT(slurp(d + "/log/workerlog.0"), Catch::Contains("LAUNCH_PEER_LOST rank=1: "));
+}
+
+TEST_CASE("root cause: one node's launcher killed; the other node names that node, not its own noticer", "[launcher][root_cause][multinode]") {
+  TempDir td;
+  const std::string& d = td.path;
+  const std::string master = free_loopback_address();
+  const std::map<std::string, std::string> token = {{"LAUNCH_STORE_TOKEN", "0123456789abcdef0123456789abcdef-test"}};
+  // Rank 0 (node 0) notices its ring neighbour, rank 1 on node 1, vanish -- as soon as the test
+  // has killed node 1 -- and says so, long before the heartbeat can tell who died.
+  const std::string script =
+      "touch " + d + "/up.$RANK; if [ $RANK = 0 ]; then while [ ! -e " + d + "/go ]; do sleep 0.01; done; "
+      "echo 'LAUNCH_PEER_LOST rank=1: rank 1 closed the connection (emulated)' >&2; exit 86; fi; exec sleep 60";
+  auto node = [&](int rank) {
+    return start({kLaunch, "--nnodes", "2", "--master", master, "--rank", std::to_string(rank), "--host", "127.0.0.1",
+                  "--devices", "cpu", "--nproc_per_node", "1", "--log_dir", d + "/log", "sh", "-c", script},
+                 d, token, "node" + std::to_string(rank));
+  };
+  Proc n0 = node(0), n1 = node(1);
+  Reaper g0(n0.pid), g1(n1.pid);
+  REQUIRE(wait_until([&] { return exists(d + "/up.0") && exists(d + "/up.1"); }, 30));
+  kill(n1.pid, SIGKILL);
+  const double t_kill = now_s();
+  REQUIRE(wait_exit(n1.pid, 5) == 128 + SIGKILL);
+  { std::ofstream(d + "/go") << "1"; }
+  auto code = wait_exit(n0.pid, 20);
+  const std::string err = n0.err();
+  INFO(err);
+  CHECK(now_s() - t_kill < 12.0);
+  REQUIRE(code.has_value());
+  CHECK(*code == 1);  // a launcher that stopped responding has no exit code of its own
+  CHECK_THAT(err, Catch::Contains("after losing rank 1, which runs on another node"));
+  CHECK_THAT(err, Catch::Contains("root cause, on another node: node 1"));
+  CHECK_THAT(err, !Catch::Contains("root cause: rank 0"));
+}
+
+// --- item 3: a console nobody reads -----------------------------------------------------------
+
+namespace {
+
+// rank 0 writes `lines` lines (more than the console buffer and the pipe hold), then signals
+// done and waits; rank 1 waits for that and exits 5.
+std::string flood_script(const std::string& d, int lines, bool rank1_fails) {
+  return "if [ $RANK = 1 ]; then " +
+         std::string(rank1_fails ? "while [ ! -e " + d + "/done ]; do sleep 0.01; done; exit 5; " : "exec sleep 60; ") +
+         "fi; seq 1 " + std::to_string(lines) + "; touch " + d + "/done; exec sleep 60";
+}
+
+}  // namespace
+
+TEST_CASE("console: a stalled stdout never delays failure handling; the logs are complete", "[launcher][console]") {
+  TempDir td;
+  const std::string& d = td.path;
+  int fds[2];
+  REQUIRE(pipe(fds) == 0);  // nobody ever reads fds[0]
+  const int lines = 1000000;  // 6.9 MB: more than the pipe (64 KiB) and the console's buffer (4 MiB)
+  Proc p = start({kLaunch, "--log_dir", d + "/log", "--devices", "cpu", "--nproc_per_node", "2", "--grace", "2", "sh",
+                  "-c", flood_script(d, lines, true)},
+                 d, {}, "launch", fds[1]);
+  close(fds[1]);
+  Reaper guard(p.pid);
+  REQUIRE(wait_until([&] { return exists(d + "/done"); }, 60));
+  const double t0 = now_s();
+  auto code = wait_exit(p.pid, 20);
+  const double took = now_s() - t0;
+  close(fds[0]);
+  const std::string err = p.err();
+  INFO(err << "\nexit after " << took << " s");
+  REQUIRE(code == 5);
+  CHECK(took < 5.0);
+  CHECK_THAT(err, Catch::Contains("root cause: rank 1 exited with code 5"));
+  CHECK_THAT(err, Catch::Contains("did not reach the console"));
+  CHECK(count_lines(d + "/log/workerlog.0") == size_t(lines));
+}
+
+TEST_CASE("console: SIGTERM is acted on at once with a stalled stdout", "[launcher][console]") {
+  TempDir td;
+  const std::string& d = td.path;
+  int fds[2];
+  REQUIRE(pipe(fds) == 0);
+  Proc p = start({kLaunch, "--log_dir", d + "/log", "--devices", "cpu", "--nproc_per_node", "2", "--grace", "5", "sh",
+                  "-c", flood_script(d, 1000000, false)},
+                 d, {}, "launch", fds[1]);
+  close(fds[1]);
+  Reaper guard(p.pid);
+  REQUIRE(wait_until([&] { return exists(d + "/done"); }, 60));
+  const double t0 = now_s();
+  kill(p.pid, SIGTERM);
+  auto code = wait_exit(p.pid, 20);
+  const double took = now_s() - t0;
+  close(fds[0]);
+  INFO(p.err() << "\nexit after " << took << " s");
+  REQUIRE(code == 128 + SIGTERM);
+  CHECK(took < 3.0);
+  CHECK_THAT(p.err(), Catch::Contains("job stopped by SIGTERM"));
+}
+
+TEST_CASE("console: ENOSPC on stdout is said once; the logs are complete", "[launcher][console]") {
+  TempDir td;
+  const std::string& d = td.path;
+  const int full = open("/dev/full", O_WRONLY);
+  REQUIRE(full >= 0);
+  Proc p = start({kLaunch, "--log_dir", d + "/log", "--devices", "cpu", "--nproc_per_node", "1", "--stream", "all",
+                  "sh", "-c", "i=0; while [ $i -lt 300 ]; do echo line $i; i=$((i+1)); done"},
+                 d, {}, "launch", full);
+  close(full);
+  Reaper guard(p.pid);
+  REQUIRE(wait_exit(p.pid, 20) == 0);
+  const std::string err = p.err();
+  INFO(err);
+  size_t said = 0;
+  for (size_t at = err.find("cannot write stdout: No space left on device"); at != std::string::npos;
+       at = err.find("cannot write stdout: No space left on device", at + 1))
+    ++said;
+  CHECK(said == 1);
+  CHECK_THAT(err, Catch::Contains("did not reach the console"));
+  CHECK(count_lines(d + "/log/workerlog.0") == 300);
+}
+
+TEST_CASE("logs: ENOSPC on a worker's log is said once and counted; the job and the console go on", "[launcher][console]") {
+  TempDir td;
+  const std::string& d = td.path;
+  REQUIRE(mkdir((d + "/log").c_str(), 0755) == 0);
+  REQUIRE(symlink("/dev/full", (d + "/log/workerlog.0").c_str()) == 0);  // every write: ENOSPC
+  Proc p = start({kLaunch, "--log_dir", d + "/log", "--devices", "cpu", "--nproc_per_node", "1", "sh", "-c", "seq 1 5000"}, d);
+  Reaper guard(p.pid);
+  REQUIRE(wait_exit(p.pid, 20) == 0);
+  const std::string err = p.err();
+  INFO(err);
+  size_t said = 0;
+  for (size_t at = err.find("cannot write " + d + "/log/workerlog.0"); at != std::string::npos;
+       at = err.find("cannot write " + d + "/log/workerlog.0", at + 1))
+    ++said;
+  CHECK(said == 1);
+  CHECK_THAT(err, Catch::Contains("misses 23893 bytes of output (No space left on device)"));  // seq 1 5000
+  CHECK(count_lines(p.out_path) == 5000);
+}

@@ -1,0 +1,177 @@
+#!/usr/bin/python3
+"""Checkpoints that never lose a run (issue 12): what train_resnet refuses at start-up, what it
+cleans up after a killed save, and how it stops on SIGINT/SIGTERM.
+
+Usage: test_train_checkpoints.py CASE --train PATH --launch PATH
+Cases: refuse (bad --save, partial checkpoints, another optimizer, --seed -1), interrupted (stale
+temporary files, a save killed between its two renames), stop (SIGINT alone, SIGTERM to `launch`
+with two ranks). Exit 0 pass, 1 fail, 77 skipped (`launch` not built).
+"""
+import os
+import re
+import select
+import shutil
+import signal
+import subprocess
+import sys
+import time
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from test_train_resnet import SKIP, SMALL, check, checksums, clean_env, main, ok, read_st, run  # noqa: E402
+
+
+def usage(a, args, needle):
+    t0 = time.monotonic()
+    p = run([a.train] + args)
+    lines = p.stderr.strip().splitlines()
+    check(p.returncode == 2, f"{args}: exit {p.returncode}, expected 2; stderr: {p.stderr}")
+    check(len(lines) == 1 and needle in lines[0], f"{args}: '{needle}' not in {lines}")
+    return time.monotonic() - t0, lines[0]
+
+
+def case_refuse(a, tmp):
+    long_run = SMALL + ["--epochs", "1000"]  # would train for minutes: a refusal must come first
+    # --save naming a directory: refused before training, nothing written (no orphan state file).
+    d = os.path.join(tmp, "adir")
+    os.mkdir(d)
+    dt, line = usage(a, long_run + ["--save", d], "is a directory")
+    check(dt < 20 and os.listdir(d) == [] and sorted(os.listdir(tmp)) == ["adir"],
+          f"--save DIR: {dt:.1f} s, left {os.listdir(tmp)} / {os.listdir(d)}")
+    # The training state's name a directory: the same.
+    os.mkdir(os.path.join(tmp, "x.train.safetensors"))
+    usage(a, long_run + ["--save", os.path.join(tmp, "x.safetensors")], "x.train.safetensors' is a directory")
+    # A folder that cannot be written: a mode-555 folder (not for root, who may write anyway)
+    # and, for everyone, sysfs, where no file can be created.
+    ro = os.path.join(tmp, "ro")
+    os.mkdir(ro, 0o555)
+    places = [] if os.geteuid() == 0 else [os.path.join(ro, "c.safetensors")]
+    places.append("/sys/kernel/train_resnet_test.safetensors")
+    for path in places:
+        dt, line = usage(a, long_run + ["--save", path], "cannot write in")
+        check(dt < 20, f"--save {path} refused only after {dt:.1f} s")
+    check(os.listdir(ro) == [], f"files left in the read-only folder: {os.listdir(ro)}")
+    print(f"refused at start-up: --save DIR, and {', '.join(places)}: {line}")
+
+    # --resume auto with weights but no training state: refused (it used to train from scratch
+    # and overwrite the weights); so is a training state without weights.
+    ck = os.path.join(tmp, "ck.safetensors")
+    ok([a.train] + SMALL + ["--max-steps", "2", "--save", ck])
+    weights = open(ck, "rb").read()
+    os.rename(os.path.join(tmp, "ck.train.safetensors"), os.path.join(tmp, "aside"))
+    usage(a, SMALL + ["--max-steps", "4", "--save", ck, "--resume", "auto"], "ck.train.safetensors' does not")
+    check(open(ck, "rb").read() == weights, "--resume auto changed the weights it refused")
+    os.rename(os.path.join(tmp, "aside"), os.path.join(tmp, "ck.train.safetensors"))
+    os.rename(ck, ck + ".aside")
+    usage(a, SMALL + ["--max-steps", "4", "--save", ck, "--resume", "auto"], "ck.safetensors' does not")
+    os.rename(ck + ".aside", ck)
+
+    # Another optimizer: the reason is the optimizer state, not the data order.
+    _, line = usage(a, SMALL + ["--resume", ck, "--optimizer", "sgd"], "--optimizer adam, this run has sgd")
+    check("optimizer state" in line and "data order" not in line, f"wrong reason: {line}")
+    _, line = usage(a, SMALL + ["--resume", ck, "--seed", "4"], "--seed")
+    check("data order" in line, f"wrong reason for --seed: {line}")
+
+    # --seed -1 used to wrap to 2^64-1.
+    usage(a, SMALL + ["--seed", "-1"], "--seed must be an integer from 0")
+    usage(a, SMALL + ["--seed", "18446744073709551616"], "--seed")
+    p = ok([a.train] + SMALL + ["--max-steps", "1", "--seed", "18446744073709551615"])
+    check("Checksums" in p.stdout, "the largest seed does not train")
+
+
+def case_interrupted(a, tmp):
+    ck = os.path.join(tmp, "ck.safetensors")
+    common = [a.train] + SMALL + ["--log-every", "100", "--epochs", "3", "--save", ck]
+    # What a save killed while writing leaves (names as write_safetensors makes them).
+    stale = ["ck.safetensors.tmp.Ab12Cd", "ck.train.safetensors.tmp.xYz789", "ck.safetensors.pending",
+             "ck.train.safetensors.pending.tmp.q1w2e3", "ck.best.safetensors.tmp.000000"]
+    for f in stale:
+        open(os.path.join(tmp, f), "wb").write(b"torn")
+    open(os.path.join(tmp, "other.tmp.abcdef"), "wb").write(b"not ours")
+    p = ok(common + ["--max-steps", "3"])
+    left = sorted(os.listdir(tmp))
+    check(left == ["ck.safetensors", "ck.train.safetensors", "other.tmp.abcdef"], f"after cleaning: {left}")
+    for f in stale:
+        check(f"Removed {os.path.join(tmp, f)}" in p.stdout, f"no log line for {f}:\n{p.stdout}")
+
+    # A save killed between its two renames: the training state of step 6 is in place, its
+    # weights still pending, the weights of step 3 beside them. The next start completes the
+    # save, and the resumed run ends as an uninterrupted one.
+    shutil.copy(ck, os.path.join(tmp, "weights3"))
+    ok(common + ["--max-steps", "6", "--resume", ck])
+    os.rename(ck, ck + ".pending")
+    shutil.copy(os.path.join(tmp, "weights3"), ck)
+    resumed = ok(common + ["--max-steps", "12", "--resume", "auto"])
+    check("Completed the interrupted save of" in resumed.stdout and "at step 6" in resumed.stdout,
+          f"the interrupted save was not completed:\n{resumed.stdout}")
+    check(read_st(ck)[1]["step"] == "12", "the resumed run did not save step 12")
+    full = ok([a.train] + SMALL + ["--log-every", "100", "--epochs", "3", "--max-steps", "12"])
+    check(checksums(full.stdout) == checksums(resumed.stdout), "resuming after the recovery changed the result")
+
+
+def read_until(p, needle, timeout=60):
+    lines = []
+    while True:
+        r, _, _ = select.select([p.stdout], [], [], timeout)
+        check(r, f"no '{needle}' within {timeout} s:\n" + "".join(lines))
+        line = p.stdout.readline()
+        check(line, f"output ended before '{needle}':\n" + "".join(lines))
+        lines.append(line)
+        if needle in line:
+            return lines
+
+
+def stop_and_resume(a, tmp, cmd, sig, expect_rc, env=None):
+    """Sends `sig` once training runs; checks the exit code, the save and that resuming from it
+    ends as an uninterrupted run would."""
+    ck = os.path.join(tmp, "stop.safetensors")
+    p = subprocess.Popen(cmd + ["--save", ck], env=clean_env(env), stdout=subprocess.PIPE,
+                         stderr=subprocess.STDOUT, text=True)
+    try:
+        lines = read_until(p, "Batch[3]")
+        p.send_signal(sig)
+        t0 = time.monotonic()
+        rc = p.wait(timeout=60)
+        elapsed = time.monotonic() - t0
+        lines += p.stdout.readlines()
+    finally:
+        if p.poll() is None:
+            p.kill()
+            p.wait()
+    text = "".join(lines)
+    check(rc == expect_rc, f"exit code {rc} after {sig!r}, expected {expect_rc}:\n{text[-3000:]}")
+    m = re.search(r"Stopped by signal (\d+) at step (\d+): saved", text)
+    check(m and int(m.group(1)) == int(sig), f"no 'Stopped by signal' line:\n{text[-3000:]}")
+    step = int(m.group(2))
+    check(read_st(ck)[1]["step"] == str(step), f"the checkpoint is not of step {step}")
+    check(elapsed < 10, f"took {elapsed:.1f} s to stop (launch's default grace is 10 s)")
+    return ck, step, elapsed
+
+
+def case_stop(a, tmp):
+    # Ctrl-C of a single process: saved at the next step boundary, exit 130.
+    base = SMALL + ["--log-every", "1", "--epochs", "3", "--max-steps", "40"]
+    ck, step, dt = stop_and_resume(a, tmp, [a.train] + base, signal.SIGINT, 130)
+    resumed = ok([a.train] + base + ["--resume", ck])
+    full = ok([a.train] + base)
+    check(checksums(resumed.stdout) == checksums(full.stdout), "resuming after Ctrl-C changed the result")
+    print(f"SIGINT: saved step {step}, exited 130 after {dt:.2f} s; the resumed run matches an uninterrupted one")
+
+    if not os.access(a.launch, os.X_OK):
+        print(f"skipped the launcher part: {a.launch} is not built")
+        return SKIP
+    # SIGTERM to `launch` (its teardown, as Slurm's): both ranks stop at the same step, rank 0
+    # saves, launch exits 143 within its grace.
+    logs = os.path.join(tmp, "logs")
+    cmd = [a.launch, "--devices", "cpu", "--nproc_per_node", "2", "--log_dir", logs, a.train] + base
+    ck, step, dt = stop_and_resume(a, tmp, cmd, signal.SIGTERM, 143)
+    resumed = ok([a.launch, "--devices", "cpu", "--nproc_per_node", "2", "--log_dir", logs + "2", "--stream", "all",
+                  a.train] + base + ["--resume", ck])
+    full = ok([a.launch, "--devices", "cpu", "--nproc_per_node", "2", "--log_dir", logs + "3", "--stream", "all",
+               a.train] + base)
+    check(checksums(resumed.stdout) and checksums(resumed.stdout) == checksums(full.stdout),
+          "resuming after SIGTERM changed the result")
+    print(f"SIGTERM to launch (2 ranks): saved step {step}, exited 143 after {dt:.2f} s; resumed = uninterrupted")
+
+
+if __name__ == "__main__":
+    sys.exit(main(globals()))

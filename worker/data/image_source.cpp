@@ -1,0 +1,225 @@
+#include "worker/data/image_source.h"
+
+#include <fcntl.h>
+#include <sched.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <iostream>
+#include <sstream>
+#include <thread>
+
+#include "worker/data/data_error.h"
+#include "worker/data/decode.h"
+#include "worker/data/prefetcher.h"
+
+namespace worker {
+
+int default_data_threads() {
+  cpu_set_t set;
+  int cores = 0;
+  if (::sched_getaffinity(0, sizeof set, &set) == 0) cores = CPU_COUNT(&set);
+  if (cores <= 0) cores = int(std::thread::hardware_concurrency());
+  int local = 1;
+  if (const char* l = std::getenv("LOCAL_WORLD_SIZE"); l && std::atoi(l) > 0) local = std::atoi(l);
+  return std::max(1, cores / local);
+}
+
+bool read_whole_file(const std::string& path, std::vector<uint8_t>* buf, std::string* err) {
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) {
+    *err = std::strerror(errno);
+    return false;
+  }
+  struct stat st{};
+  if (::fstat(fd, &st) != 0) {
+    *err = std::strerror(errno);
+    ::close(fd);
+    return false;
+  }
+  buf->resize(size_t(st.st_size));
+  size_t got = 0;
+  while (got < buf->size()) {
+    const ssize_t r = ::read(fd, buf->data() + got, buf->size() - got);
+    if (r < 0 && errno == EINTR) continue;
+    if (r <= 0) {
+      *err = r < 0 ? std::strerror(errno) : "file shrank while being read";
+      ::close(fd);
+      return false;
+    }
+    got += size_t(r);
+  }
+  ::close(fd);
+  if (buf->empty()) {
+    *err = "empty file";
+    return false;
+  }
+  return true;
+}
+
+void BadFiles::report(const std::string& path, const std::string& reason) {
+  if (strict_) throw DataError(path + ": " + reason + " (--strict-data; without it the file is skipped and counted)");
+  count_.fetch_add(1);
+  std::lock_guard<std::mutex> lk(mu_);
+  if (warned_.insert(path).second) {
+    std::cerr << "train_resnet: warning: skipping " << path << ": " << reason << " (" << what_
+              << "; counted in the final summary, --strict-data makes it an error)" << std::endl;
+  }
+}
+
+std::vector<int> substitutes(const std::vector<uint8_t>& bad, const std::string& first_error) {
+  const int n = int(bad.size());
+  std::vector<int> sub(static_cast<size_t>(n));
+  for (int i = 0; i < n; ++i) {
+    sub[size_t(i)] = i;
+    if (!bad[size_t(i)]) continue;
+    int j = (i + 1) % n;
+    while (j != i && bad[size_t(j)]) j = (j + 1) % n;
+    if (j == i) throw DataError("every image of a micro-batch failed to decode (e.g. " + first_error + ")");
+    sub[size_t(i)] = j;
+  }
+  return sub;
+}
+
+std::string transform_description(const LoaderConfig& cfg) {
+  const TransformConfig& t = cfg.tf;
+  std::ostringstream s;
+  s.precision(3);
+  if (cfg.split == Split::Train && t.augment == Augment::Standard) {
+    s << "RandomResizedCrop(" << t.size << ", scale=(" << t.scale_min << ", " << t.scale_max << ")) + flip p=" << t.hflip;
+  } else {
+    s << "Resize(" << t.resize_size() << ") + CenterCrop(" << t.size << ")";
+  }
+  return s.str();
+}
+
+namespace {
+
+class CpuImageSource final : public BatchSource {
+ public:
+  CpuImageSource(std::shared_ptr<const DatasetIndex> index, SplitInfo info, const LoaderConfig& cfg, Ops& ops,
+                 std::string describe)
+      : index_(std::move(index)),
+        info_(std::move(info)),
+        cfg_(cfg),
+        ops_(ops),
+        dtype_(ops.compute_dtype()),
+        describe_(std::move(describe)),
+        bad_(cfg.strict, "unreadable image") {
+    if (dtype_ != DType::F32 && dtype_ != DType::BF16) {
+      throw DataError("the CPU loader writes fp32 or bf16 input; this backend computes in " +
+                      std::string(dtype_name(dtype_)) + " (use --loader gpu or --precision bf16)");
+    }
+    image_bytes_ = size_t(cfg.tf.size) * size_t(cfg.tf.size) * 3 * dtype_size(dtype_);
+    slots_.resize(size_t(cfg.prefetch));
+    for (auto& s : slots_) {
+      s.images.resize(image_bytes_ * size_t(cfg.batch));
+      s.labels.resize(size_t(cfg.batch));
+      s.bad.resize(size_t(cfg.batch));
+      s.errors.resize(size_t(cfg.batch));
+    }
+    scratch_.resize(size_t(cfg.threads));
+    pool_ = std::make_unique<Prefetcher>(cfg.threads, cfg.prefetch,
+                                         [this](int slot, int pos, int64_t sample, int64_t epoch, int thread) {
+                                           work(slot, pos, sample, epoch, thread);
+                                         });
+  }
+
+  const SplitInfo& info() const override { return info_; }
+  std::string describe() const override { return describe_; }
+  int64_t skipped() const override { return bad_.count(); }
+
+  void start(int64_t epoch, std::vector<BatchIndices> order) override {
+    for (const auto& b : order) {
+      if (int(b.size()) > cfg_.batch) throw std::invalid_argument("image source: a micro-batch larger than --batch-size");
+    }
+    pool_->start(epoch, std::move(order));
+  }
+
+  int next(Act& images, int32_t* labels, double* wait_ms) override {
+    const int slot = pool_->take(wait_ms);
+    if (slot < 0) throw std::logic_error("image source: next() past the end of the pass");
+    Slot& s = slots_[size_t(slot)];
+    const int n = int(pool_->batch(pool_->current()).size());
+    std::vector<uint8_t> bad(s.bad.begin(), s.bad.begin() + n);
+    std::string first;
+    for (int i = 0; i < n && first.empty(); ++i) first = s.errors[size_t(i)];
+    const std::vector<int> sub = substitutes(bad, first);
+    for (int i = 0; i < n; ++i) {
+      if (sub[size_t(i)] == i) continue;
+      std::memcpy(s.images.data() + size_t(i) * image_bytes_, s.images.data() + size_t(sub[size_t(i)]) * image_bytes_,
+                  image_bytes_);
+      s.labels[size_t(i)] = s.labels[size_t(sub[size_t(i)])];
+    }
+    if (images.dtype != dtype_ || size_t(images.h) * size_t(images.w) * size_t(images.c) * dtype_size(dtype_) != image_bytes_) {
+      throw std::logic_error("image source: the model's input does not match --image-size");
+    }
+    ops_.upload(images.data, s.images.data(), size_t(n) * image_bytes_);
+    ops_.upload(labels, s.labels.data(), size_t(n) * sizeof(int32_t));
+    pool_->release();
+    return n;
+  }
+
+ private:
+  struct Slot {
+    std::vector<uint8_t> images;  // batch x size x size x 3, compute dtype
+    std::vector<int32_t> labels;
+    std::vector<uint8_t> bad;
+    std::vector<std::string> errors;
+  };
+  struct Scratch {
+    std::vector<uint8_t> file;
+    RgbRegion region;
+    std::vector<float> tmp;
+  };
+
+  void work(int slot, int pos, int64_t sample, int64_t epoch, int thread) {
+    Slot& s = slots_[size_t(slot)];
+    Scratch& sc = scratch_[size_t(thread)];
+    const std::string path = index_->path(sample);
+    s.labels[size_t(pos)] = index_->labels[size_t(sample)];
+    s.bad[size_t(pos)] = 0;
+    s.errors[size_t(pos)].clear();
+    std::string err;
+    try {
+      if (!read_whole_file(path, &sc.file, &err)) throw DecodeError("cannot read: " + err);
+      const ImageHeader h = read_header(sc.file.data(), sc.file.size());
+      const SamplePlan p = cfg_.split == Split::Train ? plan_train(h.width, h.height, cfg_.tf, cfg_.seed, epoch, sample)
+                                                      : plan_eval(h.width, h.height, cfg_.tf);
+      const Geometry g = plan_geometry(p, h.format, h.width, h.height, cfg_.tf.dct_scaling);
+      decode_region(sc.file.data(), sc.file.size(), g.scale_num, g.region, &sc.region);
+      render(sc.region, g, p, cfg_.tf, dtype_, s.images.data() + size_t(pos) * image_bytes_, &sc.tmp);
+      return;
+    } catch (const DecodeError& e) {
+      err = e.what();
+    }
+    s.bad[size_t(pos)] = 1;
+    s.errors[size_t(pos)] = path + ": " + err;
+    bad_.report(path, err);  // throws when strict: take() rethrows it
+  }
+
+  std::shared_ptr<const DatasetIndex> index_;
+  SplitInfo info_;
+  LoaderConfig cfg_;
+  Ops& ops_;
+  DType dtype_;
+  std::string describe_;
+  BadFiles bad_;
+  size_t image_bytes_ = 0;
+  std::vector<Slot> slots_;
+  std::vector<Scratch> scratch_;
+  std::unique_ptr<Prefetcher> pool_;  // last: its threads stop before the slots go
+};
+
+}  // namespace
+
+std::unique_ptr<BatchSource> make_cpu_image_source(std::shared_ptr<const DatasetIndex> index, SplitInfo info,
+                                                   const LoaderConfig& cfg, Ops& ops, std::string describe) {
+  return std::make_unique<CpuImageSource>(std::move(index), std::move(info), cfg, ops, std::move(describe));
+}
+
+}  // namespace worker

@@ -1,0 +1,67 @@
+// BatchSource implementations over an image data set (dataset_index.h): the CPU back end
+// (libjpeg-turbo / libpng decode, transform.h on a pool of threads, prefetched host batches
+// copied into the backend's input), and what the GPU back end shares with it: the options,
+// the file reader and the bad-file bookkeeping.
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <memory>
+#include <mutex>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "worker/core/ops.h"
+#include "worker/data/batch_source.h"
+#include "worker/data/dataset_index.h"
+#include "worker/data/transform.h"
+
+namespace worker {
+
+struct LoaderConfig {
+  Split split = Split::Train;
+  int batch = 32;          // the model's micro-batch
+  int threads = 1;         // decode threads of this rank
+  int prefetch = 3;        // micro-batches decoded ahead (host buffers)
+  bool strict = false;     // a bad file is an error instead of a skipped sample
+  uint64_t seed = 0;
+  TransformConfig tf;
+};
+
+// Default decode threads: the cores this process may run on, divided by LOCAL_WORLD_SIZE.
+int default_data_threads();
+
+// Reads files into a reusable buffer.
+bool read_whole_file(const std::string& path, std::vector<uint8_t>* buf, std::string* err);
+
+// Files found unusable: each is named in one warning (per process), every skipped read counted.
+// A bad sample's place in its micro-batch is taken by the next good sample of the same
+// micro-batch (pixels and label), so batches stay full and a resumed run substitutes the same.
+class BadFiles {
+ public:
+  BadFiles(bool strict, std::string what) : strict_(strict), what_(std::move(what)) {}
+  // Records a bad file: warns once, counts; throws DataError when strict.
+  void report(const std::string& path, const std::string& reason);
+  int64_t count() const { return count_.load(); }
+
+ private:
+  bool strict_;
+  std::string what_;
+  std::mutex mu_;
+  std::set<std::string> warned_;
+  std::atomic<int64_t> count_{0};
+};
+
+// Which good position of a micro-batch stands in for each bad one (the next good one,
+// cyclically); throws DataError when every sample of the batch is bad.
+std::vector<int> substitutes(const std::vector<uint8_t>& bad, const std::string& first_error);
+
+// The CPU back end. `ops` receives the batches through upload(); its compute dtype must be F32
+// or BF16.
+std::unique_ptr<BatchSource> make_cpu_image_source(std::shared_ptr<const DatasetIndex> index, SplitInfo info,
+                                                   const LoaderConfig& cfg, Ops& ops, std::string describe);
+
+std::string transform_description(const LoaderConfig& cfg);
+
+}  // namespace worker

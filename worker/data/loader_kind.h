@@ -1,0 +1,14 @@
+// The data pipeline's choices as the command line names them (parsed once, in options.cpp).
+#pragma once
+
+#include <cstdint>
+
+namespace worker {
+
+// Which back end decodes: auto = the GPU one when the backend is the GPU and nvJPEG was
+// found at build time, else the CPU one.
+enum class Loader : uint8_t { Auto, Cpu, Gpu };
+// Training augmentation: standard = RandomResizedCrop + flip; none = the evaluation transform.
+enum class Augment : uint8_t { Standard, None };
+
+}  // namespace worker

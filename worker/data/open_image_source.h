@@ -1,0 +1,40 @@
+// Opening an image data set (issue 11): the index of the split, the checks that make a bad data
+// set an error before any training, and the back end that decodes it. The trainer reaches it
+// through worker/train/data.h's make_batch_source (--data DIR|LISTFILE).
+#pragma once
+
+#include <memory>
+#include <string>
+
+#include "worker/core/ops.h"
+#include "worker/data/batch_source.h"
+#include "worker/data/loader_kind.h"
+#include "worker/data/transform.h"
+
+namespace worker {
+
+struct DataSourceOptions {
+  std::string data;         // an ImageFolder DIR (DIR/train/<class>/..., DIR/val/<class>/...) or a list file
+  std::string val_data;     // the val split's list file (a list-file --data only)
+  Loader loader = Loader::Auto;
+  int threads = 0;          // decode threads per rank; 0: the node's cores / LOCAL_WORLD_SIZE
+  int prefetch = 3;         // micro-batches decoded ahead
+  bool strict = false;
+  int batch = 32;
+  uint64_t seed = 0;
+  int num_classes = 0;      // 0: the data's; else the model's classes (at least the data's)
+  TransformConfig tf;       // size, crop scale, flip, augment, DCT scaling
+};
+
+// True when the GPU back end (nvJPEG) was compiled in.
+bool nvjpeg_built();
+
+// Opens the split of the data set and its back end. Throws DataError for anything wrong with
+// the data (a missing path, an empty folder, a class without images, val classes that differ
+// from train's), before any training.
+std::unique_ptr<BatchSource> open_image_source(const DataSourceOptions& o, Split split, Ops& ops);
+
+// Whether the split exists (an ImageFolder without val/, a list file without --val-data: no).
+bool has_split(const DataSourceOptions& o, Split split);
+
+}  // namespace worker

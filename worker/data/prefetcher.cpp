@@ -1,0 +1,99 @@
+#include "worker/data/prefetcher.h"
+
+#include <chrono>
+#include <stdexcept>
+
+namespace worker {
+
+Prefetcher::Prefetcher(int threads, int depth, Work work) : work_(std::move(work)), depth_(depth) {
+  if (threads < 1 || depth < 1) throw std::invalid_argument("prefetcher: threads and depth must be positive");
+  done_.assign(size_t(depth), 0);
+  for (int t = 0; t < threads; ++t) threads_.emplace_back([this, t] { loop(t); });
+}
+
+Prefetcher::~Prefetcher() {
+  {
+    std::lock_guard<std::mutex> lk(mu_);
+    stop_ = true;
+  }
+  cv_work_.notify_all();
+  for (auto& t : threads_) t.join();
+}
+
+void Prefetcher::start(int64_t epoch, std::vector<BatchIndices> order) {
+  std::unique_lock<std::mutex> lk(mu_);
+  order_.clear();  // no new items are handed out; the ones in flight finish into the old pass
+  cv_done_.wait(lk, [&] { return in_flight_ == 0; });
+  order_ = std::move(order);
+  epoch_ = epoch;
+  claim_batch_ = claim_pos_ = 0;
+  consumed_ = 0;
+  taken_ = false;
+  done_.assign(size_t(depth_), 0);
+  error_ = nullptr;
+  lk.unlock();
+  cv_work_.notify_all();
+}
+
+void Prefetcher::loop(int thread) {
+  std::unique_lock<std::mutex> lk(mu_);
+  while (true) {
+    // An item may start when its batch's slot is free: at most depth_ batches past the consumer.
+    cv_work_.wait(lk, [&] {
+      if (stop_) return true;
+      while (claim_batch_ < int64_t(order_.size()) && claim_pos_ >= int64_t(order_[size_t(claim_batch_)].size())) {
+        ++claim_batch_;
+        claim_pos_ = 0;
+      }
+      return claim_batch_ < int64_t(order_.size()) && claim_batch_ < consumed_ + depth_;
+    });
+    if (stop_) return;
+    const int64_t b = claim_batch_, pos = claim_pos_++;
+    const int slot = int(b % depth_);
+    const int64_t sample = order_[size_t(b)][size_t(pos)], epoch = epoch_;
+    ++in_flight_;
+    lk.unlock();
+    std::exception_ptr err;
+    try {
+      work_(slot, int(pos), sample, epoch, thread);
+    } catch (...) {
+      err = std::current_exception();
+    }
+    lk.lock();
+    --in_flight_;
+    if (err && (!error_ || b < error_batch_)) {
+      error_ = err;
+      error_batch_ = b;
+    }
+    ++done_[size_t(slot)];
+    cv_done_.notify_all();
+  }
+}
+
+int Prefetcher::take(double* wait_ms) {
+  const auto t0 = std::chrono::steady_clock::now();
+  std::unique_lock<std::mutex> lk(mu_);
+  if (taken_) throw std::logic_error("prefetcher: take() twice without release()");
+  if (consumed_ >= int64_t(order_.size())) return -1;
+  const int slot = int(consumed_ % depth_);
+  const int need = int(order_[size_t(consumed_)].size());
+  const auto failed = [&] { return error_ && error_batch_ <= consumed_; };
+  cv_done_.wait(lk, [&] { return done_[size_t(slot)] >= need || failed(); });
+  if (wait_ms) *wait_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+  if (failed()) std::rethrow_exception(error_);
+  taken_ = true;
+  return slot;
+}
+
+void Prefetcher::release() {
+  {
+    std::lock_guard<std::mutex> lk(mu_);
+    if (!taken_) throw std::logic_error("prefetcher: release() without take()");
+    taken_ = false;
+    done_[size_t(consumed_ % depth_)] = 0;
+    ++consumed_;
+  }
+  cv_work_.notify_all();
+}
+
+}  // namespace worker

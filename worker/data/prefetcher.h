@@ -1,0 +1,63 @@
+// A pool of worker threads that works through a pass's micro-batches ahead of the consumer,
+// at most `depth` batches ahead (bounded memory): each batch has a slot (batch % depth), each
+// sample of it is one work item, and the consumer takes the batches in order.
+//
+// The work function fills the sample's place in the slot (the image source decodes into host
+// buffers there). It is called from the pool's threads; `thread` (0 .. threads-1) lets it keep
+// per-thread state. An exception it throws is handed to the consumer when take() reaches
+// that item's batch.
+#pragma once
+
+#include <condition_variable>
+#include <cstdint>
+#include <exception>
+#include <functional>
+#include <mutex>
+#include <thread>
+#include <vector>
+
+#include "worker/data/batch_source.h"
+
+namespace worker {
+
+class Prefetcher {
+ public:
+  using Work = std::function<void(int slot, int pos, int64_t sample, int64_t epoch, int thread)>;
+  Prefetcher(int threads, int depth, Work work);
+  ~Prefetcher();
+  Prefetcher(const Prefetcher&) = delete;
+  Prefetcher& operator=(const Prefetcher&) = delete;
+
+  // Abandons the current pass (waits for the items in flight) and begins this one.
+  void start(int64_t epoch, std::vector<BatchIndices> order);
+  // Waits until the next batch is complete; returns its slot, or -1 at the end of the pass.
+  // wait_ms receives the time blocked. Rethrows a work item's exception.
+  int take(double* wait_ms);
+  // The consumer is done with the slot take() returned: its batch's samples may be reused.
+  void release();
+  const BatchIndices& batch(int64_t b) const { return order_[size_t(b)]; }
+  int64_t current() const { return consumed_; }  // the batch take() returns next
+  int depth() const { return depth_; }
+  int threads() const { return int(threads_.size()); }
+
+ private:
+  void loop(int thread);
+
+  Work work_;
+  int depth_;
+  std::vector<std::thread> threads_;
+  std::mutex mu_;
+  std::condition_variable cv_work_, cv_done_;
+  bool stop_ = false;
+  int64_t epoch_ = 0;
+  std::vector<BatchIndices> order_;
+  int64_t claim_batch_ = 0, claim_pos_ = 0;  // the next item to hand out
+  int64_t consumed_ = 0;                     // batches released by the consumer
+  bool taken_ = false;                       // take() returned consumed_ and release() is due
+  int in_flight_ = 0;
+  std::vector<int> done_;                    // per slot: samples finished
+  std::exception_ptr error_;                 // the first failed item's, of batch error_batch_
+  int64_t error_batch_ = 0;
+};
+
+}  // namespace worker

@@ -1,0 +1,252 @@
+#include "worker/data/transform.h"
+
+#include <algorithm>
+#include <climits>
+#include <cstdint>
+#include <cmath>
+#include <cstring>
+#include <stdexcept>
+
+namespace worker {
+
+namespace {
+
+// --- Random numbers: one splitmix64 stream per (seed, epoch, index, purpose).
+uint64_t mix(uint64_t z) {
+  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
+  z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
+  return z ^ (z >> 31);
+}
+
+struct Rng {
+  uint64_t state;
+  Rng(uint64_t seed, int64_t epoch, int64_t index, uint64_t purpose)
+      : state(mix(mix(mix(seed + 0x9e3779b97f4a7c15ULL) ^ uint64_t(epoch)) ^ uint64_t(index)) ^ purpose) {}
+  uint64_t next() { return mix(state += 0x9e3779b97f4a7c15ULL); }
+  double uniform(double a, double b) { return a + (b - a) * double(next() >> 11) * 0x1.0p-53; }
+  int64_t below(int64_t n) {  // uniform in [0, n), no modulo bias
+    const uint64_t un = uint64_t(n), limit = UINT64_MAX - UINT64_MAX % un;
+    uint64_t r;
+    do r = next(); while (r >= limit);
+    return int64_t(r % un);
+  }
+};
+
+constexpr uint64_t kCropStream = 0x43524f50ULL, kFlipStream = 0x464c4950ULL;
+
+// Python's round(): half to even (the default rounding mode of nearbyint).
+int pyround(double v) { return int(std::nearbyint(v)); }
+
+uint16_t to_bf16(float f) {
+  uint32_t u;
+  std::memcpy(&u, &f, 4);
+  if ((u & 0x7fffffffu) > 0x7f800000u) return uint16_t((u >> 16) | 0x40);  // NaN stays NaN
+  u += 0x7fffu + ((u >> 16) & 1u);  // round to nearest even
+  return uint16_t(u >> 16);
+}
+
+}  // namespace
+
+int TransformConfig::resize_size() const { return std::max(size, pyround(size * 256.0 / 224.0)); }
+
+CropBox random_resized_crop(int width, int height, double scale_min, double scale_max, double ratio_min,
+                            double ratio_max, uint64_t seed, int64_t epoch, int64_t index) {
+  Rng rng(seed, epoch, index, kCropStream);
+  const double area = double(width) * double(height);
+  const double lr0 = std::log(ratio_min), lr1 = std::log(ratio_max);
+  for (int attempt = 0; attempt < 10; ++attempt) {
+    const double target = area * rng.uniform(scale_min, scale_max);
+    const double aspect = std::exp(rng.uniform(lr0, lr1));
+    const int w = pyround(std::sqrt(target * aspect));
+    const int h = pyround(std::sqrt(target / aspect));
+    if (0 < w && w <= width && 0 < h && h <= height) {
+      CropBox b;
+      b.top = int(rng.below(height - h + 1));
+      b.left = int(rng.below(width - w + 1));
+      b.height = h;
+      b.width = w;
+      return b;
+    }
+  }
+  // torchvision's fallback: the centre crop, clamped to the ratio range.
+  const double in_ratio = double(width) / double(height);
+  int w = width, h = height;
+  if (in_ratio < ratio_min) {
+    h = pyround(w / ratio_min);
+  } else if (in_ratio > ratio_max) {
+    w = pyround(h * ratio_max);
+  }
+  return CropBox{(height - h) / 2, (width - w) / 2, h, w};
+}
+
+bool random_flip(double p, uint64_t seed, int64_t epoch, int64_t index) {
+  if (p <= 0) return false;
+  Rng rng(seed, epoch, index, kFlipStream);
+  return rng.uniform(0.0, 1.0) < p;
+}
+
+SamplePlan plan_train(int width, int height, const TransformConfig& tf, uint64_t seed, int64_t epoch, int64_t index) {
+  if (tf.augment == Augment::None) return plan_eval(width, height, tf);
+  const CropBox b = random_resized_crop(width, height, tf.scale_min, tf.scale_max, tf.ratio_min, tf.ratio_max, seed,
+                                        epoch, index);
+  SamplePlan p;
+  p.box_x0 = b.left;
+  p.box_y0 = b.top;
+  p.box_x1 = b.left + b.width;
+  p.box_y1 = b.top + b.height;
+  p.out_w = p.out_h = tf.size;
+  p.size = tf.size;
+  p.flip = random_flip(tf.hflip, seed, epoch, index);
+  return p;
+}
+
+SamplePlan plan_eval(int width, int height, const TransformConfig& tf) {
+  // Resize(r): the short side to r, the long side to int(r * long / short) (torchvision).
+  const int r = tf.resize_size();
+  SamplePlan p;
+  p.box_x1 = width;
+  p.box_y1 = height;
+  if (width <= height) {
+    p.out_w = r;
+    p.out_h = int(int64_t(r) * height / width);
+  } else {
+    p.out_h = r;
+    p.out_w = int(int64_t(r) * width / height);
+  }
+  // CenterCrop(size): int(round((resized - size) / 2.0)).
+  p.win_x = pyround((p.out_w - tf.size) / 2.0);
+  p.win_y = pyround((p.out_h - tf.size) / 2.0);
+  p.size = tf.size;
+  return p;
+}
+
+AxisWeights axis_weights(double in0, double in1, int n_in, int out_full, int win0, int win_len) {
+  // Pillow's precompute_coeffs (bilinear: support 1, filter 1 - |x|), in double as Pillow.
+  const double scale = (in1 - in0) / out_full;
+  const double filterscale = std::max(scale, 1.0);
+  const double support = filterscale;
+  AxisWeights a;
+  a.ksize = int(std::ceil(support)) * 2 + 1;
+  a.first.resize(size_t(win_len));
+  a.count.resize(size_t(win_len));
+  a.w.assign(size_t(win_len) * size_t(a.ksize), 0.0f);
+  std::vector<double> k(size_t(a.ksize));
+  for (int i = 0; i < win_len; ++i) {
+    const double center = in0 + (win0 + i + 0.5) * scale;
+    int xmin = int(center - support + 0.5);  // truncation toward zero, as Pillow's (int) cast
+    if (xmin < 0) xmin = 0;
+    int xmax = int(center + support + 0.5);
+    if (xmax > n_in) xmax = n_in;
+    xmax -= xmin;
+    double ww = 0.0;
+    for (int x = 0; x < xmax; ++x) {
+      double t = (x + xmin - center + 0.5) / filterscale;
+      t = t < 0 ? -t : t;
+      k[size_t(x)] = t < 1.0 ? 1.0 - t : 0.0;
+      ww += k[size_t(x)];
+    }
+    for (int x = 0; x < xmax; ++x) a.w[size_t(i) * size_t(a.ksize) + size_t(x)] = float(ww != 0.0 ? k[size_t(x)] / ww : 0.0);
+    a.first[size_t(i)] = xmin;
+    a.count[size_t(i)] = std::max(xmax, 0);
+  }
+  return a;
+}
+
+Geometry plan_geometry(const SamplePlan& p, ImageFormat format, int width, int height, bool dct_scaling) {
+  Geometry g;
+  const int bw = p.box_x1 - p.box_x0, bh = p.box_y1 - p.box_y0;
+  if (dct_scaling && format == ImageFormat::Jpeg) {
+    for (int s : {1, 2, 4}) {  // the scaled IDCTs libjpeg-turbo has SIMD code for
+      if (int64_t(bw) * s >= int64_t(p.out_w) * 8 && int64_t(bh) * s >= int64_t(p.out_h) * 8) {
+        g.scale_num = s;
+        break;
+      }
+    }
+  }
+  const double s = g.scale_num / 8.0;
+  const int sw = scaled_size(width, g.scale_num), sh = scaled_size(height, g.scale_num);
+  g.lo_x = int(std::floor(p.box_x0 * s));
+  g.lo_y = int(std::floor(p.box_y0 * s));
+  const int hi_x = std::min(sw, int(std::ceil(p.box_x1 * s))), hi_y = std::min(sh, int(std::ceil(p.box_y1 * s)));
+  g.x = axis_weights(p.box_x0 * s - g.lo_x, p.box_x1 * s - g.lo_x, hi_x - g.lo_x, p.out_w, p.win_x, p.size);
+  g.y = axis_weights(p.box_y0 * s - g.lo_y, p.box_y1 * s - g.lo_y, hi_y - g.lo_y, p.out_h, p.win_y, p.size);
+  auto span = [](const AxisWeights& a, int lo, int* r0, int* r1) {
+    int a0 = INT32_MAX, a1 = 0;
+    for (size_t i = 0; i < a.first.size(); ++i) {
+      if (a.count[i] == 0) continue;
+      a0 = std::min(a0, a.first[i]);
+      a1 = std::max(a1, a.first[i] + a.count[i]);
+    }
+    if (a0 > a1) a0 = a1 = 0;
+    *r0 = lo + a0;
+    *r1 = lo + a1;
+  };
+  span(g.x, g.lo_x, &g.region.x0, &g.region.x1);
+  span(g.y, g.lo_y, &g.region.y0, &g.region.y1);
+  return g;
+}
+
+void render(const RgbRegion& src, const Geometry& g, const SamplePlan& p, const TransformConfig& tf, DType dtype,
+            void* dst, std::vector<float>* tmp) {
+  if (src.scale_num != g.scale_num || src.x0 > g.region.x0 || src.y0 > g.region.y0 ||
+      src.x0 + src.w < g.region.x1 || src.y0 + src.h < g.region.y1) {
+    throw std::logic_error("render: the decoded region does not cover the plan's taps");
+  }
+  const int n = p.size, rows = g.region.y1 - g.region.y0;
+  const size_t row_len = size_t(n) * 3;
+  // Horizontal pass over the rows the vertical taps read: rows x n x 3 floats.
+  tmp->resize(size_t(rows) * row_len);
+  const int kx = g.x.ksize;
+  for (int r = 0; r < rows; ++r) {
+    const uint8_t* in = src.row(g.region.y0 + r);
+    float* out = tmp->data() + size_t(r) * row_len;
+    for (int i = 0; i < n; ++i) {
+      const float* w = g.x.w.data() + size_t(i) * size_t(kx);
+      const uint8_t* px = in + size_t(g.lo_x + g.x.first[size_t(i)] - src.x0) * 3;
+      float a0 = 0, a1 = 0, a2 = 0;
+      for (int k = 0, c = g.x.count[size_t(i)]; k < c; ++k, px += 3) {
+        a0 += w[k] * px[0];
+        a1 += w[k] * px[1];
+        a2 += w[k] * px[2];
+      }
+      out[3 * i] = a0;
+      out[3 * i + 1] = a1;
+      out[3 * i + 2] = a2;
+    }
+  }
+  // Vertical pass, then (v / 255 - mean) / std, mirrored when flipping.
+  float scale[3], shift[3];
+  for (int c = 0; c < 3; ++c) {
+    scale[c] = 1.0f / (255.0f * tf.std[c]);
+    shift[c] = -tf.mean[c] / tf.std[c];
+  }
+  thread_local std::vector<float> line;
+  line.resize(row_len);
+  const int ky = g.y.ksize;
+  for (int j = 0; j < n; ++j) {
+    std::fill(line.begin(), line.end(), 0.0f);
+    const float* w = g.y.w.data() + size_t(j) * size_t(ky);
+    const int r0 = g.lo_y + g.y.first[size_t(j)] - g.region.y0;
+    for (int k = 0, c = g.y.count[size_t(j)]; k < c; ++k) {
+      const float* t = tmp->data() + size_t(r0 + k) * row_len;
+      const float wk = w[k];
+      for (size_t e = 0; e < row_len; ++e) line[e] += wk * t[e];
+    }
+    for (int i = 0; i < n; ++i) {
+      const int o = p.flip ? n - 1 - i : i;
+      const size_t at = (size_t(j) * size_t(n) + size_t(o)) * 3;
+      for (int c = 0; c < 3; ++c) {
+        const float v = line[size_t(i) * 3 + size_t(c)] * scale[c] + shift[c];
+        if (dtype == DType::F32) {
+          static_cast<float*>(dst)[at + size_t(c)] = v;
+        } else if (dtype == DType::BF16) {
+          static_cast<uint16_t*>(dst)[at + size_t(c)] = to_bf16(v);
+        } else {
+          throw std::invalid_argument("render: fp16 input is not supported by the CPU loader");
+        }
+      }
+    }
+  }
+}
+
+}  // namespace worker

@@ -1,0 +1,62 @@
+// The optimizer of a training run and its state: named buffers in the backend's memory, as
+// torch.optim names them (SGD: momentum_buffer; Adam: exp_avg, exp_avg_sq), and the count of
+// steps it has taken (which lags the run's step count by the steps fp16 loss scaling skipped).
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "worker/core/model.h"
+#include "worker/core/ops.h"
+#include "worker/train/options.h"
+
+namespace worker {
+
+struct OptimizerConfig {
+  OptimizerKind kind = OptimizerKind::Adam;
+  float momentum = 0.9f;     // SGD
+  bool nesterov = false;     // SGD: torch.optim.SGD(nesterov=True)
+  float weight_decay = 0.0f; // L2, added to the gradient (torch.optim)
+  float beta1 = 0.9f, beta2 = 0.999f, eps = 1e-8f;  // Adam: torch's defaults
+};
+
+// The buffer names of an optimizer, in the order its checkpoint tensors are written.
+std::vector<std::string> optimizer_buffer_names(OptimizerKind kind);
+
+// The weight-decay mask of --no-wd-on-bn-bias (NVIDIA's recipe): every 1-D parameter (batch-norm
+// weights and biases, the FC bias) is left out of weight decay, conv and FC weights decay.
+std::vector<uint8_t> decay_mask_without_bn_and_bias(const Model& model);
+
+class Optimizer {
+ public:
+  // Allocates (zeroed) state for `count` parameters in the backend's memory. `decay_mask`: one
+  // byte per parameter, weight decay where non-zero (empty: everywhere).
+  Optimizer(const OptimizerConfig& cfg, Ops& ops, size_t count, const std::vector<uint8_t>& decay_mask = {});
+
+  const OptimizerConfig& config() const { return cfg_; }
+  // One step over the bound parameters and gradients with learning rate `lr`.
+  void step(float lr);
+  int64_t steps_taken() const { return taken_; }
+
+  // The state as host vectors by name, and back (resume); set_state checks names and sizes.
+  std::map<std::string, std::vector<float>> state() const;
+  void set_state(const std::map<std::string, std::vector<float>>& buffers, int64_t steps_taken);
+  size_t state_bytes() const;
+
+ private:
+  float* buffer(const std::string& name) const;
+
+  OptimizerConfig cfg_;
+  Ops& ops_;
+  size_t count_ = 0;
+  int64_t taken_ = 0;
+  float* momentum_buffer_ = nullptr;  // SGD
+  float* exp_avg_ = nullptr;          // Adam: first moment
+  float* exp_avg_sq_ = nullptr;       // Adam: second moment
+  const uint8_t* decay_mask_ = nullptr;  // backend memory; null: decay everywhere
+};
+
+}  // namespace worker
