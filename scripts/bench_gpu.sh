@@ -1,8 +1,11 @@
 #!/usr/bin/env bash
-# Benchmark on the GPU machine: our trainer vs PyTorch eager, same model, batch and precision.
-#   1 GPU: ResNet-50 bf16 batch 256 (the goal), ResNet-18 bf16 batch 256, ResNet-50 fp32 batch
-#   128 (TF32 convolutions on both sides: PyTorch's default), through gpu_model_driver (ours)
-#   and tests/worker/gpu/bench_torch.py (PyTorch).
+# Benchmark on the GPU machine: our trainer vs PyTorch eager and torch.compile, same model, batch,
+# precision and optimizer (SGD momentum 0.9, weight decay 1e-4), in one run.
+#   1 GPU: ResNet-50 bf16 batch 256 (the goal) and at the batches of BENCH_BATCHES, ResNet-18 bf16
+#   batch 256, ResNet-50 fp32 batch 128 (TF32 convolutions on both sides: PyTorch's default),
+#   through gpu_model_driver (ours; the step replayed as a CUDA graph, the figure without it
+#   beside) and tests/worker/gpu/bench_torch.py (PyTorch: eager, torch.compile default mode, and
+#   mode max-autotune-no-cudagraphs with BENCH_COMPILE_MAX=1).
 #   N GPUs (issue 7): ResNet-50 bf16, batch 256 per GPU, for every N of GPU_COUNTS: ours through
 #   `launch --gpus 0,..,N-1 train_resnet`, PyTorch through `torchrun --nproc_per_node N` + DDP
 #   (N = 1: the single-process PyTorch run above, which has no DDP to pay for).
@@ -15,6 +18,9 @@
 #   GPU_COUNTS="1 2 4"  GPU counts of the scaling table (default: powers of two up to the
 #                       visible count)
 #   BENCH_QUICK=1       ResNet-50 bf16 only (no ResNet-18, no fp32 rows)
+#   BENCH_BATCHES="512" ours at more ResNet-50 bf16 batches (default 512; "" for none)
+#   BENCH_COMPILE=0     no torch.compile rows (default 1: mode "default")
+#   BENCH_COMPILE_MAX=1 also torch.compile mode max-autotune-no-cudagraphs (minutes of autotuning)
 #   BENCH_FIND=1        also ours with cuDNN's timed algorithm search
 #   GPU_BIN             folder of our binaries (default .gpu/bin, else build/bin)
 #   OUT                 where logs go (default out/gpu); the table is printed last
@@ -42,7 +48,7 @@ torch_py="$root/tests/worker/gpu/bench_torch.py"
 results="$log/results.jsonl"
 : > "$results"
 # Short timed windows: the whole benchmark must fit in gpu_check.sh's budget (~3 minutes on
-# 4 GPUs, most of it PyTorch's start-up under torchrun).
+# 4 GPUs, most of it PyTorch's start-up under torchrun); torch.compile needs ~1 minute more.
 TORCH_WIN=(--steps-per-window 8 --windows 4 --warmup 4)
 
 now() { date +%s.%N; }
@@ -62,20 +68,23 @@ ours1() {  # depth precision batch [env...]
   local tag="ours_r${d}_${p}_b${b}${1:+_${1%%=*}}" t
   t=$(tmo 90); [ "$t" -eq 0 ] && { skipped ours 1 "$d" "$p"; return; }
   env "$@" BENCH_T0="$(now)" timeout "$t" "$BIN/gpu_model_driver" bench --depth "$d" --precision "$p" \
-    --batch "$b" --steps-per-window 8 --windows 4 > "$log/$tag.json" 2> "$log/$tag.err"
+    --batch "$b" --steps-per-window 8 --windows 4 --graph 1 > "$log/$tag.json" 2> "$log/$tag.err"
   local rc=$?
   if [ $rc -eq 0 ]; then sed "s/^{/{\"gpus\": 1, \"env\": \"$*\", /" "$log/$tag.json" >> "$results"
-  else echo "{\"what\": \"ours\", \"gpus\": 1, \"depth\": $d, \"precision\": \"$p\", \"error\": \"rc $rc, see $tag.err\"}" >> "$results"; fi
+  else echo "{\"what\": \"ours\", \"gpus\": 1, \"depth\": $d, \"precision\": \"$p\", \"batch\": $b, \"error\": \"rc $rc, see $tag.err\"}" >> "$results"; fi
 }
 
-torch1() {  # depth precision batch
-  local d=$1 p=$2 b=$3 t
-  t=$(tmo 90); [ "$t" -eq 0 ] && { skipped torch 1 "$d" "$p"; return; }
+torch1() {  # depth precision batch [compile mode]
+  local d=$1 p=$2 b=$3 mode=${4:-} t want=90
+  local tag="torch_r${d}_${p}_b${b}${mode:+_$mode}"
+  [ -n "$mode" ] && want=150
+  [ "$mode" = max-autotune-no-cudagraphs ] && want=420
+  t=$(tmo $want); [ "$t" -eq 0 ] && { skipped "torch${mode:+ compile:$mode}" 1 "$d" "$p"; return; }
   BENCH_T0="$(now)" timeout "$t" $PY "$torch_py" --depth "$d" --precision "$p" --batch "$b" "${TORCH_WIN[@]}" \
-    > "$log/torch_r${d}_${p}_b${b}.json" 2> "$log/torch_r${d}_${p}_b${b}.err"
+    ${mode:+--compile "$mode"} > "$log/$tag.json" 2> "$log/$tag.err"
   local rc=$?
-  if [ $rc -eq 0 ]; then tail -1 "$log/torch_r${d}_${p}_b${b}.json" >> "$results"
-  else echo "{\"what\": \"torch\", \"gpus\": 1, \"depth\": $d, \"precision\": \"$p\", \"error\": \"rc $rc\"}" >> "$results"; fi
+  if [ $rc -eq 0 ]; then tail -1 "$log/$tag.json" >> "$results"
+  else echo "{\"what\": \"torch\", \"mode\": \"${mode:+compile:}${mode:-eager}\", \"gpus\": 1, \"depth\": $d, \"precision\": \"$p\", \"error\": \"rc $rc, see $tag.err\"}" >> "$results"; fi
 }
 
 # Ours on N GPUs through the launcher and the real trainer: from its metrics file, images/s
@@ -123,7 +132,7 @@ torchN() {  # n depth precision batch
   local n=$1 d=$2 p=$3 b=$4 tag="torchrun_g${1}_r${2}_${3}" t
   t=$(tmo 120); [ "$t" -eq 0 ] && { skipped torch "$n" "$d" "$p"; return; }
   BENCH_T0="$(now)" timeout "$t" torchrun --standalone --nproc_per_node "$n" "$torch_py" --depth "$d" \
-    --precision "$p" --batch "$b" "${TORCH_WIN[@]}" > "$log/$tag.json" 2> "$log/$tag.err"
+    --precision "$p" --batch "$b" "${TORCH_WIN[@]}" --no-kernels > "$log/$tag.json" 2> "$log/$tag.err"
   local rc=$?
   if [ $rc -eq 0 ] && grep -q '^{' "$log/$tag.json"; then grep '^{' "$log/$tag.json" | tail -1 >> "$results"
   else echo "{\"what\": \"torch\", \"gpus\": $n, \"depth\": $d, \"precision\": \"$p\", \"error\": \"rc $rc, see $tag.err\"}" >> "$results"; fi
@@ -136,6 +145,8 @@ echo "bench_gpu: $ngpu GPU(s), GPU_COUNTS=$GPU_COUNTS, binaries from $BIN"
 # needed (the scaling table of issue 7 before the ResNet-18 and fp32 rows).
 ours1 50 bf16 256
 torch1 50 bf16 256
+[ "${BENCH_COMPILE:-1}" = 1 ] && torch1 50 bf16 256 default
+for b in ${BENCH_BATCHES-512}; do ours1 50 bf16 "$b"; done
 if [ -x "$BIN/launch" ] && [ -x "$BIN/train_resnet" ]; then
   for n in $GPU_COUNTS; do [ "$n" -le "$ngpu" ] && oursN "$n" 50 bf16 256; done
 fi
@@ -146,9 +157,12 @@ if [ "${BENCH_QUICK:-0}" != 1 ]; then
   ours1 50 fp32 128 WORKER_GPU_TF32=1
   torch1 50 fp32 128
 fi
+# What the graph-API convolution engines give (the same step on the legacy API's plans only).
+ours1 50 bf16 256 WORKER_CONV_ENGINES=legacy
 # The cuDNN workspace is 0.2 GB of our peak: what does a smaller cap cost in speed?
 ours1 50 bf16 256 WORKER_CUDNN_WORKSPACE_MB=64
 [ "${BENCH_FIND:-0}" = 1 ] && ours1 50 bf16 256 WORKER_CUDNN_SEARCH=find
+[ "${BENCH_COMPILE_MAX:-0}" = 1 ] && torch1 50 bf16 256 max-autotune-no-cudagraphs
 
 # --- The table
 $PY - "$results" <<'PY'
@@ -161,26 +175,42 @@ def find(what, gpus, depth, prec, pred=lambda r: True):
     return None
 def ok(r):
     return r is not None and "images_per_s" in r
-print("bench (images/s = median of timed windows after warm-up; peak = allocator high-water mark; first = s from command start to first finished step)")
-print(f"{'config':34s} {'ours':>9s} {'torch':>9s} {'ratio':>6s} {'peak ours/torch GB':>19s} {'first ours/torch s':>19s}")
+print("bench (images/s = median of timed windows after warm-up; ratio = ours / the best PyTorch row; peak = allocator high-water mark;")
+print("       first = s from command start to the first finished step; kernels = launched per training step)")
+print(f"{'config':38s} {'images/s':>9s} {'ratio':>6s} {'peak GB':>8s} {'first s':>8s} {'kernels':>8s}")
 def fmt(r, k, f="{:.0f}"):
     return f.format(r[k]) if r and k in r else ("ERR" if r and "error" in r else "-")
-for (d, p, label) in [(50, "bf16", "ResNet-50 bf16 b256 1 GPU"), (18, "bf16", "ResNet-18 bf16 b256 1 GPU"),
-                      (50, "fp32", "ResNet-50 fp32/TF32 b128 1 GPU")]:
-    o = find("ours", 1, d, p, lambda r: not r.get("env") or "TF32" in r.get("env", ""))
-    t = find("torch", 1, d, p)
-    if not o and not t:
+def torch_rows(d, p, b=None):
+    return [r for r in rows if r.get("what") == "torch" and r.get("gpus") == 1 and r.get("depth") == d
+            and r.get("precision") == p and (b is None or r.get("batch") == b)]
+def line(label, r, best):
+    ratio = f"{r['images_per_s'] / best:.2f}" if ok(r) and best else "-"
+    peak = f"{r['peak_bytes'] / 1e9:.2f}" if r and "peak_bytes" in r else "-"
+    kern = str(r["kernels_per_step"]) if r and "kernels_per_step" in r else "-"
+    print(f"{label:38s} {fmt(r, 'images_per_s'):>9s} {ratio:>6s} {peak:>8s} {fmt(r, 'first_step_s', '{:.1f}'):>8s} {kern:>8s}")
+for (d, p, b, label) in [(50, "bf16", 256, "ResNet-50 bf16 b256"), (18, "bf16", 256, "ResNet-18 bf16 b256"),
+                         (50, "fp32", 128, "ResNet-50 fp32/TF32 b128")]:
+    o = find("ours", 1, d, p, lambda r: r.get("batch") == b and (not r.get("env") or "TF32" in r.get("env", "")))
+    ts = torch_rows(d, p, b)
+    if not o and not ts:
         continue
-    ratio = f"{o['images_per_s'] / t['images_per_s']:.2f}" if ok(o) and ok(t) else "-"
-    peak = f"{o['peak_bytes']/1e9:.2f} / {t['peak_bytes']/1e9:.2f}" if o and t and "peak_bytes" in o and "peak_bytes" in t else "-"
-    first = f"{o['first_step_s']:.1f} / {t['first_step_s']:.1f}" if o and t and "first_step_s" in o and "first_step_s" in t else "-"
-    print(f"{label:34s} {fmt(o, 'images_per_s'):>9s} {fmt(t, 'images_per_s'):>9s} {ratio:>6s} {peak:>19s} {first:>19s}")
-for env, label in [("WORKER_CUDNN_WORKSPACE_MB=64", "  same, cuDNN workspace <= 64 MiB"),
-                   ("WORKER_CUDNN_SEARCH=find", "  same, cuDNN timed search")]:
+    best = max((t["images_per_s"] for t in ts if ok(t)), default=None)
+    line(f"{label} ours (CUDA graph)", o, best)
+    if ok(o) and "images_per_s_stream" in o:
+        print(f"{'  ours without the CUDA graph':38s} {o['images_per_s_stream']:>9.0f} "
+              f"{(o['images_per_s_stream'] / best if best else 0):>6.2f}")
+    for t in ts:
+        line(f"  torch {t.get('mode', 'eager')}", t, best)
+for r in rows:
+    if r.get("what") == "ours" and r.get("depth") == 50 and r.get("precision") == "bf16" and r.get("batch") != 256 \
+            and not r.get("env"):
+        line(f"ResNet-50 bf16 b{r['batch']} ours (CUDA graph)", r, None)
+for env, label in [("WORKER_CONV_ENGINES=legacy", "  b256, legacy cuDNN API plans only"),
+                   ("WORKER_CUDNN_WORKSPACE_MB=64", "  b256, cuDNN workspace <= 64 MiB"),
+                   ("WORKER_CUDNN_SEARCH=find", "  b256, cuDNN timed search")]:
     h = find("ours", 1, 50, "bf16", lambda r: r.get("env") == env)
     if h:
-        hp = f"{h['peak_bytes']/1e9:.2f}" if "peak_bytes" in h else "-"
-        print(f"{label:34s} {fmt(h, 'images_per_s'):>9s} {'':>9s} {'':>6s} {hp:>19s} {fmt(h, 'first_step_s', '{:.1f}'):>19s}")
+        line(label, h, None)
 o = find("ours", 1, 50, "bf16", lambda r: not r.get("env"))
 if o and "memory" in o:
     print("  ours r50 bf16 b256 memory, GB: " + ", ".join(f"{k} {v/1e9:.2f}" for k, v in o["memory"].items()))

@@ -66,6 +66,31 @@ if [ "$have_cuda" = 1 ] && [ ! -f "$nvjpeg_dir/nvidia/cu13/lib/libnvjpeg.so.13" 
   rm -rf "$tmp_whl"
 fi
 
+# --- cudnn-frontend headers (issue 13): header-only C++ from the nvidia-cudnn-frontend wheel
+# (Debian has no package), unpacked into .venv/cudnn-frontend/include, where CMake looks. The
+# GPU backend's graph-API convolution engines need them; without them it builds with the legacy
+# cuDNN API only (and says so when configuring). SETUP_SKIP_PIP=1 leaves them out.
+cfe_version=1.32.0
+cfe_dir="$root/.venv/cudnn-frontend"
+if [ "${SETUP_SKIP_PIP:-0}" != 1 ] && [ ! -f "$cfe_dir/include/cudnn_frontend.h" ] && [ "${#pip_cmd[@]}" -gt 0 ]; then
+  echo "setup: fetching cudnn-frontend $cfe_version headers"
+  cfe_tmp="$(mktemp -d)"
+  if "${pip_cmd[@]}" download -q --no-deps --only-binary=:all: --python-version 3.11 \
+       --platform manylinux_2_28_x86_64 "nvidia-cudnn-frontend==$cfe_version" -d "$cfe_tmp" >/dev/null 2>&1 &&
+     python3 - "$cfe_tmp" <<'PYEOF'
+import glob, sys, zipfile
+tmp = sys.argv[1]
+with zipfile.ZipFile(glob.glob(tmp + "/*.whl")[0]) as z:
+    z.extractall(tmp + "/x", [n for n in z.namelist() if n.startswith("include/")])
+PYEOF
+  then
+    mkdir -p "$cfe_dir" && rm -rf "$cfe_dir/include" && mv "$cfe_tmp/x/include" "$cfe_dir/include"
+  else
+    echo "setup: warning: could not fetch nvidia-cudnn-frontend $cfe_version: the GPU backend builds with the legacy cuDNN API only" >&2
+  fi
+  rm -rf "$cfe_tmp"
+fi
+
 # --- PyPI packages, each set in a virtual environment of its own under .venv/ (PLAN.md).
 # pip_venv NAME "PACKAGES" [--system-site-packages]: made once; a stamp names what is installed.
 pip_venv() {

@@ -32,6 +32,18 @@ __device__ __forceinline__ void load_f(const T* p, float (&out)[V]) {
   for (int i = 0; i < V; ++i) out[i] = to_f(a.v[i]);
 }
 
+// Raw vector load, converted later: keeps several loads in flight in few registers.
+template <typename T, int V>
+__device__ __forceinline__ Vec<T, V> load_v(const T* p) {
+  return *reinterpret_cast<const Vec<T, V>*>(p);
+}
+
+template <typename T, int V>
+__device__ __forceinline__ void to_f(const Vec<T, V>& a, float (&out)[V]) {
+#pragma unroll
+  for (int i = 0; i < V; ++i) out[i] = to_f(a.v[i]);
+}
+
 template <typename T, int V>
 __device__ __forceinline__ void store_f(T* p, const float (&in)[V]) {
   Vec<T, V> a;

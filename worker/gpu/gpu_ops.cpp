@@ -1,5 +1,7 @@
-// worker::Ops on one GPU: cuDNN convolutions (legacy API, NHWC, algorithms chosen once per
-// shape), cuBLAS for the fully connected layer, the backend's kernels (kernels.h) for the rest.
+// worker::Ops on one GPU: cuDNN convolutions (NHWC; the legacy API's algorithms chosen once per
+// shape, then per shape and direction the fastest of them and a few graph-API engines, timed on
+// the first steps: conv_engines.h; the stem in space-to-depth form), cuBLAS for the fully
+// connected layer, the backend's kernels (kernels.h) for the rest.
 #include "worker/gpu/gpu_ops.h"
 
 #include <algorithm>
@@ -11,6 +13,7 @@
 
 #include "worker/core/backend.h"
 #include "worker/gpu/check.h"
+#include "worker/gpu/conv_engines.h"
 #include "worker/gpu/kernels.h"
 
 namespace worker {
@@ -56,6 +59,20 @@ double seconds_since(std::chrono::steady_clock::time_point t0) {
 
 const float kOne = 1.f, kZero = 0.f;
 
+// Labels of the per-operation breakdown (OpTimer).
+std::string conv_label(const ConvDesc& d) {
+  return std::to_string(d.kh) + "x" + std::to_string(d.kw) + "/" + std::to_string(d.stride) + " " +
+         std::to_string(d.cin) + "->" + std::to_string(d.cout) + " " + std::to_string(d.h) + "x" +
+         std::to_string(d.w);
+}
+std::string bn_label(const BnDesc& d, bool residual, bool relu) {
+  return std::to_string(d.c) + " " + std::to_string(d.h) + "x" + std::to_string(d.w) +
+         (residual ? " +res" : "") + (relu ? " relu" : "");
+}
+std::string act_label(const Act& a) {
+  return std::to_string(a.c) + " " + std::to_string(a.h) + "x" + std::to_string(a.w);
+}
+
 }  // namespace
 
 GpuOptions gpu_options_from_env(int device, DType precision) {
@@ -74,12 +91,25 @@ GpuOptions gpu_options_from_env(int device, DType precision) {
   }
   o.workspace_limit = env_mb("WORKER_CUDNN_WORKSPACE_MB", o.workspace_limit);
   o.pool_chunk = env_mb("WORKER_GPU_POOL_CHUNK_MB", o.pool_chunk);
+  if (const char* v = std::getenv("WORKER_CONV_S2D"); v && *v) {
+    if (std::strcmp(v, "0") != 0 && std::strcmp(v, "1") != 0)
+      throw GpuError(GpuError::Kind::Invalid,
+                     std::string("WORKER_CONV_S2D='") + v + "' is not 0 or 1 (the stem convolution in space-to-depth form)");
+    o.space_to_depth = v[0] == '1';
+  }
+  if (const char* v = std::getenv("WORKER_CONV_ENGINES"); v && *v) {
+    if (std::strcmp(v, "auto") != 0 && std::strcmp(v, "legacy") != 0)
+      throw GpuError(GpuError::Kind::Invalid, std::string("WORKER_CONV_ENGINES='") + v +
+                                                  "' is not one of: auto, legacy");
+    o.graph_engines = std::strcmp(v, "auto") == 0;
+  }
   return o;
 }
 
 // --- Convolution plans
 
 struct GpuOps::ConvPlan {
+  ConvDesc desc;
   cudnnTensorDescriptor_t x = nullptr, y = nullptr;
   cudnnFilterDescriptor_t w = nullptr;
   // One descriptor per direction: each carries the math type of the algorithm chosen for it.
@@ -88,6 +118,15 @@ struct GpuOps::ConvPlan {
   cudnnConvolutionBwdDataAlgo_t bwd_data{};
   cudnnConvolutionBwdFilterAlgo_t bwd_filter{};
   size_t ws_fwd = 0, ws_data = 0, ws_filter = 0;
+  // Forward and weight gradient through the space-to-depth form (the stem), when it applies:
+  // its plan, and its input and filter buffers (the data gradient keeps the plain form).
+  ConvPlan* s2d = nullptr;
+  S2dDesc s2d_geom;
+  void* s2d_x = nullptr;
+  void* s2d_w = nullptr;
+  const void* s2d_x_of = nullptr;  // the x that s2d_x holds rearranged
+  // Engine choice per direction: fwd, dgrad, dgrad accumulating, wgrad (conv_engines.h).
+  std::unique_ptr<ConvTuner> tune[4];
 
   ~ConvPlan() {
     if (x) cudnnDestroyTensorDescriptor(x);
@@ -138,6 +177,7 @@ GpuOps::ConvPlan& GpuOps::plan(const ConvDesc& d) {
 
   const auto t0 = std::chrono::steady_clock::now();
   auto p = std::make_unique<ConvPlan>();
+  p->desc = d;
   const cudnnDataType_t dt = cudnn_type(opt_.precision);
   const bool fp32 = opt_.precision == DType::F32;
   const bool fma_only = fp32 && !opt_.allow_tf32;
@@ -229,7 +269,28 @@ GpuOps::ConvPlan& GpuOps::plan(const ConvDesc& d) {
   search_seconds_ += seconds_since(t0);
   ConvPlan& ref = *p;
   plans_.emplace(key, std::move(p));
+  if (opt_.space_to_depth && s2d_applies(d)) {
+    ref.s2d_geom = s2d_desc(d);
+    ref.s2d = &plan(s2d_conv(d));  // map insertions keep references valid
+  }
   return ref;
+}
+
+GpuOps::ConvPlan& GpuOps::s2d_prepare(ConvPlan& p, const Act& x, ParamView w, bool forward) {
+  const S2dDesc& g = p.s2d_geom;
+  const size_t es = dtype_size(opt_.precision);
+  if (!p.s2d_x) {
+    const size_t xb = size_t(g.n) * g.hs * g.ws * g.cs * es, wb = size_t(g.cout) * g.kp * g.kp * g.cs * es;
+    p.s2d_x = pool_.alloc(xb);
+    p.s2d_w = pool_.alloc(wb);
+    mem_s2d_ += xb + wb;
+  }
+  // The backward reuses the forward's rearranged input of the same x (the model's input does
+  // not change between a forward and its backward).
+  if (forward || p.s2d_x_of != x.data) s2d_input(opt_.precision, x.data, p.s2d_x, g, stream_);
+  p.s2d_x_of = x.data;
+  if (forward) s2d_weight(opt_.precision, weight_ptr(w), p.s2d_w, g, stream_);
+  return *p.s2d;
 }
 
 void* GpuOps::workspace(size_t bytes) {
@@ -255,6 +316,17 @@ float* GpuOps::scratch_f32(size_t count) {
     f32_scratch_count_ = c;
   }
   return f32_scratch_;
+}
+
+BnSync GpuOps::bn_sync(int c) {
+  if (c > bn_sync_c_) {
+    const size_t bytes = bn_sync_bytes(c);
+    bn_sync_ = pool_.alloc(bytes);
+    CUDA_CHECK(cudaMemsetAsync(bn_sync_, 0, bytes, stream_));  // the kernels keep it zeroed
+    mem_scratch_ += bytes;
+    bn_sync_c_ = c;
+  }
+  return bn_sync_view(bn_sync_, c);
 }
 
 void* GpuOps::scratch_half(size_t bytes) {
@@ -295,10 +367,12 @@ GpuOps::GpuOps(const GpuOptions& opt) : opt_(opt), pool_(opt.pool_chunk) {
   mem_cublas_ = kCublasWs;
   CUBLAS_CHECK(cublasSetMathMode(cublas_, CUBLAS_DEFAULT_MATH));
   flag_ = static_cast<int*>(pool_.alloc(sizeof(int)));
+  timer_ = std::make_unique<OpTimer>(stream_);
 }
 
 GpuOps::~GpuOps() {
   if (stream_) cudaStreamSynchronize(stream_);
+  timer_.reset();
   plans_.clear();
   if (cublas_) cublasDestroy(cublas_);
   if (cudnn_) cudnnDestroy(cudnn_);
@@ -307,12 +381,14 @@ GpuOps::~GpuOps() {
 
 std::string GpuOps::describe() const {
   const size_t v = cudnnGetVersion();
+  const bool graph = opt_.graph_engines && opt_.precision != DType::F32;
   return "gpu " + std::to_string(opt_.device) + " (" + device_name_ + ", " +
          dtype_name(opt_.precision) +
          (opt_.precision == DType::F32 ? (opt_.allow_tf32 ? ", TF32 on" : ", TF32 off") : "") +
          ", cuDNN " + std::to_string(v / 10000) + "." + std::to_string(v / 100 % 100) + "." +
          std::to_string(v % 100) + ", conv algorithms by " +
-         (opt_.search == AlgoSearch::Find ? "timed search" : "heuristics") + ")";
+         (opt_.search == AlgoSearch::Find ? "timed search" : "heuristics") +
+         (graph ? " + graph-API engines timed on the first calls" : "") + ")";
 }
 
 // --- Memory
@@ -327,25 +403,32 @@ std::vector<std::pair<std::string, size_t>> GpuOps::memory_breakdown() const {
   return {{std::string(dtype_name(opt_.precision)) + " weight shadow", mem_shadow_},
           {"cuDNN workspace", mem_ws_},
           {"cuBLAS workspace", mem_cublas_},
-          {"backend scratch (BN partial sums, half dW)", mem_scratch_},
+          {"backend scratch (BN sums, half dW, max-pool argmax)", mem_scratch_},
+          {"stem space-to-depth input", mem_s2d_},
           {"pool reserved, not handed out", pool_.reserved() - pool_.used()}};
 }
 
 void GpuOps::upload(void* dst, const void* host_src, size_t bytes) {
   CUDA_CHECK(cudaMemcpyAsync(dst, host_src, bytes, cudaMemcpyHostToDevice, stream_));
   CUDA_CHECK(cudaStreamSynchronize(stream_));  // the caller may free host_src on return
+  ++host_waits_;
 }
 
 void GpuOps::download(void* host_dst, const void* src, size_t bytes) {
   CUDA_CHECK(cudaMemcpyAsync(host_dst, src, bytes, cudaMemcpyDeviceToHost, stream_));
   CUDA_CHECK(cudaStreamSynchronize(stream_));
+  ++host_waits_;
 }
 
 void GpuOps::zero(void* dst, size_t bytes) {
+  auto timed = timer_->scope("zero", [&] { return std::to_string(bytes >> 20) + " MiB"; });
   CUDA_CHECK(cudaMemsetAsync(dst, 0, bytes, stream_));
 }
 
-void GpuOps::synchronize() { CUDA_CHECK(cudaStreamSynchronize(stream_)); }
+void GpuOps::synchronize() {
+  CUDA_CHECK(cudaStreamSynchronize(stream_));
+  ++host_waits_;
+}
 
 // --- Parameters
 
@@ -363,6 +446,7 @@ void GpuOps::bind_params(float* params, float* grads, size_t count) {
 void GpuOps::register_conv(const ConvDesc& d, ParamView) { plan(d); }
 
 void GpuOps::params_updated() {
+  auto timed = timer_->scope("optimizer", [] { return std::string("bf16/fp16 weight shadow"); });
   if (shadow_) cast_from_f32(opt_.precision, params_, shadow_, count_, stream_);
 }
 
@@ -382,13 +466,80 @@ void GpuOps::check_act(const Act& a, const char* what) const {
 
 // --- Convolution
 
+void GpuOps::tuned(ConvPlan& p, int slot, float beta, const std::function<void()>& legacy,
+                   const void* x, const void* w, const void* y, void* out) {
+  auto aligned = [](const void* q) { return (reinterpret_cast<uintptr_t>(q) & 15u) == 0; };
+  // fp32 keeps the legacy plans (their math mode is what TF32 on/off asks for), and so do
+  // channel counts that are no multiple of 8 (no 16-byte vectors along C).
+  if (!opt_.graph_engines || opt_.precision == DType::F32 || p.desc.cin % 8 != 0 ||
+      p.desc.cout % 8 != 0 || !aligned(x) || !aligned(w) || !aligned(y) || !aligned(out)) {
+    legacy();
+    return;
+  }
+  static const ConvDir dirs[4] = {ConvDir::Fwd, ConvDir::Data, ConvDir::Data, ConvDir::Filter};
+  const ConvDir dir = dirs[slot];
+  if (!p.tune[slot])
+    p.tune[slot] = std::make_unique<ConvTuner>(
+        conv_label(p.desc) + " " + conv_dir_name(dir) + (beta != 0.f ? "+=" : ""), true);
+  p.tune[slot]->run(
+      legacy,
+      [&](std::string* why) {
+        // Candidates fit the workspace already carved for the legacy plans (no new memory).
+        return GraphConv::make(cudnn_, dir, p.desc, cudnn_type(opt_.precision), beta,
+                               std::max(ws_bytes_, size_t(64) << 20), ConvTuner::kCandidates, why);
+      },
+      [&](size_t bytes) { return workspace(bytes); }, x, w, y, out, stream_, host_waits_);
+}
+
+void GpuOps::run_fwd(ConvPlan& p, const void* x, const void* w, void* y) {
+  tuned(p, 0, 0.f, [&] {
+    void* ws = workspace(p.ws_fwd);
+    CUDNN_CHECK(cudnnConvolutionForward(cudnn_, &kOne, p.x, x, p.w, w, p.cf, p.fwd, ws, p.ws_fwd,
+                                        &kZero, p.y, y));
+  }, x, w, nullptr, y);
+}
+
+void GpuOps::run_dgrad(ConvPlan& p, const void* dy, const void* w, void* dx, bool accumulate) {
+  tuned(p, accumulate ? 2 : 1, accumulate ? 1.f : 0.f, [&] {
+    void* ws = workspace(p.ws_data);
+    CUDNN_CHECK(cudnnConvolutionBackwardData(cudnn_, &kOne, p.w, w, p.y, dy, p.cd, p.bwd_data, ws,
+                                             p.ws_data, accumulate ? &kOne : &kZero, p.x, dx));
+  }, nullptr, w, dy, dx);
+}
+
+void GpuOps::run_wgrad(ConvPlan& p, const void* x, const void* dy, void* dw, bool accumulate) {
+  tuned(p, 3, accumulate ? 1.f : 0.f, [&] {
+    void* ws = workspace(p.ws_filter);
+    CUDNN_CHECK(cudnnConvolutionBackwardFilter(cudnn_, &kOne, p.x, x, p.y, dy, p.cw, p.bwd_filter,
+                                               ws, p.ws_filter, accumulate ? &kOne : &kZero, p.w, dw));
+  }, x, nullptr, dy, dw);
+}
+
+void GpuOps::settle_conv_engines() {
+  for (auto& kv : plans_)
+    for (auto& t : kv.second->tune)
+      if (t) t->settle();
+}
+
+std::vector<std::string> GpuOps::conv_engine_report() const {
+  std::vector<std::string> lines;
+  for (const auto& kv : plans_)
+    for (const auto& t : kv.second->tune)
+      if (t) lines.push_back(t->describe());
+  return lines;
+}
+
 void GpuOps::conv_forward(const ConvDesc& d, const Act& x, ParamView w, Act& y) {
   check_act(x, "conv_forward input");
   check_act(y, "conv_forward output");
   ConvPlan& p = plan(d);
-  void* ws = workspace(p.ws_fwd);
-  CUDNN_CHECK(cudnnConvolutionForward(cudnn_, &kOne, p.x, x.data, p.w, weight_ptr(w), p.cf, p.fwd,
-                                      ws, p.ws_fwd, &kZero, p.y, y.data));
+  auto timed = timer_->scope("conv fwd", [&] { return conv_label(d) + (p.s2d ? " s2d" : ""); });
+  if (p.s2d) {
+    ConvPlan& q = s2d_prepare(p, x, w, true);
+    run_fwd(q, p.s2d_x, p.s2d_w, y.data);
+    return;
+  }
+  run_fwd(p, x.data, weight_ptr(w), y.data);
 }
 
 void GpuOps::conv_backward(const ConvDesc& d, const Act& x, ParamView w, const Act& dy, Act* dx,
@@ -398,21 +549,25 @@ void GpuOps::conv_backward(const ConvDesc& d, const Act& x, ParamView w, const A
   ConvPlan& p = plan(d);
   if (dx) {
     check_act(*dx, "conv_backward input gradient");
-    void* ws = workspace(p.ws_data);
-    CUDNN_CHECK(cudnnConvolutionBackwardData(cudnn_, &kOne, p.w, weight_ptr(w), p.y, dy.data,
-                                             p.cd, p.bwd_data, ws, p.ws_data,
-                                             accumulate_dx ? &kOne : &kZero, p.x, dx->data));
+    auto timed = timer_->scope("conv dgrad", [&] { return conv_label(d); });
+    run_dgrad(p, dy.data, weight_ptr(w), dx->data, accumulate_dx);
   }
-  void* ws = workspace(p.ws_filter);
+  auto timed = timer_->scope("conv wgrad", [&] { return conv_label(d) + (p.s2d ? " s2d" : ""); });
+  if (p.s2d) {
+    // The weight gradient of the rearranged filter, folded back into the 7x7 layout.
+    ConvPlan& q = s2d_prepare(p, x, w, false);
+    const S2dDesc& g = p.s2d_geom;
+    void* tmp = scratch_half(size_t(g.cout) * g.kp * g.kp * g.cs * dtype_size(opt_.precision));
+    run_wgrad(q, p.s2d_x, dy.data, tmp, false);
+    s2d_wgrad_fold(opt_.precision, tmp, grads_ + dw.offset, g, stream_);
+    return;
+  }
   if (opt_.precision == DType::F32) {
-    CUDNN_CHECK(cudnnConvolutionBackwardFilter(cudnn_, &kOne, p.x, x.data, p.y, dy.data, p.cw,
-                                               p.bwd_filter, ws, p.ws_filter, &kOne, p.w,
-                                               grads_ + dw.offset));
+    run_wgrad(p, x.data, dy.data, grads_ + dw.offset, true);
   } else {
     // dW in the compute dtype (as autocast's weight gradient), then added to the fp32 grads.
     void* tmp = scratch_half(dw.count * dtype_size(opt_.precision));
-    CUDNN_CHECK(cudnnConvolutionBackwardFilter(cudnn_, &kOne, p.x, x.data, p.y, dy.data, p.cw,
-                                               p.bwd_filter, ws, p.ws_filter, &kZero, p.w, tmp));
+    run_wgrad(p, x.data, dy.data, tmp, false);
     add_to_f32(opt_.precision, tmp, grads_ + dw.offset, dw.count, stream_);
   }
 }
@@ -423,19 +578,22 @@ void GpuOps::bn_forward_train(const BnDesc& d, const Act& x, ParamView gamma, Pa
                               float* running_mean, float* running_var, float* save_mean,
                               float* save_invstd, const Act* residual, bool relu, Act& y) {
   check_act(x, "bn_forward_train input");
+  auto timed = timer_->scope("bn fwd", [&] { return bn_label(d, residual != nullptr, relu); });
   const int64_t m = int64_t(d.n) * d.h * d.w;
-  const size_t np = bn_partials_floats(m, d.c);
-  float* s = scratch_f32(np + 4 * size_t(d.c));
+  float* s = scratch_f32(2 * size_t(d.c));
+  bn_forwards_[y.data] = BnForward{x.data, gamma.offset, relu && residual == nullptr};
   gpu::bn_forward_train(opt_.precision, x.data, m, d.c, params_ + gamma.offset,
                         params_ + beta.offset, d.eps, d.momentum, running_mean, running_var,
                         save_mean, save_invstd, residual ? residual->data : nullptr, relu, y.data,
-                        s, s + np, stream_);
+                        bn_sync(d.c), s, stream_);
 }
 
 void GpuOps::bn_forward_eval(const BnDesc& d, const Act& x, ParamView gamma, ParamView beta,
                              const float* running_mean, const float* running_var,
                              const Act* residual, bool relu, Act& y) {
   check_act(x, "bn_forward_eval input");
+  auto timed = timer_->scope("bn fwd", [&] { return bn_label(d, residual != nullptr, relu) + " eval"; });
+  bn_forwards_.erase(y.data);  // y no longer holds a training forward's output
   const int64_t m = int64_t(d.n) * d.h * d.w;
   float* s = scratch_f32(2 * size_t(d.c));
   gpu::bn_forward_eval(opt_.precision, x.data, m, d.c, params_ + gamma.offset,
@@ -447,34 +605,66 @@ void GpuOps::bn_backward(const BnDesc& d, const Act& x, const Act& y, const Act&
                          ParamView gamma, const float* save_mean, const float* save_invstd,
                          bool relu, Act& dx, Act* dresidual, ParamView dgamma, ParamView dbeta) {
   check_act(dy, "bn_backward output gradient");
+  auto timed = timer_->scope("bn bwd", [&] { return bn_label(d, dresidual != nullptr, relu); });
   const int64_t m = int64_t(d.n) * d.h * d.w;
-  const size_t np = bn_partials_floats(m, d.c);
-  float* s = scratch_f32(np + 4 * size_t(d.c));
+  float* s = scratch_f32(3 * size_t(d.c));
+  // The ReLU mask from x (one tensor less to read) only where this backend's own training
+  // forward wrote y = relu(bn(x)) from this very x and gamma.
+  BnMask mask = relu ? BnMask::FromOutput : BnMask::None;
+  if (relu) {
+    const auto it = bn_forwards_.find(y.data);
+    if (it != bn_forwards_.end() && it->second.plain_relu && it->second.x == x.data &&
+        it->second.gamma == gamma.offset)
+      mask = BnMask::FromInput;
+  }
+  // dbeta views beta's gradient: the same offset in the parameter buffer is beta.
   gpu::bn_backward(opt_.precision, x.data, y.data, dy.data, m, d.c, params_ + gamma.offset,
-                   save_mean, save_invstd, relu, dx.data, dresidual ? dresidual->data : nullptr,
-                   grads_ + dgamma.offset, grads_ + dbeta.offset, s, s + np, stream_);
+                   params_ + dbeta.offset, save_mean, save_invstd, mask, dx.data,
+                   dresidual ? dresidual->data : nullptr, grads_ + dgamma.offset,
+                   grads_ + dbeta.offset, bn_sync(d.c), s, stream_);
 }
 
 // --- Pooling
 
 void GpuOps::maxpool_forward(const PoolDesc& d, const Act& x, Act& y) {
   check_act(x, "maxpool_forward input");
-  gpu::maxpool_forward(opt_.precision, x.data, y.data, d, stream_);
+  auto timed = timer_->scope("max-pool fwd", [&] { return act_label(x); });
+  // The forward keeps where each window's maximum was, so that the backward only gathers.
+  const size_t need = maxpool_argmax_bytes(d);
+  if (need > pool_arg_bytes_) {
+    pool_arg_ = pool_.alloc(need);
+    pool_arg_bytes_ = need;
+    mem_scratch_ += need;
+  }
+  gpu::maxpool_forward(opt_.precision, x.data, y.data, pool_arg_, d, stream_);
+  pool_arg_x_ = x.data;
+  pool_arg_y_ = y.data;
+  pool_arg_d_ = d;
 }
 
-void GpuOps::maxpool_backward(const PoolDesc& d, const Act& x, const Act&, const Act& dy,
+void GpuOps::maxpool_backward(const PoolDesc& d, const Act& x, const Act& y, const Act& dy,
                               Act& dx) {
   check_act(dy, "maxpool_backward output gradient");
-  gpu::maxpool_backward(opt_.precision, x.data, dy.data, dx.data, d, stream_);
+  auto timed = timer_->scope("max-pool bwd", [&] { return act_label(x); });
+  const PoolDesc& s = pool_arg_d_;
+  const bool saved = pool_arg_ && pool_arg_x_ == x.data && pool_arg_y_ == y.data && s.n == d.n &&
+                     s.h == d.h && s.w == d.w && s.c == d.c && s.k == d.k &&
+                     s.stride == d.stride && s.pad == d.pad && s.ho == d.ho && s.wo == d.wo;
+  // Otherwise the argmax is found again, into the byte scratch (stream-ordered, like the
+  // half-precision dW).
+  void* arg = saved ? pool_arg_ : scratch_half(maxpool_argmax_bytes(d));
+  gpu::maxpool_backward(opt_.precision, x.data, dy.data, dx.data, d, arg, saved, stream_);
 }
 
 void GpuOps::avgpool_forward(const Act& x, Act& y) {
   check_act(x, "avgpool_forward input");
+  auto timed = timer_->scope("avg-pool", [&] { return act_label(x) + " fwd"; });
   gpu::avgpool_forward(opt_.precision, x.data, y.data, x.n, x.h * x.w, x.c, stream_);
 }
 
 void GpuOps::avgpool_backward(const Act& dy, Act& dx) {
   check_act(dy, "avgpool_backward output gradient");
+  auto timed = timer_->scope("avg-pool", [&] { return act_label(dx) + " bwd"; });
   gpu::avgpool_backward(opt_.precision, dy.data, dx.data, dx.n, dx.h * dx.w, dx.c, stream_);
 }
 
@@ -482,6 +672,7 @@ void GpuOps::avgpool_backward(const Act& dy, Act& dx) {
 
 void GpuOps::fc_forward(const Act& x, ParamView w, ParamView b, int out, float* logits) {
   check_act(x, "fc_forward input");
+  auto timed = timer_->scope("fc", [&] { return std::to_string(x.c) + "->" + std::to_string(out) + " fwd"; });
   const int n = x.n, in = x.h * x.w * x.c;
   gpu::fill_rows(logits, params_ + b.offset, n, out, stream_);
   const cudaDataType_t t = cuda_type(opt_.precision);
@@ -497,6 +688,7 @@ void GpuOps::fc_forward(const Act& x, ParamView w, ParamView b, int out, float* 
 void GpuOps::fc_backward(const Act& x, ParamView w, const float* dlogits, int out, Act& dx,
                          ParamView dw, ParamView db) {
   check_act(x, "fc_backward input");
+  auto timed = timer_->scope("fc", [&] { return std::to_string(x.c) + "->" + std::to_string(out) + " bwd"; });
   const int n = x.n, in = x.h * x.w * x.c;
   const cudaDataType_t t = cuda_type(opt_.precision);
   const cublasComputeType_t ct = (opt_.precision == DType::F32 && opt_.allow_tf32)
@@ -531,6 +723,7 @@ void GpuOps::softmax_xent(int n, int classes, const float* logits, const int32_t
 void GpuOps::make_batch(DataKind kind, uint64_t seed, const int64_t* host_indices, int n,
                         int image_size, int classes, Act& images, int32_t* labels) {
   check_act(images, "make_batch images");
+  auto timed = timer_->scope("data", [&] { return act_label(images); });
   gpu::make_batch(opt_.precision, kind, seed, host_indices, n, image_size, classes, images.data,
                   labels, stream_);
 }

@@ -6,6 +6,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <memory>
 #include <string>
@@ -16,6 +17,8 @@
 #include <cudnn.h>
 
 #include "worker/core/ops.h"
+#include "worker/gpu/kernels.h"
+#include "worker/gpu/op_timer.h"
 #include "worker/gpu/pool.h"
 
 namespace worker {
@@ -34,10 +37,15 @@ struct GpuOptions {
   AlgoSearch search = AlgoSearch::Heuristic;
   size_t workspace_limit = size_t(512) << 20;  // cap on one convolution's cuDNN workspace
   size_t pool_chunk = size_t(1) << 30;       // DevicePool chunk size
+  bool space_to_depth = true;  // the stem convolution as a space-to-depth 4x4/1 (space_to_depth.cu)
+  // bf16/fp16: convolutions may run on cuDNN graph-API engines, each chosen by timing on the
+  // first calls (conv_engines.h); off: the legacy API's plans only.
+  bool graph_engines = true;
 };
 
 // Reads WORKER_GPU_TF32=1, WORKER_CUDNN_SEARCH=find|heuristic, WORKER_CUDNN_WORKSPACE_MB,
-// WORKER_GPU_POOL_CHUNK_MB over the defaults. A bad value is an error naming the variable.
+// WORKER_GPU_POOL_CHUNK_MB, WORKER_CONV_S2D=0|1, WORKER_CONV_ENGINES=auto|legacy over the
+// defaults. A bad value is an error naming the variable.
 GpuOptions gpu_options_from_env(int device, DType precision);
 
 class GpuOps final : public Ops {
@@ -99,15 +107,41 @@ class GpuOps final : public Ops {
   double algo_search_seconds() const { return search_seconds_; }
   size_t workspace_bytes() const { return ws_bytes_; }
   size_t reserved_bytes() const { return pool_.reserved(); }
+  // Per-operation device time between the two calls (the benchmark's breakdown); not while a
+  // CUDA graph is being captured.
+  void profile_start() { timer_->start(); }
+  std::vector<OpTimer::Row> profile_stop() { return timer_->stop(); }
+  // Ends the convolution engines' exploration (waits for its timings): due before capturing a
+  // CUDA graph, whose replays must not explore.
+  void settle_conv_engines();
+  // One line per convolution shape and direction: which plan runs it and its measured time.
+  std::vector<std::string> conv_engine_report() const;
 
  private:
   struct ConvPlan;
+  // What bn_backward needs to know about the forward that wrote y (keyed by y's address).
+  struct BnForward {
+    const void* x = nullptr;
+    size_t gamma = 0;
+    bool plain_relu = false;  // y = relu(bn(x)), no residual: the mask can be recomputed from x
+  };
   using ConvKey = std::tuple<int, int, int, int, int, int, int, int, int>;
   ConvPlan& plan(const ConvDesc& d);
+  // The space-to-depth form's input (and, in the forward, filter) for this call.
+  ConvPlan& s2d_prepare(ConvPlan& p, const Act& x, ParamView w, bool forward);
+  // One convolution direction through its tuner (legacy plan or graph-API engine); x/w/y by
+  // role, the output's role null; out = beta * out + conv.
+  void run_fwd(ConvPlan& p, const void* x, const void* w, void* y);
+  void run_dgrad(ConvPlan& p, const void* dy, const void* w, void* dx, bool accumulate);
+  void run_wgrad(ConvPlan& p, const void* x, const void* dy, void* dw, bool accumulate);
+  void tuned(ConvPlan& p, int slot, float beta, const std::function<void()>& legacy,
+             const void* x, const void* w, const void* y, void* out);
   void* workspace(size_t bytes);
   // Scratch that only grows (between steps, never inside the loop after the first step).
   float* scratch_f32(size_t count);
   void* scratch_half(size_t bytes);
+  // The batch norms' zero-kept accumulators, large enough for c channels (kernels.h).
+  BnSync bn_sync(int c);
   const void* weight_ptr(ParamView w) const;  // compute-dtype view of the master weights
   void check_act(const Act& a, const char* what) const;
 
@@ -131,9 +165,20 @@ class GpuOps final : public Ops {
   void* half_scratch_ = nullptr;
   size_t half_scratch_bytes_ = 0;
   int* flag_ = nullptr;  // grads_finite
+  std::map<const void*, BnForward> bn_forwards_;
+  void* bn_sync_ = nullptr;
+  int bn_sync_c_ = 0;
+  // The argmax bytes of the last max-pool forward, and which x/y/shape they belong to.
+  void* pool_arg_ = nullptr;
+  size_t pool_arg_bytes_ = 0;
+  const void* pool_arg_x_ = nullptr;
+  const void* pool_arg_y_ = nullptr;
+  PoolDesc pool_arg_d_{};
+  std::unique_ptr<OpTimer> timer_;
   // Bytes carved for each purpose, outgrown carvings included (the pool never frees).
-  size_t mem_ws_ = 0, mem_scratch_ = 0, mem_shadow_ = 0, mem_cublas_ = 0;
+  size_t mem_ws_ = 0, mem_scratch_ = 0, mem_shadow_ = 0, mem_cublas_ = 0, mem_s2d_ = 0;
   double search_seconds_ = 0;
+  int64_t host_waits_ = 0;  // times the host waited for the stream (conv engine tuning starts after one)
 };
 
 }  // namespace gpu

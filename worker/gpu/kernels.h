@@ -12,31 +12,68 @@
 namespace worker {
 namespace gpu {
 
-// --- Batch norm (bn.cu). `part` is scratch of bn_partials_floats(m, c) floats.
-size_t bn_partials_floats(int64_t m, int c);
+// --- Batch norm (bn.cu). `sync`: per-channel accumulators and block counters that every
+// kernel leaves zeroed again; bn_sync_view() over bn_sync_bytes(c) bytes that are zero before
+// the first call (one such buffer serves every batch norm of a stream, in turn).
+struct BnSync {
+  double* acc = nullptr;
+  unsigned* count = nullptr;
+};
+size_t bn_sync_bytes(int c);
+BnSync bn_sync_view(void* zeroed, int c);
 // Training forward: statistics, running-stat update, saved mean/invstd, then the fused
 // normalise + residual + ReLU. scale_shift: scratch of 2*c floats.
 void bn_forward_train(DType t, const void* x, int64_t m, int c, const float* gamma,
                       const float* beta, float eps, float momentum, float* running_mean,
                       float* running_var, float* save_mean, float* save_invstd,
-                      const void* residual, bool relu, void* y, float* part, float* scale_shift,
+                      const void* residual, bool relu, void* y, BnSync sync, float* scale_shift,
                       cudaStream_t s);
 void bn_forward_eval(DType t, const void* x, int64_t m, int c, const float* gamma,
                      const float* beta, float eps, const float* running_mean,
                      const float* running_var, const void* residual, bool relu, void* y,
                      float* scale_shift, cudaStream_t s);
+// Where the backward's ReLU mask comes from: no ReLU; y > 0 (y = relu(bn(x) + residual));
+// or recomputed from x, gamma, beta and the saved statistics (only where y was relu(bn(x))
+// alone): y is then not read.
+enum class BnMask : uint8_t { None, FromOutput, FromInput };
 // coef: scratch of 3*c floats. dgamma/dbeta are accumulated (+=).
 void bn_backward(DType t, const void* x, const void* y, const void* dy, int64_t m, int c,
-                 const float* gamma, const float* save_mean, const float* save_invstd, bool relu,
-                 void* dx, void* dresidual, float* dgamma, float* dbeta, float* part, float* coef,
-                 cudaStream_t s);
+                 const float* gamma, const float* beta, const float* save_mean,
+                 const float* save_invstd, BnMask mask, void* dx, void* dresidual, float* dgamma,
+                 float* dbeta, BnSync sync, float* coef, cudaStream_t s);
 
 // --- Pooling (pooling.cu).
-void maxpool_forward(DType t, const void* x, void* y, const PoolDesc& d, cudaStream_t s);
+// The forward also writes the position of each window's maximum (PyTorch's rule) into
+// `argmax` (maxpool_argmax_bytes(d), one byte per output element) unless it is null. The
+// backward finds them again from x unless argmax_valid (they are the forward's for this very
+// x), then every input position gathers the gradients of the windows whose argmax it is (no
+// atomics: deterministic).
+size_t maxpool_argmax_bytes(const PoolDesc& d);
+void maxpool_forward(DType t, const void* x, void* y, void* argmax, const PoolDesc& d,
+                     cudaStream_t s);
 void maxpool_backward(DType t, const void* x, const void* dy, void* dx, const PoolDesc& d,
-                      cudaStream_t s);
+                      void* argmax, bool argmax_valid, cudaStream_t s);
 void avgpool_forward(DType t, const void* x, void* y, int n, int hw, int c, cudaStream_t s);
 void avgpool_backward(DType t, const void* dy, void* dx, int n, int hw, int c, cudaStream_t s);
+
+// --- Space-to-depth form of a strided convolution with few input channels (space_to_depth.cu):
+// the stem's 7x7/2 over 3 channels becomes a 4x4/1 over 16 (see the file's comment).
+struct S2dDesc {
+  int n = 0, h = 0, w = 0, c = 0;  // the original input
+  int cout = 0, k = 0, pad = 0;    // the original filter (k x k, stride 2)
+  int kp = 0;                      // rearranged filter: kp x kp, stride 1, no padding
+  int hs = 0, ws = 0, cs = 0;      // rearranged input (cs = 4c rounded up to a multiple of 8)
+};
+bool s2d_applies(const ConvDesc& d);  // stride 2, square kernel >= 3, 1..4 input channels
+S2dDesc s2d_desc(const ConvDesc& d);
+ConvDesc s2d_conv(const ConvDesc& d);  // the equivalent stride-1 convolution
+void s2d_input(DType t, const void* x, void* xs, const S2dDesc& g, cudaStream_t s);
+void s2d_weight(DType t, const void* w, void* wsd, const S2dDesc& g, cudaStream_t s);
+// dw (fp32, the original layout) += the rearranged weight gradient dwsd.
+void s2d_wgrad_fold(DType t, const void* dwsd, float* dw, const S2dDesc& g, cudaStream_t s);
+
+// --- The stream busy for about `microseconds` (busy.cu), e.g. ahead of a timed call.
+void busy_wait(int microseconds, cudaStream_t s);
 
 // --- Loss and fully connected helpers (loss.cu).
 // Label smoothing as Ops::softmax_xent. row_loss: scratch of n floats.

@@ -5,23 +5,33 @@
 //     every gradient, OIHW), fwd (state after one training forward), sgd and adam (state after
 //     one step of each from the same start): the files compare_torch_gpu.py checks.
 //   gpu_model_driver bench --depth D --batch N --precision P [--steps-per-window 10 --windows 5]
+//                          [--graph 1] [--profile 1]
 //     trains on synthetic data (SGD momentum) and prints images/s (median of timed windows after
 //     warm-up), the time to the first finished step and the pool's peak bytes, as JSON.
+//     --graph 1: the step (zero, forward, backward, SGD, weight shadow) is then captured as a CUDA
+//     graph and timed again replayed (images_per_s is that figure; images_per_s_stream the one
+//     without); the graph's kernel count is the number of kernels per step.
+//     --profile 1: one more step with CUDA events around every backend operation: "breakdown"
+//     lists device ms per operation and shape (the step is the NVTX range "profiled_step").
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <functional>
 #include <iostream>
 #include <map>
 #include <stdexcept>
 #include <string>
 #include <vector>
 
+#include <nvtx3/nvToolsExt.h>
+
 #include "worker/core/backend.h"
 #include "worker/core/model.h"
 #include "worker/core/safetensors.h"
 #include "worker/gpu/gpu_ops.h"
+#include "worker/gpu/step_graph.h"
 #include "tests/worker/reference_step.h"
 
 namespace {
@@ -75,9 +85,14 @@ int bench(const std::map<std::string, std::string>& a, Clock::time_point t_start
   cfg.image_size = geti(a, "image-size", 224);
   cfg.batch = geti(a, "batch", 256);
   const int per_window = geti(a, "steps-per-window", 10), windows = geti(a, "windows", 5);
+  // Where the time to the first step goes (stderr): back-end set-up, model, initialisation.
+  auto since = [&] { return std::chrono::duration<double>(Clock::now() - t_start).count(); };
   auto ops = make_gpu_ops(0, precision(a));
+  const double t_ops = since();
   Model m(cfg, *ops);
+  const double t_model = since();
   m.init(1);
+  const double t_init = since();
   float* mom = static_cast<float*>(ops->alloc(m.num_params() * 4));
   std::vector<int64_t> idx(static_cast<size_t>(cfg.batch));
   int64_t next = 0;
@@ -98,17 +113,69 @@ int bench(const std::map<std::string, std::string>& a, Clock::time_point t_start
   if (const char* t0 = std::getenv("BENCH_T0"))
     first_step_s = std::chrono::duration<double>(
                        std::chrono::system_clock::now().time_since_epoch()).count() - std::atof(t0);
-  for (int i = 0; i < 5; ++i) train_step(false);  // warm-up
+  std::fprintf(stderr, "startup (s from main): backend %.2f, model and plans %.2f, init %.2f, first step done %.2f\n",
+               t_ops, t_model, t_init, since());
+  // Warm-up: the convolution engines are timed during these steps (conv_engines.h).
+  for (int i = 0; i < 14; ++i) train_step(false);
+  auto* gops = dynamic_cast<gpu::GpuOps*>(ops.get());
+  if (gops) gops->settle_conv_engines();
   ops->synchronize();
-  std::vector<double> rates;
-  for (int w = 0; w < windows; ++w) {
-    const auto t0 = Clock::now();
-    for (int i = 0; i < per_window; ++i) train_step(false);
-    ops->synchronize();
-    const double s = std::chrono::duration<double>(Clock::now() - t0).count();
-    rates.push_back(double(per_window) * cfg.batch / s);
+  auto time_windows = [&](const std::function<void()>& one_step) {
+    std::vector<double> rates;
+    for (int w = 0; w < windows; ++w) {
+      const auto t0 = Clock::now();
+      for (int i = 0; i < per_window; ++i) one_step();
+      ops->synchronize();
+      const double s = std::chrono::duration<double>(Clock::now() - t0).count();
+      rates.push_back(double(per_window) * cfg.batch / s);
+    }
+    std::sort(rates.begin(), rates.end());
+    return rates;
+  };
+  std::vector<double> rates = time_windows([&] { train_step(false); });
+  std::string extra;
+  if (gops) {
+    extra += ", \"conv_engines\": [";
+    const auto lines = gops->conv_engine_report();
+    for (size_t i = 0; i < lines.size(); ++i) extra += std::string(i ? ", " : "") + "\"" + lines[i] + "\"";
+    extra += "]";
   }
-  std::sort(rates.begin(), rates.end());
+  if (geti(a, "graph", 0) && gops) {
+    // The batch stays outside the graph (its sample indices are kernel arguments).
+    gpu::StepGraph graph(gops->stream());
+    graph.capture([&] {
+      ops->zero(m.grads(), m.num_params() * 4);
+      m.forward_backward();
+      ops->sgd_step(0.1f, 0.9f, 1e-4f, mom, false, false, nullptr);
+      ops->params_updated();
+    });
+    const std::vector<double> stream_rates = rates;
+    rates = time_windows([&] {
+      for (auto& i : idx) i = next++;
+      ops->make_batch(DataKind::Random, 1, idx.data(), cfg.batch, cfg.image_size, cfg.num_classes,
+                      m.input(), m.labels());
+      graph.launch();
+    });
+    extra += ", \"graph\": true, \"images_per_s_stream\": " +
+             std::to_string(stream_rates[stream_rates.size() / 2]) +
+             ", \"kernels_per_step\": " + std::to_string(graph.kernel_nodes()) +
+             ", \"graph_nodes\": " + std::to_string(graph.nodes());
+  }
+  if (geti(a, "profile", 0) && gops) {
+    // In an NVTX range, so that Nsight Compute can time this one step's kernels:
+    //   ncu --nvtx --nvtx-include "profiled_step/" ... gpu_model_driver bench --profile 1
+    gops->profile_start();
+    nvtxRangePushA("profiled_step");
+    train_step(false);
+    nvtxRangePop();
+    const auto prof = gops->profile_stop();
+    extra += ", \"breakdown\": [";
+    for (size_t i = 0; i < prof.size(); ++i)
+      extra += std::string(i ? ", " : "") + "{\"op\": \"" + prof[i].category + "\", \"shape\": \"" +
+               prof[i].label + "\", \"calls\": " + std::to_string(prof[i].calls) +
+               ", \"ms\": " + std::to_string(prof[i].ms) + "}";
+    extra += "]";
+  }
   const auto* g = dynamic_cast<const gpu::GpuOps*>(ops.get());
   const float last_loss = m.last_loss();
   // Where the peak went (model, optimizer, backend), bytes, as one JSON object.
@@ -124,12 +191,12 @@ int bench(const std::map<std::string, std::string>& a, Clock::time_point t_start
       "{\"what\": \"ours\", \"depth\": %d, \"batch\": %d, \"precision\": \"%s\", "
       "\"images_per_s\": %.1f, \"min\": %.1f, \"max\": %.1f, \"first_step_s\": %.2f, "
       "\"peak_bytes\": %zu, \"workspace_bytes\": %zu, \"reserved_bytes\": %zu, \"algo_search_s\": %.2f, "
-      "\"first_loss\": %.4f, \"last_loss\": %.4f, \"memory\": %s, \"backend\": \"%s\"}\n",
+      "\"first_loss\": %.4f, \"last_loss\": %.4f, \"memory\": %s, \"backend\": \"%s\"%s}\n",
       cfg.depth, cfg.batch, dtype_name(ops->compute_dtype()), rates[rates.size() / 2], rates.front(),
       rates.back(), first_step_s, ops->peak_bytes(), g ? g->workspace_bytes() : size_t(0),
       g ? g->reserved_bytes() : size_t(0), g ? g->algo_search_seconds() : 0.0, double(first_loss),
       double(last_loss), mem.c_str(),
-      ops->describe().c_str());
+      ops->describe().c_str(), extra.c_str());
   return 0;
 }
 

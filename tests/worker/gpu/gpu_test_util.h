@@ -141,4 +141,11 @@ inline Err rel_err(const std::vector<float>& ours, const std::vector<float>& ref
   return e;
 }
 
+#define CHECK_CLOSE_REL(ours, ref, tol)      \
+  do {                                       \
+    const ::gputest::Err e_ = ::gputest::rel_err(ours, ref); \
+    INFO(e_.where);                          \
+    CHECK(e_.rel < (tol));                   \
+  } while (0)
+
 }  // namespace gputest

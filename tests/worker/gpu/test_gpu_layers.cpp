@@ -4,6 +4,7 @@
 // the error measured is the GPU's arithmetic, not the input rounding.
 #include <catch2/catch.hpp>
 
+#include <cmath>
 #include <cstdlib>
 
 #include "tests/worker/gpu/gpu_test_util.h"
@@ -37,7 +38,8 @@ TEST_CASE("conv forward and backward match the CPU backend", "[gpu]") {
   };
   const Shape shapes[] = {{2, 9, 9, 8, 16, 3, 1, 1},  {2, 10, 10, 16, 8, 3, 2, 1},
                           {2, 7, 7, 16, 32, 1, 1, 0}, {2, 8, 8, 16, 32, 1, 2, 0},
-                          {2, 17, 17, 3, 16, 7, 2, 3}};
+                          {2, 17, 17, 3, 16, 7, 2, 3}, {2, 224, 224, 3, 64, 7, 2, 3},
+                          {2, 18, 18, 4, 8, 5, 2, 2}};  // the last three: the space-to-depth form
   for (DType t : kTypes) {
     for (const Shape& s : shapes) {
       ConvDesc d{s.n, s.h, s.w, s.cin, s.cout, s.k, s.k, s.stride, s.pad, 0, 0};
@@ -290,4 +292,129 @@ TEST_CASE("the GPU backend reports misuse and impossible requests clearly", "[gp
   REQUIRE_THROWS_WITH(ops->alloc(size_t(1) << 50), Catch::Contains("--batch-size"));
   ops->alloc(1024);  // still usable afterwards
   CHECK(ops->peak_bytes() >= 1024);
+}
+
+TEST_CASE("max-pool on the ResNet stem's shape matches the CPU backend, ties included", "[gpu]") {
+  for (DType t : kTypes) {
+    INFO("dtype " << dtype_name(t));
+    const int n = 2, h = 112, w = 112, c = 64;
+    PoolDesc pd{n, h, w, c, 3, 2, 1, 0, 0};
+    pd.ho = (h + 2 - 3) / 2 + 1;
+    pd.wo = (w + 2 - 3) / 2 + 1;
+    Pair p(t, {0.f}, {0.f});
+    // Coarse, ReLU'd values: most windows hold ties (zeros and repeated levels), so the first-
+    // maximum rule decides where each gradient goes.
+    auto xv = randn(size_t(n) * h * w * c, 31);
+    for (float& v : xv) v = v < 0 ? 0.f : std::round(v * 2.f) / 2.f;
+    const auto dyv = rounded(randn(size_t(n) * pd.ho * pd.wo * c, 32), t);
+    std::vector<float> y[2], dx[2], dx_again;
+    Side* sides[2] = {&p.gpu, &p.cpu};
+    for (int i = 0; i < 2; ++i) {
+      Side& sd = *sides[i];
+      Act x = sd.act(n, h, w, c, xv), ya = sd.act(n, pd.ho, pd.wo, c);
+      Act dy = sd.act(n, pd.ho, pd.wo, c, dyv), dxa = sd.act(n, h, w, c);
+      sd.ops->maxpool_forward(pd, x, ya);
+      y[i] = sd.get(ya);
+      sd.ops->maxpool_backward(pd, x, ya, dy, dxa);  // the GPU uses the forward's argmax
+      dx[i] = sd.get(dxa);
+      if (i == 0) {
+        // y elsewhere: the backward cannot know its forward and finds the argmax again.
+        Act y2 = sd.act(n, pd.ho, pd.wo, c, y[0]);
+        sd.ops->maxpool_backward(pd, x, y2, dy, dxa);
+        dx_again = sd.get(dxa);
+      }
+    }
+    CHECK_CLOSE("maxpool y", y[0], y[1], 1e-6);
+    CHECK_CLOSE("maxpool dx", dx[0], dx[1], t == DType::F32 ? 1e-6 : tol(t));
+    CHECK(dx_again == dx[0]);
+  }
+}
+
+// The backward recomputes the ReLU mask from x where the forward's y was relu(bn(x)) alone, and
+// reads it from y otherwise: both must give bit-identical results on every batch-norm shape of
+// ResNet-50 (the recomputed mask is exactly the forward's).
+TEST_CASE("batch-norm backward: the ReLU mask from x equals the mask from y on ResNet-50's shapes",
+          "[gpu]") {
+  struct Shape {
+    int hw, c;
+  };
+  const Shape shapes[] = {{112, 64}, {56, 64},  {56, 256}, {56, 128}, {28, 128}, {28, 512},
+                          {28, 256}, {14, 256}, {14, 1024}, {14, 512}, {7, 512},  {7, 2048}};
+  for (DType t : kTypes) {
+    for (const Shape& s : shapes) {
+      const int n = 2;
+      INFO("dtype " << dtype_name(t) << ", bn " << s.c << " " << s.hw << "x" << s.hw);
+      BnDesc d{n, s.hw, s.hw, s.c, 1e-5f, 0.1f};
+      const size_t c = size_t(s.c), numel = size_t(n) * s.hw * s.hw * s.c;
+      const uint64_t seed = uint64_t(s.c * 7 + s.hw);
+      const auto params = randn(2 * c, seed, 0.5f, 1.0f);
+      const auto grads0 = randn(2 * c, seed + 1);
+      Side gpu(make_gpu_ops(0, t), params, grads0);
+      const ParamView gamma{0, c}, beta{c, c};
+      const auto xv = rounded(randn(numel, seed + 2, 1.f, 0.2f), t);
+      const auto dyv = rounded(randn(numel, seed + 3), t);
+      Act x = gpu.act(n, s.hw, s.hw, s.c, xv), y = gpu.act(n, s.hw, s.hw, s.c);
+      Act dy = gpu.act(n, s.hw, s.hw, s.c, dyv);
+      float* rm = gpu.floats(std::vector<float>(c));
+      float* rv = gpu.floats(std::vector<float>(c, 1.f));
+      float* sm = gpu.floats(std::vector<float>(c));
+      float* si = gpu.floats(std::vector<float>(c));
+      gpu.ops->bn_forward_train(d, x, gamma, beta, rm, rv, sm, si, nullptr, true, y);
+      const auto yv = gpu.get(y);
+      // k = 0: y as the forward left it (mask recomputed from x); k = 1: y's memory overwritten
+      // with positive values, which must not matter (y is not read then); k = 2: a copy of y
+      // elsewhere, whose forward the backend does not know, so it reads the mask from y.
+      Act y2 = gpu.act(n, s.hw, s.hw, s.c, yv);
+      std::vector<float> dx[3], g[3];
+      for (int k = 0; k < 3; ++k) {
+        if (k == 1) {
+          std::vector<float> pos(yv.size());
+          for (size_t i = 0; i < pos.size(); ++i) pos[i] = std::fabs(yv[i]) + 1.f;
+          gpu.put(y, pos);
+        }
+        gpu.ops->upload(gpu.grads, grads0.data(), grads0.size() * 4);
+        Act dxa = gpu.act(n, s.hw, s.hw, s.c);
+        gpu.ops->bn_backward(d, x, k == 2 ? y2 : y, dy, gamma, sm, si, true, dxa, nullptr, gamma,
+                             beta);
+        dx[k] = gpu.get(dxa);
+        g[k] = gpu.get_grads();
+      }
+      CHECK(dx[0] == dx[2]);
+      CHECK(g[0] == g[2]);
+      CHECK(dx[1] == dx[0]);
+      size_t zeros = 0;
+      for (float v : yv) zeros += v == 0.f;
+      CHECK(zeros > numel / 20);  // the mask matters: a good share of the outputs is clipped
+    }
+  }
+}
+
+// The stem in its space-to-depth form against the plain convolution, both on the GPU, at the
+// size ResNet-50 trains with: forward and weight gradient agree to the dtype's rounding.
+TEST_CASE("the space-to-depth stem convolution equals the plain one", "[gpu]") {
+  for (DType t : kTypes) {
+    INFO("dtype " << dtype_name(t));
+    const int n = 8, hw = 224, cin = 3, cout = 64;
+    ConvDesc d{n, hw, hw, cin, cout, 7, 7, 2, 3, 112, 112};
+    const size_t wn = size_t(cout) * 7 * 7 * cin;
+    const auto params = rounded(randn(wn, 41, 0.1f), t);
+    const auto xv = rounded(randn(size_t(n) * hw * hw * cin, 42), t);
+    const auto dyv = rounded(randn(size_t(n) * 112 * 112 * cout, 43), t);
+    std::vector<float> y[2], g[2];
+    for (int k = 0; k < 2; ++k) {
+      setenv("WORKER_CONV_S2D", k == 0 ? "1" : "0", 1);
+      Side sd(make_gpu_ops(0, t), params, std::vector<float>(wn));
+      unsetenv("WORKER_CONV_S2D");
+      const ParamView w{0, wn};
+      sd.ops->register_conv(d, w);
+      Act x = sd.act(n, hw, hw, cin, xv), ya = sd.act(n, 112, 112, cout);
+      Act dy = sd.act(n, 112, 112, cout, dyv);
+      sd.ops->conv_forward(d, x, w, ya);
+      y[k] = sd.get(ya);
+      sd.ops->conv_backward(d, x, w, dy, nullptr, false, w);
+      g[k] = sd.get_grads();
+    }
+    CHECK_CLOSE("y", y[0], y[1], tol(t));
+    CHECK_CLOSE("dw", g[0], g[1], tol(t));
+  }
 }

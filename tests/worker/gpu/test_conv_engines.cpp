@@ -1,0 +1,105 @@
+// The convolution engine choice (worker/gpu/conv_engines.h) on every convolution shape of
+// ResNet-50: each call of a shape and direction may run another engine while the candidates
+// are being timed, so every call's result is compared with the legacy API's (the unfused
+// reference path, WORKER_CONV_ENGINES=legacy), forward, data gradient (written and
+// accumulated) and weight gradient. bf16: within 1e-2 of max|legacy| (both round the same fp32
+// sums to bf16, in another order).
+#include <catch2/catch.hpp>
+
+#include <cstdlib>
+#include <string>
+
+#include "tests/worker/gpu/gpu_test_util.h"
+#include "worker/gpu/conv_engines.h"
+#include "worker/gpu/gpu_ops.h"
+
+using namespace gputest;
+
+namespace {
+
+struct Shape {
+  int hw, cin, cout, k, stride;
+};
+
+// ResNet-50's convolutions (input side, channels in and out, kernel, stride); the stem runs
+// in its space-to-depth form (4x4/1, 16 channels on 115x115).
+const Shape kShapes[] = {
+    {56, 64, 64, 1, 1},     {56, 64, 64, 3, 1},     {56, 64, 256, 1, 1},    {56, 256, 64, 1, 1},
+    {56, 256, 128, 1, 1},   {56, 128, 128, 3, 2},   {28, 128, 512, 1, 1},   {56, 256, 512, 1, 2},
+    {28, 512, 128, 1, 1},   {28, 128, 128, 3, 1},   {28, 512, 256, 1, 1},   {28, 256, 256, 3, 2},
+    {14, 256, 1024, 1, 1},  {28, 512, 1024, 1, 2},  {14, 1024, 256, 1, 1},  {14, 256, 256, 3, 1},
+    {14, 1024, 512, 1, 1},  {14, 512, 512, 3, 2},   {7, 512, 2048, 1, 1},   {14, 1024, 2048, 1, 2},
+    {7, 2048, 512, 1, 1},   {7, 512, 512, 3, 1},    {224, 3, 64, 7, 2}};
+
+std::unique_ptr<Ops> gpu_ops_with(const char* engines) {
+  setenv("WORKER_CONV_ENGINES", engines, 1);
+  auto ops = make_gpu_ops(0, DType::BF16);
+  unsetenv("WORKER_CONV_ENGINES");
+  return ops;
+}
+
+}  // namespace
+
+TEST_CASE("graph-API convolution engines match the legacy plans on every ResNet-50 convolution",
+          "[gpu]") {
+  const DType t = DType::BF16;
+  // First call, then every trial of every candidate (legacy included), then the choice.
+  const int n = 4, calls = 2 + (gpu::ConvTuner::kCandidates + 1) * gpu::ConvTuner::kTrials;
+  size_t graph_shapes = 0;
+  for (const Shape& s : kShapes) {
+    const int pad = s.k / 2;
+    ConvDesc d{n, s.hw, s.hw, s.cin, s.cout, s.k, s.k, s.stride, pad, 0, 0};
+    d.ho = (s.hw + 2 * pad - s.k) / s.stride + 1;
+    d.wo = d.ho;
+    INFO("conv " << s.k << "x" << s.k << "/" << s.stride << " " << s.cin << "->" << s.cout << " on "
+                 << s.hw << "x" << s.hw);
+    const size_t wn = size_t(s.cout) * s.k * s.k * s.cin;
+    const uint64_t seed = uint64_t(s.cin * 31 + s.cout + s.k * 7 + s.hw);
+    const auto params = rounded(randn(wn, seed, 0.1f), t);
+    const std::vector<float> zeros(wn, 0.f);
+    const auto xv = rounded(randn(size_t(n) * s.hw * s.hw * s.cin, seed + 1), t);
+    const auto dyv = rounded(randn(size_t(n) * d.ho * d.wo * s.cout, seed + 2), t);
+    const auto dx0 = rounded(randn(xv.size(), seed + 3), t);
+    const ParamView w{0, wn};
+    std::vector<float> ref[4];  // y, dx, dx accumulated, dw
+    {
+      Side sd(gpu_ops_with("legacy"), params, zeros);
+      Act x = sd.act(n, s.hw, s.hw, s.cin, xv), y = sd.act(n, d.ho, d.wo, s.cout);
+      Act dy = sd.act(n, d.ho, d.wo, s.cout, dyv), dx = sd.act(n, s.hw, s.hw, s.cin, dx0);
+      sd.ops->conv_forward(d, x, w, y);
+      ref[0] = sd.get(y);
+      sd.ops->conv_backward(d, x, w, dy, &dx, false, w);
+      ref[1] = sd.get(dx);
+      ref[3] = sd.get_grads();
+      sd.put(dx, dx0);
+      sd.ops->upload(sd.grads, zeros.data(), wn * 4);
+      sd.ops->conv_backward(d, x, w, dy, &dx, true, w);
+      ref[2] = sd.get(dx);
+    }
+    Side sd(gpu_ops_with("auto"), params, zeros);
+    Act x = sd.act(n, s.hw, s.hw, s.cin, xv), y = sd.act(n, d.ho, d.wo, s.cout);
+    Act dy = sd.act(n, d.ho, d.wo, s.cout, dyv), dx = sd.act(n, s.hw, s.hw, s.cin, dx0);
+    for (int c = 0; c < calls; ++c) {
+      INFO("call " << c);
+      sd.ops->conv_forward(d, x, w, y);
+      CHECK_CLOSE_REL(sd.get(y), ref[0], 1e-2);
+      sd.ops->upload(sd.grads, zeros.data(), wn * 4);
+      sd.ops->conv_backward(d, x, w, dy, &dx, false, w);
+      CHECK_CLOSE_REL(sd.get(dx), ref[1], 1e-2);
+      CHECK_CLOSE_REL(sd.get_grads(), ref[3], 1e-2);
+      sd.put(dx, dx0);
+      sd.ops->upload(sd.grads, zeros.data(), wn * 4);
+      sd.ops->conv_backward(d, x, w, dy, &dx, true, w);
+      CHECK_CLOSE_REL(sd.get(dx), ref[2], 1e-2);
+    }
+    auto* g = dynamic_cast<gpu::GpuOps*>(sd.ops.get());
+    REQUIRE(g);
+    g->settle_conv_engines();
+    for (const std::string& line : g->conv_engine_report()) {
+      WARN(line);
+      graph_shapes += line.find(": graph ") != std::string::npos;
+    }
+  }
+  // The graph API must win somewhere, or the machinery is not running at all.
+  CHECK(graph_shapes > 0);
+}

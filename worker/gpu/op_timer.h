@@ -1,0 +1,66 @@
+// Device time of every backend operation, for the benchmark's per-layer breakdown: a pair of
+// CUDA events on the backend's stream around each Ops call, read back once when recording
+// stops. Off unless started; then each call costs one branch. Not for use while a CUDA graph
+// is being captured (the events would become graph nodes).
+#pragma once
+
+#include <cstddef>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include <cuda_runtime.h>
+
+namespace worker {
+namespace gpu {
+
+class OpTimer {
+ public:
+  struct Row {
+    std::string category;  // e.g. "conv fwd", "bn bwd"
+    std::string label;     // the layer's shape, e.g. "1x1/1 256->64 56x56"
+    int calls = 0;
+    double ms = 0;         // summed over the calls
+  };
+
+  explicit OpTimer(cudaStream_t s) : stream_(s) {}
+  ~OpTimer();
+  OpTimer(const OpTimer&) = delete;
+  OpTimer& operator=(const OpTimer&) = delete;
+
+  void start();
+  // Waits for the recorded work; rows in first-seen order, one per (category, label).
+  std::vector<Row> stop();
+  bool on() const { return on_; }
+
+  class Scope {
+   public:
+    Scope(OpTimer* t, size_t slot) : t_(t), slot_(slot) {}
+    Scope(Scope&& o) noexcept : t_(o.t_), slot_(o.slot_) { o.t_ = nullptr; }
+    Scope(const Scope&) = delete;
+    ~Scope();
+
+   private:
+    OpTimer* t_;
+    size_t slot_;
+  };
+
+  // `label` (a callable returning std::string) is only called while recording.
+  template <typename F>
+  Scope scope(const char* category, F&& label) {
+    if (!on_) return Scope(nullptr, 0);
+    return Scope(this, begin(category, label()));
+  }
+
+ private:
+  size_t begin(const char* category, std::string label);
+  void end(size_t slot);
+
+  cudaStream_t stream_;
+  bool on_ = false;
+  std::vector<cudaEvent_t> events_;  // 2 per slot, created as needed and reused
+  std::vector<std::pair<std::string, std::string>> slots_;
+};
+
+}  // namespace gpu
+}  // namespace worker
