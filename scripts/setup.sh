@@ -60,6 +60,7 @@ if [ "$have_cuda" = 1 ] && [ ! -f "$nvjpeg_dir/nvidia/cu13/lib/libnvjpeg.so.13" 
     rm -rf "$nvjpeg_dir"
     mkdir -p "$root/.whl"
     mv "$tmp_whl/x" "$nvjpeg_dir"
+    reconfigure=1
   else
     echo "setup: could not fetch nvidia-nvjpeg; building without the GPU data loader" >&2
   fi
@@ -85,6 +86,7 @@ with zipfile.ZipFile(glob.glob(tmp + "/*.whl")[0]) as z:
 PYEOF
   then
     mkdir -p "$cfe_dir" && rm -rf "$cfe_dir/include" && mv "$cfe_tmp/x/include" "$cfe_dir/include"
+    reconfigure=1
   else
     echo "setup: warning: could not fetch nvidia-cudnn-frontend $cfe_version: the GPU backend builds with the legacy cuDNN API only" >&2
   fi
@@ -111,7 +113,9 @@ pip_venv tools "tensorboard" --system-site-packages
 
 generator=()
 command -v ninja >/dev/null && [ ! -f "$build_dir/Makefile" ] && generator=(-G Ninja)
-if [ ! -f "$build_dir/CMakeCache.txt" ]; then
+# Configured once; again when this run fetched a wheel-provided library that an existing
+# configuration recorded as missing.
+if [ ! -f "$build_dir/CMakeCache.txt" ] || [ "${reconfigure:-0}" = 1 ]; then
   echo "setup: configuring $build_dir"
   cmake -S "$root" -B "$build_dir" "${generator[@]}" -DCMAKE_BUILD_TYPE="${BUILD_TYPE:-Release}" >"$root/.cmake-configure.log" 2>&1 \
     || { cat "$root/.cmake-configure.log" >&2; exit 1; }

@@ -2,12 +2,12 @@
 // ResNet-18 and a small ResNet-50 (width 16, 64x64 images, batch 8), same initialisation, same
 // batch: loss, every gradient and the running statistics.
 //
-// Conditioning sets the tolerances (measured on an H200, 2026-11-29, at 32x32 where layer4 is
-// 1x1 and each of its batch norms sees 8 values: fp32 gradients 1.5e-4, running statistics
-// 6.5e-5): a deep ResNet at torchvision's initialisation amplifies rounding differences (see
-// tests/worker/python/compare_torch.py), so ResNet-18 is held to max-norm 1e-3 and ResNet-50 to
-// 1e-2 in the L2 norm; a real mistake gives errors of order 1. bf16 is held to its loss; the
-// gradient error against fp32 is printed.
+// Conditioning sets the tolerances: a deep ResNet at torchvision's initialisation amplifies
+// rounding differences (see tests/worker/python/compare_torch.py). ResNet-18 is held to max-norm
+// 1e-3 (measured on an H200: 1.5e-4). ResNet-50's gradients move by several per cent in the L2
+// norm when its weights are scaled by one ulp (3.6 % at this seed), so the CPU reference itself
+// is measured that way and the GPU is held to 3x that change (at least 1e-2); a real mistake
+// gives errors of order 1. bf16 is held to its loss; the gradient error against fp32 is printed.
 #include <catch2/catch.hpp>
 
 #include <algorithm>
@@ -25,7 +25,8 @@ struct Result {
   std::vector<float> grads, buffers;
 };
 
-Result run(Ops& ops, int depth, int batch) {
+// `scale`: every weight multiplied by it after the initialisation (1 + 2^-23: one ulp).
+Result run(Ops& ops, int depth, int batch, float scale = 1.0f) {
   ModelConfig cfg;
   cfg.depth = depth;
   cfg.width = 16;
@@ -34,6 +35,11 @@ Result run(Ops& ops, int depth, int batch) {
   cfg.batch = batch;
   Model m(cfg, ops);
   m.init(5);
+  if (scale != 1.0f) {
+    ModelState st = m.get_state();
+    for (float& v : st.params) v *= scale;
+    m.set_state(st);
+  }
   std::vector<int64_t> idx(static_cast<size_t>(batch));
   for (int i = 0; i < batch; ++i) idx[size_t(i)] = 100 + 3 * i;
   ops.make_batch(DataKind::Learnable, 11, idx.data(), batch, cfg.image_size, cfg.num_classes,
@@ -70,10 +76,15 @@ TEST_CASE("a small ResNet on the GPU matches the CPU backend (fp32, TF32 off)", 
     const Err g = rel_err(a.grads, b.grads), s = rel_err(a.buffers, b.buffers);
     const double g2 = l2_rel(a.grads, b.grads);
     INFO("grads: " << g.where << ", L2 " << g2 << "; running statistics: " << s.where);
-    if (depth == 18)
+    if (depth == 18) {
       CHECK(g.rel < 1e-3);
-    else
-      CHECK(g2 < 1e-2);
+    } else {
+      const float ulp = 1.0f / 8388608.0f;
+      const double wobble = std::max(l2_rel(run(*cpu, depth, 8, 1.0f + ulp).grads, b.grads),
+                                     l2_rel(run(*cpu, depth, 8, 1.0f - ulp).grads, b.grads));
+      INFO("the CPU's own gradients move by " << wobble << " (L2) for a one-ulp weight scaling");
+      CHECK(g2 < std::max(1e-2, 3 * wobble));
+    }
     CHECK(s.rel < 1e-4);
   }
 }
