@@ -1,9 +1,20 @@
 // [gpu] The GPU back end (nvJPEG + our resize kernel) against the CPU back end: the same data
-// set, order, seed and epoch give the same micro-batches within rounding, for the training
-// transform (random boxes and flips) and the evaluation transform, fp32 and bf16, with a
-// grayscale JPEG, a progressive JPEG and a PNG (decoded on the CPU, resized on the GPU) and a
-// truncated JPEG (skipped and replaced alike). The CPU loader feeding the GPU backend is
-// checked too. Without a visible GPU: exit 77 (skipped). Run on the GPU machine.
+// set, order, seed and epoch give the same micro-batches, for the training transform (random
+// boxes and flips) and the evaluation transform, fp32 and bf16.
+//   - PNGs are decoded on the CPU by both back ends, so a PNG folder checks our crop, resize,
+//     flip and normalisation kernel element by element, within rounding.
+//   - JPEGs are decoded by different decoders (nvJPEG's hardware engine or its hybrid back end
+//     against libjpeg-turbo's accurate integer IDCT with fancy chroma upsampling). JPEG leaves
+//     the inverse DCT and the chroma upsampling to the decoder, so they may differ; how much is
+//     measured on each folder itself as libjpeg-turbo's own spread between two of its settings
+//     (fast IDCT without fancy upsampling against the default), and every sample's mean and
+//     largest difference are held to twice that spread. A folder of 4:4:4 JPEGs, which have no
+//     chroma upsampling, holds the decoders to their IDCTs (a spread of about 1 level on
+//     average); a folder of 4:2:0 JPEGs (libjpeg's default) to the upsampling as well, which on
+//     these high-frequency colour patterns is ten times more. Each folder has a grayscale, a
+//     progressive, a PNG and a truncated JPEG (skipped and replaced alike).
+// The CPU loader feeding the GPU backend is checked too. Without a visible GPU: exit 77
+// (skipped). Run on the GPU machine.
 #include <cstdio>  // before jpeglib.h, which uses FILE
 
 #include <cuda_runtime.h>
@@ -11,12 +22,15 @@
 #include <png.h>
 #include <unistd.h>
 
+#include <csetjmp>
+
 #include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <iterator>
 #include <cstdio>
 #include <cstdlib>
+#include <filesystem>
 #include <fstream>
 #include <iostream>
 #include <random>
@@ -52,7 +66,8 @@ std::vector<uint8_t> pattern(int w, int h, int comps, std::mt19937& rng) {
   return px;
 }
 
-void write_jpeg(const std::string& path, int w, int h, int comps, bool progressive, std::mt19937& rng) {
+// `subsample`: libjpeg's default 4:2:0 chroma; else 4:4:4 (no chroma upsampling in the decoder).
+void write_jpeg(const std::string& path, int w, int h, int comps, bool progressive, bool subsample, std::mt19937& rng) {
   const std::vector<uint8_t> px = pattern(w, h, comps, rng);
   FILE* f = std::fopen(path.c_str(), "wb");
   jpeg_compress_struct c;
@@ -66,6 +81,8 @@ void write_jpeg(const std::string& path, int w, int h, int comps, bool progressi
   c.in_color_space = comps == 1 ? JCS_GRAYSCALE : JCS_RGB;
   jpeg_set_defaults(&c);
   jpeg_set_quality(&c, 90, TRUE);
+  if (!subsample)
+    for (int k = 0; k < c.num_components; ++k) c.comp_info[k].h_samp_factor = c.comp_info[k].v_samp_factor = 1;
   if (progressive) jpeg_simple_progression(&c);
   jpeg_start_compress(&c, TRUE);
   while (c.next_scanline < c.image_height) {
@@ -87,7 +104,7 @@ void write_png(const std::string& path, int w, int h, std::mt19937& rng) {
   png_image_write_to_file(&img, path.c_str(), 0, px.data(), 0, nullptr);
 }
 
-std::string make_folder() {
+std::string make_folder(bool subsample) {
   char t[] = "/tmp/test_gpu_loader_XXXXXX";
   const std::string root = ::mkdtemp(t);
   std::mt19937 rng(5);
@@ -97,19 +114,96 @@ std::string make_folder() {
       std::system(("mkdir -p " + d).c_str());
       for (int i = 0; i < 20; ++i) {
         const int w = 40 + int(rng() % 400), h = 40 + int(rng() % 300);
-        write_jpeg(d + "/img" + std::to_string(i) + ".jpg", w, h, 3, false, rng);
+        write_jpeg(d + "/img" + std::to_string(i) + ".jpg", w, h, 3, false, subsample, rng);
       }
     }
   }
   const std::string t0 = root + "/train/c0";
-  write_jpeg(t0 + "/gray.jpg", 180, 130, 1, false, rng);
-  write_jpeg(t0 + "/progressive.jpg", 210, 170, 3, true, rng);
+  write_jpeg(t0 + "/gray.jpg", 180, 130, 1, false, subsample, rng);
+  write_jpeg(t0 + "/progressive.jpg", 210, 170, 3, true, subsample, rng);
   write_png(t0 + "/rgb.png", 150, 190, rng);
-  write_jpeg(t0 + "/whole.jpg", 200, 150, 3, false, rng);
+  write_jpeg(t0 + "/whole.jpg", 200, 150, 3, false, subsample, rng);
   std::ifstream in(t0 + "/whole.jpg", std::ios::binary);
   std::string bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
   std::ofstream(t0 + "/truncated.jpg", std::ios::binary) << bytes.substr(0, bytes.size() / 2);
   return root;
+}
+
+// Train and val folders of RGB PNGs only: both back ends decode them on the CPU.
+std::string make_png_folder() {
+  char t[] = "/tmp/test_gpu_loader_png_XXXXXX";
+  const std::string root = ::mkdtemp(t);
+  std::mt19937 rng(9);
+  for (const char* split : {"train", "val"}) {
+    for (int c = 0; c < 3; ++c) {
+      const std::string d = root + "/" + split + "/c" + std::to_string(c);
+      std::system(("mkdir -p " + d).c_str());
+      for (int i = 0; i < 8; ++i) write_png(d + "/img" + std::to_string(i) + ".png", 40 + int(rng() % 300), 40 + int(rng() % 250), rng);
+    }
+  }
+  return root;
+}
+
+// --- libjpeg-turbo's own spread between two decoder settings, in levels of 255
+
+struct JpegErr {
+  jpeg_error_mgr mgr;
+  std::jmp_buf jump;
+};
+
+extern "C" void jpeg_err_exit(j_common_ptr c) { std::longjmp(reinterpret_cast<JpegErr*>(c->err)->jump, 1); }
+
+// RGB pixels of `path`; empty when libjpeg cannot decode it.
+std::vector<uint8_t> decode_rgb(const std::string& path, bool fast) {
+  std::ifstream in(path, std::ios::binary);
+  const std::string bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  jpeg_decompress_struct c;
+  JpegErr err;
+  c.err = jpeg_std_error(&err.mgr);
+  err.mgr.error_exit = jpeg_err_exit;
+  std::vector<uint8_t> px;
+  if (setjmp(err.jump)) {
+    jpeg_destroy_decompress(&c);
+    return {};
+  }
+  jpeg_create_decompress(&c);
+  jpeg_mem_src(&c, reinterpret_cast<const unsigned char*>(bytes.data()), static_cast<unsigned long>(bytes.size()));
+  jpeg_read_header(&c, TRUE);
+  c.out_color_space = JCS_RGB;
+  if (fast) {
+    c.dct_method = JDCT_IFAST;
+    c.do_fancy_upsampling = FALSE;
+  }
+  jpeg_start_decompress(&c);
+  px.resize(size_t(c.output_width) * c.output_height * 3);
+  while (c.output_scanline < c.output_height) {
+    JSAMPROW row = px.data() + size_t(c.output_scanline) * c.output_width * 3;
+    jpeg_read_scanlines(&c, &row, 1);
+  }
+  jpeg_finish_decompress(&c);
+  jpeg_destroy_decompress(&c);
+  return px;
+}
+
+struct Spread {
+  double mean = 0, max = 0;  // the largest per-image mean and the largest single difference
+};
+
+Spread decoder_spread(const std::string& root) {
+  Spread s;
+  for (const auto& f : std::filesystem::recursive_directory_iterator(root)) {
+    if (f.path().extension() != ".jpg" || f.path().filename() == "truncated.jpg") continue;
+    const std::vector<uint8_t> a = decode_rgb(f.path(), false), b = decode_rgb(f.path(), true);
+    if (a.empty() || a.size() != b.size()) continue;
+    double sum = 0;
+    for (size_t i = 0; i < a.size(); ++i) {
+      const double d = std::abs(int(a[i]) - int(b[i]));
+      sum += d;
+      s.max = std::max(s.max, d);
+    }
+    s.mean = std::max(s.mean, sum / double(a.size()));
+  }
+  return s;
 }
 
 float bf16_to_float(uint16_t b) {
@@ -119,8 +213,11 @@ float bf16_to_float(uint16_t b) {
   return f;
 }
 
-// One pass of `batches` micro-batches through both back ends; returns the worst difference.
-void compare(const std::string& root, Split split, DType dtype, Loader gpu_loader, const char* what) {
+// One pass of `batches` micro-batches through both back ends. Without `spread`, element by
+// element within rounding; with it, each sample's mean and largest difference in levels (beyond
+// bf16's rounding) within twice the decoders' spread.
+void compare(const std::string& root, Split split, DType dtype, Loader gpu_loader, const char* what,
+             const Spread* spread = nullptr) {
   const int size = 56, batch = 16, batches = 4;
   DataSourceOptions o;
   o.data = root;
@@ -163,23 +260,43 @@ void compare(const std::string& root, Split split, DType dtype, Loader gpu_loade
     gpu_ops->download(host.data(), x_gpu.data, host.size());
     gpu_ops->download(lab_gpu.data(), lab_dev, sizeof(int32_t) * batch);
     EXPECT(lab_cpu == lab_gpu, what << " batch " << b << ": labels differ");
-    for (size_t i = 0; i < count; ++i) {
-      const double g = dtype == DType::F32 ? reinterpret_cast<float*>(host.data())[i]
-                                           : bf16_to_float(reinterpret_cast<uint16_t*>(host.data())[i]);
-      // fp32: the two sides round differently (FMA, order): each of at most 2 x 27 taps + the
-      // weights rounds once, relative 2^-24 of 255 levels, / (255 std): < 1e-4. bf16: plus one
-      // rounding to 8 significant bits (half an ulp, 1 ulp at a tie the fp32 noise flips).
-      const double tol = 1e-4 + (dtype == DType::BF16 ? std::ldexp(std::fabs(ref[i]), -7) : 0.0);
-      const double d = std::fabs(g - ref[i]);
-      worst = std::max(worst, d / tol);
-      if (d > tol) {
-        EXPECT(d <= tol, what << " batch " << b << " element " << i << ": gpu " << g << " cpu " << ref[i]);
-        break;
+    const size_t per_sample = size_t(size) * size * 3;
+    for (size_t i = 0; i < count; i += per_sample) {
+      double sum = 0, largest = 0;
+      bool reported = false;
+      for (size_t k = i; k < i + per_sample; ++k) {
+        const double g = dtype == DType::F32 ? reinterpret_cast<float*>(host.data())[k]
+                                             : bf16_to_float(reinterpret_cast<uint16_t*>(host.data())[k]);
+        // fp32: the two sides round differently (FMA, order): each of at most 2 x 27 taps + the
+        // weights rounds once, relative 2^-24 of 255 levels, / (255 std): < 1e-4. bf16: plus one
+        // rounding to 8 significant bits (half an ulp, 1 ulp at a tie the fp32 noise flips).
+        const double tol = 1e-4 + (dtype == DType::BF16 ? std::ldexp(std::fabs(ref[k]), -7) : 0.0);
+        const double d = std::fabs(g - ref[k]);
+        if (!spread) {
+          worst = std::max(worst, d / tol);
+          if (d > tol && !reported) {
+            EXPECT(d <= tol, what << " batch " << b << " element " << k << ": gpu " << g << " cpu " << ref[k]);
+            reported = true;
+          }
+          continue;
+        }
+        static const double kStd[3] = {0.229, 0.224, 0.225};  // ImageNet std: back to levels
+        const double levels = std::max(0.0, d - tol) * kStd[k % 3] * 255.0;
+        sum += levels;
+        largest = std::max(largest, levels);
       }
+      if (!spread) continue;
+      const double mean = sum / double(per_sample);
+      worst = std::max({worst, mean / (2 * spread->mean), largest / (2 * spread->max + 1)});
+      const size_t sample = i / per_sample;
+      EXPECT(mean <= 2 * spread->mean, what << " batch " << b << " sample " << sample << ": mean difference " << mean
+                                            << " levels, libjpeg's own spread " << spread->mean);
+      EXPECT(largest <= 2 * spread->max + 1, what << " batch " << b << " sample " << sample << ": largest difference "
+                                                   << largest << " levels, libjpeg's own spread " << spread->max);
     }
   }
   EXPECT(cpu->skipped() == gpu->skipped(), what << ": skipped " << cpu->skipped() << " vs " << gpu->skipped());
-  std::cout << what << ": worst |gpu - cpu| / tolerance = " << worst << ", skipped " << gpu->skipped() << std::endl;
+  std::cout << what << ": worst difference / tolerance = " << worst << ", skipped " << gpu->skipped() << std::endl;
 }
 
 }  // namespace
@@ -190,17 +307,27 @@ int main() {
     std::cout << "SKIPPED: no GPU visible ([gpu] test: run it on the GPU machine)" << std::endl;
     return 77;
   }
-  const std::string root = make_folder();
+  const std::string j444 = make_folder(false), j420 = make_folder(true), pngs = make_png_folder();
   try {
-    compare(root, Split::Train, DType::F32, Loader::Gpu, "train fp32, GPU loader");
-    compare(root, Split::Train, DType::BF16, Loader::Gpu, "train bf16, GPU loader");
-    compare(root, Split::Val, DType::F32, Loader::Gpu, "val fp32, GPU loader");
-    compare(root, Split::Train, DType::F32, Loader::Cpu, "train fp32, CPU loader into the GPU backend");
+    compare(pngs, Split::Train, DType::F32, Loader::Gpu, "PNGs, train fp32, GPU loader");
+    compare(pngs, Split::Train, DType::BF16, Loader::Gpu, "PNGs, train bf16, GPU loader");
+    compare(pngs, Split::Val, DType::F32, Loader::Gpu, "PNGs, val fp32, GPU loader");
+    for (const auto& [root, name] : {std::pair{j444, "4:4:4 JPEGs"}, std::pair{j420, "4:2:0 JPEGs"}}) {
+      const Spread spread = decoder_spread(root);
+      std::cout << name << ": libjpeg-turbo's own spread (fast IDCT, no fancy upsampling, against the default): "
+                << "mean " << spread.mean << " levels per image at most, largest " << spread.max << " levels" << std::endl;
+      EXPECT(spread.mean > 0, name << ": the decoder spread was measured");
+      const std::string n = name;
+      compare(root, Split::Train, DType::F32, Loader::Gpu, (n + ", train fp32, GPU loader").c_str(), &spread);
+      compare(root, Split::Train, DType::BF16, Loader::Gpu, (n + ", train bf16, GPU loader").c_str(), &spread);
+      compare(root, Split::Val, DType::F32, Loader::Gpu, (n + ", val fp32, GPU loader").c_str(), &spread);
+    }
+    compare(j420, Split::Train, DType::F32, Loader::Cpu, "train fp32, CPU loader into the GPU backend");
   } catch (const std::exception& e) {
     std::cout << "FAILED: " << e.what() << std::endl;
     ++failures;
   }
-  std::system(("rm -rf " + root).c_str());
+  std::system(("rm -rf " + j444 + " " + j420 + " " + pngs).c_str());
   std::cout << (failures ? "FAILED" : "All tests passed") << " (" << failures << " failure(s))" << std::endl;
   return failures ? 1 : 0;
 }
