@@ -54,8 +54,8 @@ class CountingOps final : public Ops {
   void make_batch(DataKind, uint64_t, const int64_t*, int, int, int, Act&, int32_t*) override {}
   void scale_grads(float) override {}
   bool grads_finite() override { return true; }
-  void sgd_step(float, float, float, float*, bool, bool, const uint8_t*) override {}
-  void adam_step(float, float, float, float, float, int64_t, float*, float*, const uint8_t*) override {}
+  void sgd_step(float, float, float, float*, bool, bool, const uint8_t*, ParamView) override {}
+  void adam_step(float, float, float, float, float, int64_t, float*, float*, const uint8_t*, ParamView) override {}
   void synchronize() override {}
 
  private:
