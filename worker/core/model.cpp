@@ -378,7 +378,7 @@ struct Model::Impl {
     if (cfg.recompute == Recompute::Block) {
       allocate_block_mode(dt);
     } else {
-      allocate_kept(dt);
+      allocate_kept();
       if (cfg.recompute == Recompute::Bn) allocate_shared_bn_outputs();
       plan_gradient_memory(dt);
     }
@@ -393,8 +393,7 @@ struct Model::Impl {
   }
 
   // Modes None and Bn: every activation has its own memory (but Bn's shared outputs).
-  void allocate_kept(DType dt) {
-    (void)dt;
+  void allocate_kept() {
     auto conv = [&](ConvL& l) {
       l.out = alloc_act(l.out);
       ops.register_conv(l.d, l.w);
@@ -453,7 +452,7 @@ struct Model::Impl {
   }
 
   void allocate_block_mode(DType dt) {
-    for (ConvL* l : {&conv1}) ops.register_conv(l->d, l->w);
+    ops.register_conv(conv1.d, conv1.w);
     alloc_stats(bn1);
     pool_out = alloc_act(pool_out);
     // The block outputs, adjacent in block order (plan_block_gradients relies on it).
@@ -657,15 +656,6 @@ struct Model::Impl {
     unit_ready(l.unit);
   }
 
-  // `dout` (in buffer G, dead once the last BN's backward has read it) holds the gradient of the
-  // block's output; returns the gradient of its input. Where each gradient goes:
-  //   - every BN's dx over its input x, the conv output (dead once read);
-  //   - the residual gradient over the block's output O (dead once its ReLU mask is read);
-  //     without a downsample, O (same shape as the input) then accumulates the input gradient;
-  //   - with a downsample, the input gradient goes to the [last conv output | O] region (see
-  //     plan_gradient_memory), once both are dead: the main branch's input gradient first,
-  //     then the downsample branch's added to it;
-  //   - the gradients between the block's layers to G (each fits: at most the output's size).
   // A batch norm's output again, from the same input by the forward's kernel (so the same
   // bits); its statistics go to the sink, backward keeps using the forward's.
   void recompute_bn(BnL& l, const Act& x) {
@@ -687,6 +677,15 @@ struct Model::Impl {
     if (b.has_ds) ops.conv_forward(b.cd.d, *b.in, b.cd.w, b.cd.out);
   }
 
+  // `dout` (in buffer G, dead once the last BN's backward has read it) holds the gradient of the
+  // block's output; returns the gradient of its input. Where each gradient goes:
+  //   - every BN's dx over its input x, the conv output (dead once read);
+  //   - the residual gradient over the block's output O (dead once its ReLU mask is read);
+  //     without a downsample, O (same shape as the input) then accumulates the input gradient;
+  //   - with a downsample, the input gradient goes to the [last conv output | O] region (see
+  //     plan_gradient_memory), once both are dead: the main branch's input gradient first,
+  //     then the downsample branch's added to it;
+  //   - the gradients between the block's layers to G (each fits: at most the output's size).
   Act backward_block(Block& b, const Act& dout) {
     BnL& last = b.bottleneck ? b.b3 : b.b2;
     ConvL& last_conv = b.bottleneck ? b.c3 : b.c2;

@@ -8,8 +8,8 @@
 #include <cstdint>
 #include <map>
 #include <memory>
-#include <string>
 #include <ostream>
+#include <string>
 #include <vector>
 
 #include "worker/core/comm.h"
