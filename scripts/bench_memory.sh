@@ -35,8 +35,7 @@ log="$OUT/memory"
 mkdir -p "$log"
 results="$log/results.jsonl"
 : > "$results"
-PY=python3
-if [ -x /usr/bin/python3 ] && /usr/bin/python3 -c 'import torch' 2>/dev/null; then PY=/usr/bin/python3; fi
+PY=python3  # the GPU machine's, with torch (the CPU rows need only its json)
 SP="$($PY -c 'import site; print(site.getsitepackages()[0])' 2>/dev/null || true)"
 export LD_LIBRARY_PATH="$SP/nvidia/cu13/lib:$SP/nvidia/cudnn/lib:$SP/nvidia/nccl/lib:${LD_LIBRARY_PATH:-}:$BIN/../lib"
 # NVLink multicast stays off on the shared machine (../shared/DEVICE.md).
