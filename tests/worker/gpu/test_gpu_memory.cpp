@@ -1,6 +1,7 @@
 // Issue 15 on the GPU: activation recomputation against keeping everything (the same kernels on
 // the same inputs, so the difference is what the GPU's own kernel choices vary by; held to the
-// GPU-vs-CPU bounds of test_gpu_model.cpp, which the conditioning of a deep ResNet sets), and
+// GPU-vs-CPU bounds of test_gpu_model.cpp, which the conditioning of a deep ResNet sets, and bf16
+// to bf16's 1e-2 as the layer tests), and
 // the optimizer over ZeRO's ranges against one step over the whole buffer (element-wise
 // kernels: bit for bit).
 #include <catch2/catch.hpp>
@@ -67,9 +68,12 @@ TEST_CASE("recompute bn and block on the GPU match keeping everything", "[gpu][r
         INFO(dtype_name(t) << " ResNet-" << depth << (mode == Recompute::Bn ? " bn" : " block") << ": loss "
                            << r.loss << " vs " << none.loss << "; grads " << g.where << ", L2 "
                            << l2_rel(r.grads, none.grads) << "; running statistics " << s.where);
-        CHECK(std::fabs(r.loss - none.loss) <= 1e-5 * std::fabs(none.loss));
-        CHECK(s.rel < 1e-4);  // the forward alone updates them
-        if (t == DType::BF16) {
+        // Convolution engines are chosen per backend instance (by timing), so two instances may
+        // round differently: fp32 as the GPU-vs-CPU bounds, bf16 to its precision (1e-2).
+        const bool bf16 = t == DType::BF16;
+        CHECK(std::fabs(r.loss - none.loss) <= (bf16 ? 1e-2 : 1e-5) * std::fabs(none.loss));
+        CHECK(s.rel < (bf16 ? 1e-2 : 1e-4));  // the forward alone updates them
+        if (bf16) {
           WARN("bf16 ResNet-" << depth << ": gradients L2 rel " << l2_rel(r.grads, none.grads));
         } else if (depth == 18) {
           CHECK(g.rel < 1e-3);
