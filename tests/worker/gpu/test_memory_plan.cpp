@@ -110,7 +110,7 @@ TEST_CASE("ResNet-18 fp32: the stem's gradient goes to the scratch (no dead acti
   CHECK(gb.at("activation-gradient scratch") == Approx(32.0 * 112 * 112 * 64 * 4 / 1e9).margin(0.001));
 }
 
-TEST_CASE("recompute: what each mode keeps (ResNet-50 bf16 batch 256)", "[gpu_host][memory]") {
+TEST_CASE("recompute: what each mode keeps (ResNet-50 and -152, bf16, batch 256)", "[gpu_host][memory]") {
   const auto bn = plan_gb(50, 256, DType::BF16, Recompute::Bn);
   const auto block = plan_gb(50, 256, DType::BF16, Recompute::Block);
   for (const auto* gb : {&bn, &block}) {
@@ -134,4 +134,11 @@ TEST_CASE("recompute: what each mode keeps (ResNet-50 bf16 batch 256)", "[gpu_ho
   CHECK(block.at("activation-gradient scratch") == Approx(0.0524).margin(0.002));
   // 4.50 GB for the model; with the backend's ~0.3 GB and the optimizer under half of PyTorch's 11.8.
   CHECK(block.at("total") < 4.6);
+  // ResNet-152 (3, 8, 36, 3 blocks): the same rule; the largest segment is layer1.0's again.
+  const auto block152 = plan_gb(152, 256, DType::BF16, Recompute::Block);
+  const double outputs152 =
+      (3 * 56 * 56 * 256 + 8 * 28 * 28 * 512 + 36 * 14 * 14 * 1024 + 3 * 7 * 7 * 2048 + 56 * 56 * 64 + 2048) * mb;
+  CHECK(block152.at("activations kept for backward") == Approx(outputs152).margin(0.001));
+  CHECK(block152.at("recomputed activations (shared)") == Approx((4 * 56 * 56 * 64 + 2 * 56 * 56 * 256) * mb).margin(0.001));
+  CHECK(block152.at("total") == Approx(block152.at("peak")).epsilon(1e-6));
 }
