@@ -7,6 +7,7 @@
 #include <optional>
 #include <stdexcept>
 #include <string>
+#include <utility>
 
 namespace worker {
 
@@ -39,6 +40,14 @@ class Comm {
   virtual void broadcast(void* data, size_t bytes, int root) = 0;
   virtual void wait() = 0;
 
+  // ZeRO's halves of an all-reduce (issue 15), over `count` floats cut into size() blocks by
+  // comm_block(): in place and asynchronous like allreduce_sum (wait() before using results).
+  // reduce_scatter_sum: rank r ends with the sum over ranks of its block r; the other blocks
+  // hold unspecified partial sums. allgather: every rank ends with every rank's block r.
+  // Blocks may differ in size by one element (count need not divide by size()).
+  virtual void reduce_scatter_sum(float* data, size_t count) = 0;
+  virtual void allgather(float* data, size_t count) = 0;
+
   // Host-memory all-gather: recv holds size() * bytes, rank r's contribution at r * bytes.
   // Blocking. Used for checksums and metrics.
   virtual void allgather_host(const void* send, void* recv, size_t bytes) = 0;
@@ -57,6 +66,10 @@ class Comm {
     return false;
   }
 };
+
+// Block r of `count` elements shared by `world` ranks: [r * count / world, (r + 1) * count / world)
+// as {offset, length}. The one split reduce_scatter_sum and allgather use, on every backend.
+std::pair<size_t, size_t> comm_block(size_t count, int world, int r);
 
 // A Comm for a single process (size 1): every collective is a no-op.
 std::unique_ptr<Comm> make_single_process_comm();

@@ -13,6 +13,15 @@
 //   - batch-norm backward writes dx over its input x (the conv output, dead once read) and the
 //     residual gradient over its output y (dead once its ReLU mask is read): every backend
 //     reads element i of x and y before writing element i of dx and dresidual.
+// Recomputation (ModelConfig::recompute, issue 15) changes which activations are kept:
+//   - Bn: the batch-norm + ReLU outputs that only feed a convolution (bn1, and each block's inner
+//     ones) share one buffer R; backward recomputes each from its convolution's output right
+//     before the convolution's backward needs it (allocate_shared_bn_outputs);
+//   - Block: the stem's output and the block outputs are kept, in one region in block order;
+//     everything inside the stem and a block lives in one arena that backward refills segment by
+//     segment (allocate_block_mode); gradients go to dead block outputs (plan_block_gradients).
+// A recomputed batch norm writes its batch statistics to a sink: running statistics are
+// updated by the forward alone, and backward uses the forward's saved statistics.
 #include "worker/core/model.h"
 
 #include <algorithm>
@@ -131,11 +140,19 @@ struct Model::Impl {
   float* loss = nullptr;
 
   Act grad_s;  // data: activation-gradient scratch S (see backward_block)
+  char* o_region = nullptr;      // Block mode: the block outputs, in block order
+  char* o_region_end = nullptr;
+  char* arena = nullptr;         // Block mode: the recomputed segment
+  // Recomputed batch norms' statistics go here (4 x the widest BN): running mean, running
+  // variance, mean, invstd -- never read.
+  float* bn_sink = nullptr;
+  int bn_sink_c = 0;
   void* stem_dx = nullptr;  // where maxpool's backward writes (a dead activation, or S)
   Act d_avg;
 
   // Bytes the model carved, by what they hold (Model::memory_breakdown).
   size_t mem_params = 0, mem_grads = 0, mem_stats = 0, mem_acts = 0, mem_scratch = 0, mem_io = 0;
+  size_t mem_recompute = 0;  // the shared buffer (Bn) or arena (Block) recomputed into
 
   std::vector<char> unit_done;
   size_t ready_begin = 0;
@@ -293,10 +310,44 @@ struct Model::Impl {
     return a;
   }
 
-  void alloc_bn(BnL& l) {
-    l.out = alloc_act(l.out);
+  void alloc_stats(BnL& l) {
     l.save_mean = static_cast<float*>(carve(size_t(l.d.c) * sizeof(float), mem_stats));
     l.save_invstd = static_cast<float*>(carve(size_t(l.d.c) * sizeof(float), mem_stats));
+  }
+
+  // In Bn mode the outputs of bn1 and of each block's inner batch norms are recomputed (their
+  // memory is R, set by allocate_shared_bn_outputs); the rest are kept.
+  bool shared_output(const BnL& l) const {
+    if (cfg.recompute != Recompute::Bn) return false;
+    if (&l == &bn1) return true;
+    for (const Block& b : blocks)
+      if (&l == &b.b1 || (b.bottleneck && &l == &b.b2)) return true;
+    return false;
+  }
+
+  void alloc_bn(BnL& l) {
+    if (!shared_output(l)) l.out = alloc_act(l.out);
+    alloc_stats(l);
+  }
+
+  void allocate_shared_bn_outputs() {
+    std::vector<BnL*> shared{&bn1};
+    for (Block& b : blocks) {
+      shared.push_back(&b.b1);
+      if (b.bottleneck) shared.push_back(&b.b2);
+    }
+    size_t bytes = 0;
+    for (const BnL* l : shared) bytes = std::max(bytes, l->out.bytes());
+    void* r = carve(bytes, mem_recompute);
+    for (BnL* l : shared) l->out.data = r;
+  }
+
+  // The sink for recomputed batch norms' statistics (Bn and Block modes).
+  void allocate_bn_sink() {
+    bn_sink_c = bn1.d.c;
+    for (const Block& b : blocks)
+      for (const BnL* l : {&b.b1, &b.b2, &b.b3, &b.bd}) bn_sink_c = std::max(bn_sink_c, l->d.c);
+    bn_sink = static_cast<float*>(carve(4 * size_t(bn_sink_c) * sizeof(float), mem_stats));
   }
 
   void allocate() {
@@ -324,6 +375,25 @@ struct Model::Impl {
     input.data = carve(input.bytes(), mem_io);
     labels = static_cast<int32_t*>(carve(size_t(n) * sizeof(int32_t), mem_io));
 
+    if (cfg.recompute == Recompute::Block) {
+      allocate_block_mode(dt);
+    } else {
+      allocate_kept();
+      if (cfg.recompute == Recompute::Bn) allocate_shared_bn_outputs();
+      plan_gradient_memory(dt);
+    }
+    if (cfg.recompute != Recompute::None) allocate_bn_sink();
+    avg_out = alloc_act(Act{nullptr, dt, n, 1, 1, fc_in});
+    d_avg = Act{nullptr, dt, n, 1, 1, fc_in};
+    d_avg.data = carve(d_avg.bytes(), mem_scratch);
+    const size_t nl = size_t(n) * size_t(cfg.num_classes);
+    logits = static_cast<float*>(carve(nl * sizeof(float), mem_io));
+    dlogits = static_cast<float*>(carve(nl * sizeof(float), mem_io));
+    loss = static_cast<float*>(carve(sizeof(float), mem_io));
+  }
+
+  // Modes None and Bn: every activation has its own memory (but Bn's shared outputs).
+  void allocate_kept() {
     auto conv = [&](ConvL& l) {
       l.out = alloc_act(l.out);
       ops.register_conv(l.d, l.w);
@@ -345,8 +415,7 @@ struct Model::Impl {
       lc.out.data = p;
       ops.register_conv(lc.d, lc.w);
       lb.out.data = p + a;
-      lb.save_mean = static_cast<float*>(carve(size_t(lb.d.c) * sizeof(float), mem_stats));
-      lb.save_invstd = static_cast<float*>(carve(size_t(lb.d.c) * sizeof(float), mem_stats));
+      alloc_stats(lb);
     };
     for (Block& b : blocks) {
       b.in = prev;
@@ -362,20 +431,106 @@ struct Model::Impl {
       b.out = b.bottleneck ? &b.b3.out : &b.b2.out;
       if (b.has_ds) {
         conv(b.cd);
-        b.bd.save_mean = static_cast<float*>(carve(size_t(b.bd.d.c) * sizeof(float), mem_stats));
-        b.bd.save_invstd = static_cast<float*>(carve(size_t(b.bd.d.c) * sizeof(float), mem_stats));
+        alloc_stats(b.bd);
         b.bd.out.data = b.out->data;  // the residual, overwritten by the block's output
       }
       prev = b.out;
     }
-    plan_gradient_memory(dt);
-    avg_out = alloc_act(Act{nullptr, dt, n, 1, 1, fc_in});
-    d_avg = Act{nullptr, dt, n, 1, 1, fc_in};
-    d_avg.data = carve(d_avg.bytes(), mem_scratch);
-    const size_t nl = size_t(n) * size_t(cfg.num_classes);
-    logits = static_cast<float*>(carve(nl * sizeof(float), mem_io));
-    dlogits = static_cast<float*>(carve(nl * sizeof(float), mem_io));
-    loss = static_cast<float*>(carve(sizeof(float), mem_io));
+  }
+
+  // --- Block mode: what is kept, and the arena everything else is recomputed into.
+
+  static size_t aligned(size_t bytes) { return (bytes + 255) & ~size_t(255); }
+
+  // The activations of one recomputed segment (the stem, or a block), laid out back to back.
+  std::vector<Act*> segment(Block* b) {
+    if (!b) return {&conv1.out, &bn1.out};
+    std::vector<Act*> acts{&b->c1.out, &b->b1.out, &b->c2.out};
+    if (b->bottleneck) acts.insert(acts.end(), {&b->b2.out, &b->c3.out});
+    if (b->has_ds) acts.push_back(&b->cd.out);
+    return acts;
+  }
+
+  void allocate_block_mode(DType dt) {
+    ops.register_conv(conv1.d, conv1.w);
+    alloc_stats(bn1);
+    pool_out = alloc_act(pool_out);
+    // The block outputs, adjacent in block order (plan_block_gradients relies on it).
+    size_t region = 0;
+    std::vector<size_t> at;
+    for (Block& b : blocks) {
+      b.out = b.bottleneck ? &b.b3.out : &b.b2.out;
+      at.push_back(region);
+      region += aligned(b.out->bytes());
+    }
+    o_region = static_cast<char*>(carve(region, mem_acts));
+    o_region_end = o_region + region;
+    const Act* prev = &pool_out;
+    for (size_t i = 0; i < blocks.size(); ++i) {
+      Block& b = blocks[i];
+      b.in = prev;
+      b.out->data = o_region + at[i];
+      for (ConvL* l : {&b.c1, &b.c2, &b.c3, &b.cd})
+        if (l->w.count) ops.register_conv(l->d, l->w);
+      for (BnL* l : {&b.b1, &b.b2, &b.b3, &b.bd})
+        if (l->d.c) alloc_stats(*l);
+      if (b.has_ds) b.bd.out.data = b.out->data;  // the residual, overwritten by the block's output
+      prev = b.out;
+    }
+    // The arena: the largest segment; each segment's tensors from its start.
+    size_t arena_bytes = 0;
+    auto lay_out = [&](Block* b, char* base) {
+      size_t off = 0;
+      for (Act* a : segment(b)) {
+        if (base) a->data = base + off;
+        off += aligned(a->bytes());
+      }
+      return off;
+    };
+    arena_bytes = lay_out(nullptr, nullptr);
+    for (Block& b : blocks) arena_bytes = std::max(arena_bytes, lay_out(&b, nullptr));
+    plan_block_gradients(dt, arena_bytes);
+    arena = static_cast<char*>(carve(arena_bytes, mem_recompute));
+    lay_out(nullptr, arena);
+    for (Block& b : blocks) lay_out(&b, arena);
+    if (!stem_dx) stem_dx = arena + aligned(conv1.out.bytes()) + aligned(bn1.out.bytes());
+  }
+
+  // Block mode. At block i's backward everything in the output region from O_i on is dead (those
+  // blocks are done, O_i once its ReLU mask is read), so: block i's output gradient is at
+  // O_{i+1} (block i + 1's input gradient) and the gradients between its layers go there too; a
+  // downsampling block's input gradient goes to O_i, spilling over into O_{i+1}, ...; without a
+  // downsample it accumulates in O_i over the residual gradient. The top block's output gradient
+  // is in S. The stem's bn1 gradient goes after the pool gradient in the region, else to the
+  // arena after the stem's activations (the arena grows for it).
+  void plan_block_gradients(DType dt, size_t& arena_bytes) {
+    const size_t nb = blocks.size();
+    auto room_from = [&](const Act& a) { return size_t(o_region_end - static_cast<char*>(a.data)); };
+    for (size_t i = 0; i < nb; ++i) {
+      Block& b = blocks[i];
+      size_t need = b.out->bytes();
+      for (const Act* a : segment(&b)) need = std::max(need, a == &b.cd.out ? 0 : a->bytes());
+      if (i + 1 < nb && room_from(*blocks[i + 1].out) < need)
+        throw std::logic_error("model: block " + std::to_string(i) + ": no room for its gradients (block recompute plan)");
+      if (b.has_ds) {
+        if (room_from(*b.out) < b.in->bytes())
+          throw std::logic_error("model: block " + std::to_string(i) + ": no room for its input gradient (block recompute plan)");
+        b.din_data = b.out->data;
+      }
+    }
+    Block& top = blocks.back();
+    size_t s_bytes = top.out->bytes();
+    for (const Act* a : segment(&top)) s_bytes = std::max(s_bytes, a->bytes());
+    grad_s.dtype = dt;
+    grad_s.data = carve(s_bytes, mem_scratch);
+    // The pool's gradient sits at O_0 (size of the pool output); bn1's goes after it if it fits.
+    char* after_pool = static_cast<char*>(blocks[0].out->data) + aligned(pool_out.bytes());
+    if (size_t(o_region_end - after_pool) >= bn1.out.bytes()) {
+      stem_dx = after_pool;
+    } else {
+      stem_dx = nullptr;  // at the arena's end (allocate_block_mode)
+      arena_bytes = std::max(arena_bytes, aligned(conv1.out.bytes()) + aligned(bn1.out.bytes()) + bn1.out.bytes());
+    }
   }
 
   // S holds the gradient reaching the last block's output. Each downsampling block's input
@@ -409,8 +564,11 @@ struct Model::Impl {
     for (const Block& b : blocks) {
       std::vector<const Act*> dead{&b.c1.out, &b.b1.out, &b.cd.out};
       if (b.bottleneck) dead.insert(dead.end(), {&b.c2.out, &b.b2.out});
+      const bool shared = cfg.recompute == Recompute::Bn;  // b1, b2 are R: live during the stem's backward
       for (const Act* a : dead)
-        if (a->data && a->bytes() >= stem && (!best || a->bytes() > best->bytes())) best = a;
+        if (a->data && !(shared && (a == &b.b1.out || a == &b.b2.out)) && a->bytes() >= stem &&
+            (!best || a->bytes() > best->bytes()))
+          best = a;
     }
     if (!best && !pool_grad_in_s) s_bytes = std::max(s_bytes, stem);
     grad_s.dtype = dt;
@@ -498,6 +656,27 @@ struct Model::Impl {
     unit_ready(l.unit);
   }
 
+  // A batch norm's output again, from the same input by the forward's kernel (so the same
+  // bits); its statistics go to the sink, backward keeps using the forward's.
+  void recompute_bn(BnL& l, const Act& x) {
+    const size_t c = size_t(bn_sink_c);
+    ops.bn_forward_train(l.d, x, l.gamma, l.beta, bn_sink, bn_sink + c, bn_sink + 2 * c, bn_sink + 3 * c, nullptr,
+                         true, l.out);
+  }
+
+  // Block mode: the block's forward again into the arena, but for its last batch norm (whose
+  // output is the kept block output) and the downsample's (whose output only fed that one).
+  void recompute_block(Block& b) {
+    ops.conv_forward(b.c1.d, *b.in, b.c1.w, b.c1.out);
+    recompute_bn(b.b1, b.c1.out);
+    ops.conv_forward(b.c2.d, b.b1.out, b.c2.w, b.c2.out);
+    if (b.bottleneck) {
+      recompute_bn(b.b2, b.c2.out);
+      ops.conv_forward(b.c3.d, b.b2.out, b.c3.w, b.c3.out);
+    }
+    if (b.has_ds) ops.conv_forward(b.cd.d, *b.in, b.cd.w, b.cd.out);
+  }
+
   // `dout` (in buffer G, dead once the last BN's backward has read it) holds the gradient of the
   // block's output; returns the gradient of its input. Where each gradient goes:
   //   - every BN's dx over its input x, the conv output (dead once read);
@@ -520,12 +699,14 @@ struct Model::Impl {
     const Act& dout_s = dout;
     if (b.bottleneck) {
       Act db2 = like(dout_s, b.b2.out);
+      if (cfg.recompute == Recompute::Bn) recompute_bn(b.b2, b.c2.out);
       conv_bwd(b.c3, b.b2.out, d_last, &db2, false);
       Act dc2 = b.c2.out;
       bn_bwd(b.b2, b.c2.out, db2, true, dc2, nullptr);
       d_last = dc2;
     }
     Act db1 = like(dout_s, b.b1.out);
+    if (cfg.recompute == Recompute::Bn) recompute_bn(b.b1, b.c1.out);
     conv_bwd(b.c2, b.b1.out, d_last, &db1, false);
     Act dc1 = b.c1.out;
     bn_bwd(b.b1, b.c1.out, db1, true, dc1, nullptr);
@@ -541,7 +722,12 @@ struct Model::Impl {
     unit_ready(fc_unit);
     Act g = like(grad_s, *blocks.back().out);
     ops.avgpool_backward(d_avg, g);
-    for (size_t i = blocks.size(); i-- > 0;) g = backward_block(blocks[i], g);
+    for (size_t i = blocks.size(); i-- > 0;) {
+      if (cfg.recompute == Recompute::Block) recompute_block(blocks[i]);
+      g = backward_block(blocks[i], g);
+    }
+    if (cfg.recompute == Recompute::Block) ops.conv_forward(conv1.d, input, conv1.w, conv1.out);
+    if (cfg.recompute != Recompute::None) recompute_bn(bn1, conv1.out);
     Act dbn1 = bn1.out;
     dbn1.data = stem_dx;
     ops.maxpool_backward(pool_d, bn1.out, pool_out, g, dbn1);
@@ -667,6 +853,7 @@ std::vector<std::pair<std::string, size_t>> Model::memory_breakdown() const {
           {"running + saved BN statistics", m.mem_stats},
           {"activations kept for backward", m.mem_acts},
           {"activation-gradient scratch", m.mem_scratch},
+          {"recomputed activations (shared)", m.mem_recompute},
           {"input, labels, logits", m.mem_io}};
 }
 

@@ -13,6 +13,16 @@
 
 namespace worker {
 
+// What backward recomputes instead of keeping from the forward (issue 15). Every mode gives the
+// same numbers: the recomputation repeats the forward's kernels on the same inputs (the CPU
+// backend bit for bit), and batch-norm running statistics are updated by the forward only.
+//   None:  every activation backward needs is kept.
+//   Bn:    the batch-norm + ReLU outputs that feed a convolution (and the stem's) are not kept;
+//          backward recomputes each one from its convolution's output just before using it.
+//   Block: only each residual block's input is kept (and the stem's output); backward recomputes
+//          the block's convolutions and batch norms into one shared buffer, block by block.
+enum class Recompute : uint8_t { None, Bn, Block };
+
 struct ModelConfig {
   int depth = 50;          // 18, 34, 50, 101, 152
   int width = 64;          // base channels (torchvision: 64)
@@ -20,6 +30,7 @@ struct ModelConfig {
   int image_size = 224;
   int batch = 32;          // micro-batch per rank: activations are sized for it
   float label_smoothing = 0.0f;  // of the loss (torch's CrossEntropyLoss(label_smoothing=))
+  Recompute recompute = Recompute::None;
 };
 
 // One entry of the state dict, in torchvision's state_dict() order and naming.

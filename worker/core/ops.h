@@ -45,6 +45,10 @@ struct ParamView {
   size_t count = 0;
 };
 
+// The slice an optimizer step covers (see Ops::sgd_step): `range`, or all `bound` parameters when
+// its count is 0. Throws std::out_of_range when it leaves the buffers.
+ParamView optimizer_range(const ParamView& range, size_t bound);
+
 struct ConvDesc {
   int n = 0, h = 0, w = 0, cin = 0;  // input
   int cout = 0, kh = 0, kw = 0, stride = 1, pad = 0;
@@ -150,11 +154,16 @@ class Ops {
   virtual void scale_grads(float s) = 0;
   // Returns true when every gradient is finite (used by fp16 loss scaling; may synchronize).
   virtual bool grads_finite() = 0;
+  // `range`: the slice of the bound buffers to update (ZeRO: a rank's shard of a bucket);
+  // count 0 means all of them. momentum_buf, m, v and decay_mask hold the range's elements
+  // only: element i of each belongs to parameter range.offset + i.
   // SGD with momentum (dampening 0); nesterov as torch.optim.SGD(nesterov=True).
   virtual void sgd_step(float lr, float momentum, float weight_decay, float* momentum_buf,
-                        bool first_step, bool nesterov, const uint8_t* decay_mask) = 0;
+                        bool first_step, bool nesterov, const uint8_t* decay_mask,
+                        ParamView range = {}) = 0;
   virtual void adam_step(float lr, float beta1, float beta2, float eps, float weight_decay,
-                         int64_t step, float* m, float* v, const uint8_t* decay_mask) = 0;
+                         int64_t step, float* m, float* v, const uint8_t* decay_mask,
+                         ParamView range = {}) = 0;
 
   virtual void synchronize() = 0;
 };

@@ -128,11 +128,12 @@ bool CpuOps::grads_finite() {
 // torch.optim.SGD (dampening 0): d = g + wd * p; buf = first ? d : m * buf + d;
 // p -= lr * (nesterov ? d + m * buf : buf).
 void CpuOps::sgd_step(float lr, float momentum, float weight_decay, float* momentum_buf,
-                      bool first_step, bool nesterov, const uint8_t* decay_mask) {
-  float* p = params_;
-  const float* g = grads_;
+                      bool first_step, bool nesterov, const uint8_t* decay_mask, ParamView range) {
+  const ParamView r = optimizer_range(range, count_);
+  float* p = params_ + r.offset;
+  const float* g = grads_ + r.offset;
   float* buf = momentum_buf;
-  const long n = long(count_);
+  const long n = long(r.count);
   if (momentum != 0.0f && buf == nullptr)
     throw std::logic_error("cpu backend: sgd_step with momentum needs a momentum buffer");
 #pragma omp parallel for num_threads(threads_) schedule(static)
@@ -149,10 +150,11 @@ void CpuOps::sgd_step(float lr, float momentum, float weight_decay, float* momen
 
 // torch.optim.Adam (amsgrad off): bias corrections in double as Python computes them.
 void CpuOps::adam_step(float lr, float beta1, float beta2, float eps, float weight_decay,
-                       int64_t step, float* m, float* v, const uint8_t* decay_mask) {
-  float* p = params_;
-  const float* g = grads_;
-  const long n = long(count_);
+                       int64_t step, float* m, float* v, const uint8_t* decay_mask, ParamView range) {
+  const ParamView r = optimizer_range(range, count_);
+  float* p = params_ + r.offset;
+  const float* g = grads_ + r.offset;
+  const long n = long(r.count);
   const double bc1 = 1.0 - std::pow(double(beta1), double(step));
   const double bc2 = 1.0 - std::pow(double(beta2), double(step));
   const float step_size = float(double(lr) / bc1);

@@ -62,9 +62,11 @@ class CpuOps final : public Ops {
   void scale_grads(float s) override;
   bool grads_finite() override;
   void sgd_step(float lr, float momentum, float weight_decay, float* momentum_buf,
-                bool first_step, bool nesterov, const uint8_t* decay_mask) override;
+                bool first_step, bool nesterov, const uint8_t* decay_mask,
+                ParamView range = {}) override;
   void adam_step(float lr, float beta1, float beta2, float eps, float weight_decay, int64_t step,
-                 float* m, float* v, const uint8_t* decay_mask) override;
+                 float* m, float* v, const uint8_t* decay_mask,
+                 ParamView range = {}) override;
   void synchronize() override {}
 
  private:

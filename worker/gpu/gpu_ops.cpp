@@ -742,15 +742,17 @@ bool GpuOps::grads_finite() {
 }
 
 void GpuOps::sgd_step(float lr, float momentum, float weight_decay, float* momentum_buf,
-                      bool first_step, bool nesterov, const uint8_t* decay_mask) {
-  gpu::sgd_step(params_, grads_, momentum_buf, decay_mask, count_, lr, momentum, weight_decay,
-                first_step, nesterov, stream_);
+                      bool first_step, bool nesterov, const uint8_t* decay_mask, ParamView range) {
+  const ParamView r = worker::optimizer_range(range, count_);
+  gpu::sgd_step(params_ + r.offset, grads_ + r.offset, momentum_buf, decay_mask, r.count, lr, momentum,
+                weight_decay, first_step, nesterov, stream_);
 }
 
 void GpuOps::adam_step(float lr, float beta1, float beta2, float eps, float weight_decay,
-                       int64_t step, float* m, float* v, const uint8_t* decay_mask) {
-  gpu::adam_step(params_, grads_, m, v, decay_mask, count_, lr, beta1, beta2, eps, weight_decay,
-                 step, stream_);
+                       int64_t step, float* m, float* v, const uint8_t* decay_mask, ParamView range) {
+  const ParamView r = worker::optimizer_range(range, count_);
+  gpu::adam_step(params_ + r.offset, grads_ + r.offset, m, v, decay_mask, r.count, lr, beta1, beta2, eps,
+                 weight_decay, step, stream_);
 }
 
 }  // namespace gpu

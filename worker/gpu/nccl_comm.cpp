@@ -158,14 +158,40 @@ class NcclComm final : public Comm {
 
   void allreduce_sum(float* data, size_t count) override {
     order_after_compute();
-    if (!in_step_) {  // the first all-reduce of a step: its start, after the compute it waits for
-      TimingSlot& t = slots_[next_slot_];
-      if (t.pending) harvest(t);
-      CUDA_CHECK(cudaEventRecord(t.start, comm_stream_));
-      in_step_ = true;
-    }
+    start_timing();
     enqueued(ncclAllReduce(data, data, count, ncclFloat, ncclSum, comm_, comm_stream_),
              "ncclAllReduce", __LINE__);
+  }
+
+  // ZeRO (issue 15). Blocks of equal size: NCCL's in-place reduce-scatter / all-gather (rank r's
+  // block at data + r * block). Otherwise (a bucket that does not divide by the world size) one
+  // ncclReduce / ncclBroadcast per block in a group, as PyTorch does for uneven sizes.
+  // Reduce-scatters are timed as the step's gradient collectives, as all-reduces are.
+  void reduce_scatter_sum(float* data, size_t count) override {
+    order_after_compute();
+    start_timing();
+    if (count % size_t(size_) == 0) {
+      const size_t b = count / size_t(size_);
+      enqueued(ncclReduceScatter(data, data + size_t(rank_) * b, b, ncclFloat, ncclSum, comm_, comm_stream_),
+               "ncclReduceScatter", __LINE__);
+      return;
+    }
+    grouped(data, count, "ncclReduce (uneven reduce-scatter)", [&](float* p, size_t n, int root) {
+      return ncclReduce(p, p, n, ncclFloat, ncclSum, root, comm_, comm_stream_);
+    });
+  }
+
+  void allgather(float* data, size_t count) override {
+    order_after_compute();
+    if (count % size_t(size_) == 0) {
+      const size_t b = count / size_t(size_);
+      enqueued(ncclAllGather(data + size_t(rank_) * b, data, b, ncclFloat, comm_, comm_stream_), "ncclAllGather",
+               __LINE__);
+      return;
+    }
+    grouped(data, count, "ncclBroadcast (uneven all-gather)", [&](float* p, size_t n, int root) {
+      return ncclBroadcast(p, p, n, ncclFloat, root, comm_, comm_stream_);
+    });
   }
 
   void broadcast(void* data, size_t bytes, int root) override {
@@ -239,6 +265,26 @@ class NcclComm final : public Comm {
     timing_.allreduce_ms += double(span);
     timing_.exposed_ms += double(exposed > 0.f ? exposed : 0.f);
     t.pending = false;
+  }
+
+  // The first gradient collective of a step: its start, after the compute it waits for.
+  void start_timing() {
+    if (in_step_) return;
+    TimingSlot& t = slots_[next_slot_];
+    if (t.pending) harvest(t);
+    CUDA_CHECK(cudaEventRecord(t.start, comm_stream_));
+    in_step_ = true;
+  }
+
+  // One collective per block of comm_block(), rooted at the block's owner, in one NCCL group.
+  template <typename Op>
+  void grouped(float* data, size_t count, const char* call, Op op) {
+    enqueued(ncclGroupStart(), "ncclGroupStart", __LINE__);
+    for (int r = 0; r < size_; ++r) {
+      const auto [off, n] = comm_block(count, size_, r);
+      if (n > 0) enqueued(op(data + off, n, r), call, __LINE__);
+    }
+    enqueued(ncclGroupEnd(), "ncclGroupEnd", __LINE__);
   }
 
   void order_after_compute() {

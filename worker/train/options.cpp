@@ -26,6 +26,7 @@ const Choices<DataSourceKind> kData = {
 const Choices<DeviceChoice> kDevices = {{"auto", DeviceChoice::Auto}, {"cpu", DeviceChoice::Cpu}, {"gpu", DeviceChoice::Gpu}};
 const Choices<LrScheduleKind> kSchedules = {
     {"constant", LrScheduleKind::Constant}, {"step", LrScheduleKind::Step}, {"cosine", LrScheduleKind::Cosine}};
+const Choices<Recompute> kRecompute = {{"none", Recompute::None}, {"bn", Recompute::Bn}, {"block", Recompute::Block}};
 const Choices<Precision> kPrecisions = {{"fp32", Precision::Fp32}, {"bf16", Precision::Bf16}, {"fp16", Precision::Fp16}};
 
 template <typename E>
@@ -235,6 +236,17 @@ CLI::App& describe(CLI::App& app, TrainOptions& o) {
                  "seconds a collective may make no progress before this rank gives up, naming the silent peer "
                  "(CPU ring: a neighbour's silence; GPU: NCCL's watchdog)")
       ->capture_default_str();
+
+  // --- memory (issue 15)
+  add_choice(app, "--recompute", o.recompute, kRecompute,
+             "none, bn (batch-norm outputs recomputed in backward) or block (only each block's input kept, "
+             "the block recomputed in backward)");
+  app.add_option("--zero", o.zero, "1: ZeRO-1, each rank keeps the optimizer state of its shard only (0: off)")
+      ->capture_default_str();
+  app.add_option("--bucket-mb", o.bucket_mb,
+                 "gradient bucket in MiB of fp32: the unit of the all-reduce (or ZeRO's reduce-scatter and "
+                 "all-gather), overlapped with backward on GPUs")
+      ->capture_default_str();
   return app;
 }
 
@@ -264,6 +276,7 @@ const char* to_string(OptimizerKind k) { return name_of(kOptimizers, k); }
 const char* to_string(DataSourceKind k) { return name_of(kData, k); }
 const char* to_string(DeviceChoice k) { return name_of(kDevices, k); }
 const char* to_string(LrScheduleKind k) { return name_of(kSchedules, k); }
+const char* to_string(Recompute r) { return name_of(kRecompute, r); }
 const char* to_string(Precision p) { return p == Precision::Default ? "default" : name_of(kPrecisions, p); }
 
 std::optional<TrainOptions> parse_options(const std::vector<std::string>& args) { return parse_impl(args); }
@@ -330,6 +343,11 @@ void validate(const TrainOptions& o) {
   // --- communication (issue 14)
   require(std::isfinite(o.comm_timeout_s) && o.comm_timeout_s >= 0.1 && o.comm_timeout_s <= 86400 * 7,
           "--comm-timeout must be between 0.1 and 604800 seconds");
+
+  // --- memory (issue 15)
+  require(o.zero == 0 || o.zero == 1, "--zero must be 0 (off) or 1 (optimizer state sharded), got " + std::to_string(o.zero));
+  require(std::isfinite(o.bucket_mb) && o.bucket_mb >= 0.001 && o.bucket_mb <= 65536,
+          "--bucket-mb must be between 0.001 and 65536 (MiB)");
 }
 
 DType resolve_precision(const TrainOptions& o, bool gpu) {

@@ -10,6 +10,7 @@
 #include <string>
 #include <vector>
 
+#include "worker/core/model.h"
 #include "worker/core/ops.h"
 #include "worker/data/loader_kind.h"
 #include "worker/train/lr_schedule.h"
@@ -33,6 +34,7 @@ const char* to_string(DataSourceKind k);
 const char* to_string(DeviceChoice k);
 const char* to_string(Precision p);
 const char* to_string(LrScheduleKind k);
+const char* to_string(Recompute r);
 
 struct TrainOptions {
   // --- model and run (issue 4)
@@ -100,6 +102,11 @@ struct TrainOptions {
   // silence from a neighbour (and its set-up), NCCL's watchdog on a collective not finished.
   // The rank then names the silent peer to the launcher and exits 86 (proto/peer_lost.h).
   double comm_timeout_s = 300;
+
+  // --- memory (issue 15)
+  Recompute recompute = Recompute::None;  // activations recomputed in backward instead of kept
+  int zero = 0;                        // 1: ZeRO-1, optimizer state sharded over the ranks
+  double bucket_mb = 25.0;             // gradient bucket (MiB of fp32): all-reduce / reduce-scatter unit
 };
 
 // Parses argv (argv[0] included). Returns nullopt when --help was printed. Throws UsageError.

@@ -230,37 +230,11 @@ class RingComm final : public Comm {
   void wait() override {}
 
   void allreduce_sum(float* data, size_t count) override {
-    const int w = cfg_.world;
-    const std::string what = "ring all-reduce";
-    const size_t nchunks = std::max<size_t>(1, ((count + w - 1) / w + chunk_elems_ - 1) / chunk_elems_);
-    auto seg_begin = [&](int j) { return size_t(j) * count / size_t(w); };
-    // Sub-range c of segment j: the same split on every rank, whatever the segment.
-    auto sub = [&](int j, size_t c) {
-      const size_t b = seg_begin(j), len = seg_begin(j + 1) - b;
-      return std::make_pair(b + c * len / nchunks, b + (c + 1) * len / nchunks);
-    };
-    for (int s = 0; s + 1 < w; ++s) {  // reduce-scatter
-      const int send_seg = (cfg_.rank - s + 2 * w) % w;
-      const int recv_seg = (cfg_.rank - s - 1 + 2 * w) % w;
-      for (size_t c = 0; c < nchunks; ++c) {
-        const auto [sb, se] = sub(send_seg, c);
-        const auto [rb, re] = sub(recv_seg, c);
-        exchange(data + sb, (se - sb) * sizeof(float), tmp_.data(), (re - rb) * sizeof(float), what);
-        float* dst = data + rb;
-        const float* src = tmp_.data();
-        for (size_t i = 0, n = re - rb; i < n; ++i) dst[i] = src[i] + dst[i];
-      }
-    }
-    for (int s = 0; s + 1 < w; ++s) {  // all-gather of the reduced segments
-      const int send_seg = (cfg_.rank + 1 - s + 2 * w) % w;
-      const int recv_seg = (cfg_.rank - s + 2 * w) % w;
-      for (size_t c = 0; c < nchunks; ++c) {
-        const auto [sb, se] = sub(send_seg, c);
-        const auto [rb, re] = sub(recv_seg, c);
-        exchange(data + sb, (se - sb) * sizeof(float), data + rb, (re - rb) * sizeof(float), what);
-      }
-    }
+    reduce_scatter(data, count, "ring all-reduce");
+    gather(data, count, "ring all-reduce");
   }
+  void reduce_scatter_sum(float* data, size_t count) override { reduce_scatter(data, count, "ring reduce-scatter"); }
+  void allgather(float* data, size_t count) override { gather(data, count, "ring all-gather"); }
 
   // Pipelined along the ring from root: each rank receives chunk c while forwarding c - 1.
   void broadcast(void* data, size_t bytes, int root) override {
@@ -312,6 +286,48 @@ class RingComm final : public Comm {
   }
 
  private:
+  // --- The two halves of the all-reduce, over the blocks of comm_block(). Block j's sum starts
+  // at rank j + 1 and travels the ring to its owner j, each rank adding its own value to what
+  // arrives; the all-gather then copies the sums. So allreduce_sum, and a reduce_scatter_sum
+  // followed by allgather over the same range, form every element's sum by the same additions
+  // in the same order: ZeRO's result is bit-identical to the all-reduce's.
+  // Sub-range c of block j (nchunks per block, the same split on every rank).
+  std::pair<size_t, size_t> chunk(size_t count, int j, size_t c, size_t nchunks) const {
+    const auto [b, len] = comm_block(count, cfg_.world, j);
+    return {b + c * len / nchunks, b + (c + 1) * len / nchunks};
+  }
+  size_t chunks_per_block(size_t count) const {
+    return std::max<size_t>(1, ((count + cfg_.world - 1) / cfg_.world + chunk_elems_ - 1) / chunk_elems_);
+  }
+  int block_at(int offset) const { return ((cfg_.rank + offset) % cfg_.world + cfg_.world) % cfg_.world; }
+
+  void reduce_scatter(float* data, size_t count, const std::string& what) {
+    const size_t nchunks = chunks_per_block(count);
+    for (int s = 0; s + 1 < cfg_.world; ++s) {  // step s: pass on block r-s-1, add into block r-s-2
+      const int send_blk = block_at(-s - 1), recv_blk = block_at(-s - 2);
+      for (size_t c = 0; c < nchunks; ++c) {
+        const auto [sb, se] = chunk(count, send_blk, c, nchunks);
+        const auto [rb, re] = chunk(count, recv_blk, c, nchunks);
+        exchange(data + sb, (se - sb) * sizeof(float), tmp_.data(), (re - rb) * sizeof(float), what);
+        float* dst = data + rb;
+        const float* src = tmp_.data();
+        for (size_t i = 0, n = re - rb; i < n; ++i) dst[i] = src[i] + dst[i];
+      }
+    }
+  }
+
+  void gather(float* data, size_t count, const std::string& what) {
+    const size_t nchunks = chunks_per_block(count);
+    for (int s = 0; s + 1 < cfg_.world; ++s) {  // step s: pass on block r-s, receive block r-s-1
+      const int send_blk = block_at(-s), recv_blk = block_at(-s - 1);
+      for (size_t c = 0; c < nchunks; ++c) {
+        const auto [sb, se] = chunk(count, send_blk, c, nchunks);
+        const auto [rb, re] = chunk(count, recv_blk, c, nchunks);
+        exchange(data + sb, (se - sb) * sizeof(float), data + rb, (re - rb) * sizeof(float), what);
+      }
+    }
+  }
+
   std::string peer_name(int r) const {
     const std::string& addr = r == right_ ? right_addr_ : left_addr_;
     return "rank " + std::to_string(r) + (addr.empty() ? "" : " (" + addr + ")");

@@ -52,6 +52,7 @@ ModelConfig model_config(const TrainOptions& opt, const BatchSource& data) {
   mc.num_classes = data.info().num_classes;
   mc.image_size = opt.image_size;
   mc.batch = opt.batch_size;
+  mc.recompute = opt.recompute;
   return mc;
 }
 
@@ -78,6 +79,11 @@ LrSchedule lr_schedule(const TrainOptions& opt, int64_t global_batch, int64_t st
   return s;
 }
 
+// --bucket-mb in fp32 elements (at least one).
+size_t bucket_floats(const TrainOptions& opt) {
+  return std::max<size_t>(1, size_t(opt.bucket_mb * double(1 << 20) / sizeof(float)));
+}
+
 std::string hms(double seconds) {
   const int64_t s = std::llround(std::max(seconds, 0.0));
   char buf[32];
@@ -98,9 +104,11 @@ TrainingSession::TrainingSession(const TrainOptions& opt, Ops& ops, Comm& comm, 
       val_data_(make_batch_source(opt, Split::Val, ops)),
       sampler_(sampler_config(opt, *train_data_, world_)), steps_per_epoch_(checked_steps_per_epoch(sampler_, opt, world_)),
       global_batch_(int64_t(world_) * opt.batch_size * opt.accum_steps), model_(model_config(opt, *train_data_), ops),
+      zero_(opt.zero == 1), layout_(make_shard_layout(model_.num_params(), bucket_floats(opt), rank_, world_)),
       optimizer_(optimizer_config(opt), ops, model_.num_params(),
-                 opt.no_wd_on_bn_bias ? decay_mask_without_bn_and_bias(model_) : std::vector<uint8_t>{}),
-      reducer_(comm, model_.grads(), model_.num_params(), size_t(25) << 18) {  // 25 MiB of fp32, as DDP's bucket
+                 opt.no_wd_on_bn_bias ? decay_mask_without_bn_and_bias(model_) : std::vector<uint8_t>{},
+                 zero_ ? layout_.owned : std::vector<ParamView>{}),
+      reducer_(comm, model_.grads(), layout_, zero_ ? Reduction::ReduceScatter : Reduction::AllReduce) {
   if (!val_data_ && (opt.eval_only || opt.save_best)) {
     throw UsageError(std::string(opt.eval_only ? "--eval-only" : "--save-best") +
                      " needs validation data (--val-samples N for synthetic data)");
@@ -141,7 +149,7 @@ TrainResult TrainingSession::run() {
       pos_ = {epoch + (b + 1) / steps_per_epoch_, (b + 1) % steps_per_epoch_};
       if (log_now) log({epoch, b}, s);
       const bool scheduled = opt_.save_every > 0 && state_.step % opt_.save_every == 0;
-      const bool requested = requests_.save && requests_.save->exchange(false);
+      const bool requested = save_requested();
       if (scheduled || requested) save(pos_);
       if (lead_ && requested && !scheduled) {
         out_ << "Saved " << opt_.save << " at step " << state_.step << " (checkpoint signal)" << std::endl;
@@ -179,17 +187,28 @@ StepStats TrainingSession::step(bool want_loss) {
     if (want_loss) loss_sum += model_.last_loss();
   }
   s.loss = loss_sum / opt_.accum_steps;
-  if (world_ > 1 && overlap_) reducer_.finish();
-  if (world_ > 1 && !overlap_) {
-    comm_.allreduce_sum(model_.grads(), np);
-    comm_.wait();
+  if (world_ > 1) {
+    if (!overlap_) {  // the ring is synchronous: the same buckets, in the same order, after backward
+      reducer_.begin();
+      reducer_.ready(0, np);
+    }
+    reducer_.finish();
   }
-  // Average over ranks and undo the loss scale in one pass. An inf or NaN on any rank survives
-  // the all-reduce, so every rank reaches the same verdict.
+  // Average over ranks and undo the loss scale in one pass.
   if (world_ > 1 || scaler_.enabled) ops_.scale_grads(1.0f / (float(world_) * scaler_.multiplier()));
   s.lr = schedule_.lr(state_.step);
-  if (scaler_.update(!scaler_.enabled || ops_.grads_finite())) {
-    optimizer_.step(float(s.lr));
+  if (scaler_.update(!scaler_.enabled || grads_finite_everywhere())) {
+    if (zero_) {
+      // Each rank updates its block of every bucket; the bucket's all-gather starts as soon as
+      // that update is enqueued, overlapping the updates of the buckets after it.
+      optimizer_.step(float(s.lr), [this](size_t k) {
+        const Bucket& b = layout_.buckets[k];
+        comm_.allgather(model_.params() + b.begin, b.size());
+      });
+      comm_.wait();
+    } else {
+      optimizer_.step(float(s.lr));
+    }
     ops_.params_updated();
   }
   ++state_.step;
@@ -203,6 +222,17 @@ StepStats TrainingSession::step(bool want_loss) {
     window_wait_ms_ = 0.0;
   }
   return s;
+}
+
+// An inf or NaN on any rank survives the all-reduce, so every rank reaches the same verdict.
+// Under ZeRO each rank holds the full sums of its own blocks only (elsewhere its own or partial
+// sums, which are non-finite only if some full sum is): the verdicts are combined.
+bool TrainingSession::grads_finite_everywhere() {
+  const uint8_t mine = ops_.grads_finite() ? 1 : 0;
+  if (!zero_ || world_ == 1) return mine != 0;
+  std::vector<uint8_t> all(static_cast<size_t>(world_));
+  comm_.allgather_host(&mine, all.data(), 1);
+  return std::all_of(all.begin(), all.end(), [](uint8_t v) { return v != 0; });
 }
 
 void TrainingSession::dump_first_batch(const std::vector<int64_t>& indices) {
@@ -278,6 +308,21 @@ void TrainingSession::announce() {
   if (opt_.optimizer == OptimizerKind::Sgd) out_ << " momentum " << opt_.momentum << (opt_.nesterov ? " (Nesterov)" : "");
   out_ << ", weight decay " << opt_.weight_decay << (opt_.no_wd_on_bn_bias ? " (not on batch-norm and biases)" : "")
        << ", label smoothing " << opt_.label_smoothing << "; " << total_steps_ << " steps" << std::endl;
+  if (opt_.recompute != Recompute::None || zero_) {
+    out_ << "Memory: recompute " << to_string(opt_.recompute);
+    if (zero_) {
+      out_ << ", ZeRO-1 over " << world_ << " rank(s): optimizer state " << strf("%.1f MB", double(optimizer_.state_bytes()) / 1e6)
+           << " on rank 0 (unsharded " << strf("%.1f MB", double(unsharded_optimizer_bytes()) / 1e6) << "), "
+           << layout_.buckets.size() << " bucket(s) of " << strf("%g", opt_.bucket_mb) << " MiB";
+    }
+    out_ << std::endl;
+  }
+}
+
+// What the optimizer would keep on every rank without ZeRO: its buffers and decay mask whole.
+size_t TrainingSession::unsharded_optimizer_bytes() const {
+  const size_t np = model_.num_params();
+  return optimizer_buffer_names(opt_.optimizer).size() * np * sizeof(float) + (opt_.no_wd_on_bn_bias ? np : 0);
 }
 
 // --- Log: the loss averaged over ranks, throughput over the window since the last log
@@ -414,15 +459,43 @@ TrainResult TrainingSession::eval_only() {
 // --- Save: rank 0 writes the weights and everything needed to continue from `next`
 
 void TrainingSession::save(const Position& next) {
-  if (!lead_ || opt_.save.empty()) return;
+  if (opt_.save.empty()) return;
+  std::map<std::string, std::vector<float>> optimizer_state = whole_optimizer_state();
+  if (!lead_) return;
   TrainState s = state_;
   s.epoch = next.epoch;
   s.batch = next.batch;
   s.loss_scale = scaler_.enabled ? scaler_.scale : 0.0f;
   s.loss_scale_growth_tracker = scaler_.growth_tracker;
   s.skipped_steps = scaler_.skipped;
-  s.optimizer_state = optimizer_.state();
+  s.optimizer_state = std::move(optimizer_state);
   save_checkpoint(opt_.save, model_, model_.get_state(), s);
+}
+
+// Checkpoints hold the whole buffer's state whatever --zero was, so a run resumes with or without
+// it, on any number of ranks. Under ZeRO every rank puts its blocks in place in the gradient
+// buffer (free between steps: the next one zeroes it) and the buffer is all-gathered bucket by
+// bucket -- no device memory beyond what training uses.
+std::map<std::string, std::vector<float>> TrainingSession::whole_optimizer_state() {
+  if (!zero_ || world_ == 1) return lead_ ? optimizer_.state() : std::map<std::string, std::vector<float>>{};
+  std::map<std::string, std::vector<float>> whole;
+  float* scratch = model_.grads();
+  const size_t np = model_.num_params();
+  for (const auto& [name, kept] : optimizer_.state()) {
+    size_t o = 0;
+    for (const ParamView& r : layout_.owned) {
+      ops_.upload(scratch + r.offset, kept.data() + o, r.count * sizeof(float));
+      o += r.count;
+    }
+    for (const Bucket& b : layout_.buckets) comm_.allgather(scratch + b.begin, b.size());
+    comm_.wait();
+    if (lead_) {
+      std::vector<float>& v = whole[name];
+      v.resize(np);
+      ops_.download(v.data(), scratch, np * sizeof(float));
+    }
+  }
+  return whole;
 }
 
 // --- Report: throughput, memory, the final checkpoint, whether the ranks agree
@@ -456,14 +529,22 @@ void TrainingSession::report() {
   comm_.allgather_host(&my_skipped, skipped.data(), sizeof(int64_t));
   int64_t skipped_all = 0;
   for (int64_t k : skipped) skipped_all += k;
+  const uint64_t my_opt = optimizer_.state_bytes();
+  std::vector<uint64_t> opts(static_cast<size_t>(world_));
+  comm_.allgather_host(&my_opt, opts.data(), sizeof(uint64_t));
+  const uint64_t max_opt = *std::max_element(opts.begin(), opts.end());
   Comm::Timing ct;
   const bool have_ct = comm_.timing(&ct) && ct.steps > 0;
   if (lead_) {
     out_ << "Peak device memory: " << strf("%.2f GB", double(my_peak) / 1e9) << " (rank 0, " << my_peak << " bytes)";
     if (world_ > 1) out_ << ", " << strf("%.2f GB", double(max_peak) / 1e9) << " (largest over " << world_ << " ranks)";
     out_ << std::endl;
+    if (zero_) {
+      out_ << "Optimizer state: " << strf("%.1f MB", double(max_opt) / 1e6) << " per rank (largest of " << world_
+           << "; unsharded " << strf("%.1f MB", double(unsharded_optimizer_bytes()) / 1e6) << ")" << std::endl;
+    }
     if (have_ct) {
-      out_ << "All-reduce: " << strf("%.2f", ct.allreduce_ms / double(ct.steps))
+      out_ << (zero_ ? "Reduce-scatter: " : "All-reduce: ") << strf("%.2f", ct.allreduce_ms / double(ct.steps))
            << " ms per step on the communication stream, " << strf("%.2f", ct.exposed_ms / double(ct.steps))
            << " ms of it after backward ended (not overlapped), " << ct.steps << " steps" << std::endl;
     }
@@ -471,6 +552,8 @@ void TrainingSession::report() {
     nlohmann::json j = {{"final", true}, {"steps", result_.steps}, {"throughput_images_per_s", result_.images_per_s},
                         {"eval_s", eval_seconds_}, {"skipped_images", skipped_all},
                         {"peak_bytes", my_peak}, {"peak_bytes_max_rank", max_peak}, {"world", world_},
+                        {"optimizer_state_bytes_max_rank", max_opt}, {"recompute", to_string(opt_.recompute)},
+                        {"zero", opt_.zero},
                         {"time", seconds_since(t_start_)}};
     if (have_ct) {
       j["allreduce_ms"] = ct.allreduce_ms / double(ct.steps);
@@ -507,6 +590,17 @@ void TrainingSession::report() {
 }
 
 // --- Stop (SIGINT, SIGTERM with --save): every rank stops at the same step boundary
+
+// The checkpoint signal: rank 0's flag decides (only rank 0 writes). Under ZeRO every rank takes
+// part in the save, and a signal may reach the ranks on either side of a step boundary, so rank
+// 0's flag is shared; the others' are cleared unused.
+bool TrainingSession::save_requested() {
+  const uint8_t mine = requests_.save && requests_.save->exchange(false) ? 1 : 0;
+  if (!zero_ || world_ == 1 || !requests_.save) return mine != 0;
+  std::vector<uint8_t> all(static_cast<size_t>(world_));
+  comm_.allgather_host(&mine, all.data(), 1);
+  return all[0] != 0;
+}
 
 bool TrainingSession::stop_requested() {
   if (!requests_.stop) return false;

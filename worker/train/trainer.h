@@ -6,8 +6,10 @@
 #include <atomic>
 #include <chrono>
 #include <cstdint>
+#include <map>
 #include <memory>
 #include <ostream>
+#include <string>
 #include <vector>
 
 #include "worker/core/comm.h"
@@ -24,6 +26,7 @@
 #include "worker/train/optimizer.h"
 #include "worker/train/options.h"
 #include "worker/train/sampler.h"
+#include "worker/train/shard.h"
 #include "worker/train/tensorboard.h"
 
 namespace worker {
@@ -82,6 +85,12 @@ class TrainingSession {
   void report();                             // throughput, memory, final save, checksums, summary
   TrainResult eval_only();                   // --eval-only
   bool stop_requested();                     // a stop signal on any rank (collective)
+  bool save_requested();                     // the checkpoint signal (rank 0's; collective under ZeRO)
+  bool grads_finite_everywhere();            // fp16: one verdict for every rank
+  // The optimizer state of the whole buffer for rank 0's checkpoint (others: empty); under ZeRO
+  // gathered from every rank's shard (collective).
+  std::map<std::string, std::vector<float>> whole_optimizer_state();
+  size_t unsharded_optimizer_bytes() const;
   TrainResult stop();                        // save, say how to continue
   bool finished() const { return opt_.max_steps > 0 && state_.step >= opt_.max_steps; }
   void dump_first_batch(const std::vector<int64_t>& indices);
@@ -101,10 +110,12 @@ class TrainingSession {
   int64_t steps_per_epoch_ = 0;
   int64_t global_batch_ = 0;
   Model model_;
+  const bool zero_;          // --zero 1: this rank keeps and steps only its shard (issue 15)
+  ShardLayout layout_;       // the gradient buckets and this rank's block of each
   Optimizer optimizer_;
   LossScaler scaler_;
   GradReducer reducer_;
-  bool overlap_ = false;     // all-reduce buckets during backward (NCCL's own stream)
+  bool overlap_ = false;     // reduce buckets during backward (NCCL's own stream)
 
   LrSchedule schedule_;
   int64_t total_steps_ = 0;  // what this run will reach: --epochs, or --max-steps when sooner

@@ -54,8 +54,8 @@ class CountingOps final : public Ops {
   void make_batch(DataKind, uint64_t, const int64_t*, int, int, int, Act&, int32_t*) override {}
   void scale_grads(float) override {}
   bool grads_finite() override { return true; }
-  void sgd_step(float, float, float, float*, bool, bool, const uint8_t*) override {}
-  void adam_step(float, float, float, float, float, int64_t, float*, float*, const uint8_t*) override {}
+  void sgd_step(float, float, float, float*, bool, bool, const uint8_t*, ParamView) override {}
+  void adam_step(float, float, float, float, float, int64_t, float*, float*, const uint8_t*, ParamView) override {}
   void synchronize() override {}
 
  private:
@@ -64,11 +64,12 @@ class CountingOps final : public Ops {
   size_t used_ = 0;
 };
 
-std::map<std::string, double> plan_gb(int depth, int batch, DType t) {
+std::map<std::string, double> plan_gb(int depth, int batch, DType t, Recompute mode = Recompute::None) {
   CountingOps ops(t);
   ModelConfig cfg;
   cfg.depth = depth;
   cfg.batch = batch;
+  cfg.recompute = mode;
   Model m(cfg, ops);
   std::map<std::string, double> gb;
   double total = 0;
@@ -107,4 +108,37 @@ TEST_CASE("ResNet-18 fp32: the stem's gradient goes to the scratch (no dead acti
   const auto gb = plan_gb(18, 32, DType::F32);
   // 32 x 112 x 112 x 64 fp32 (bn1's output gradient) is the largest gradient without a home.
   CHECK(gb.at("activation-gradient scratch") == Approx(32.0 * 112 * 112 * 64 * 4 / 1e9).margin(0.001));
+}
+
+TEST_CASE("recompute: what each mode keeps (ResNet-50 and -152, bf16, batch 256)", "[gpu_host][memory]") {
+  const auto bn = plan_gb(50, 256, DType::BF16, Recompute::Bn);
+  const auto block = plan_gb(50, 256, DType::BF16, Recompute::Block);
+  for (const auto* gb : {&bn, &block}) {
+    std::string all;
+    for (const auto& kv : *gb) all += kv.first + ": " + std::to_string(kv.second) + " GB; ";
+    INFO(all);
+    CHECK(gb->at("total") == Approx(gb->at("peak")).epsilon(1e-6));
+  }
+  const double mb = 256.0 * 2 / 1e9;  // one bf16 channel of a 1x1 map over the batch, in GB
+  // Bn: bn1's output (112x112x64) and each block's inner BN outputs go; one buffer of the largest
+  // of them (bn1's, 0.41 GB) takes their place: 10.71 - 2.09 kept, 0.41 shared.
+  CHECK(bn.at("recomputed activations (shared)") == Approx(112 * 112 * 64 * mb).margin(0.001));
+  CHECK(bn.at("activations kept for backward") == Approx(8.62).margin(0.02));
+  // Block: the pool output and the 16 block outputs are kept (3 x 56x56x256, 4 x 28x28x512,
+  // 6 x 14x14x1024, 3 x 7x7x2048, + 56x56x64, + the average pool's 2048), the largest segment is layer1.0's (its four
+  // 56x56x64 inner tensors, the 56x56x256 last conv and downsample outputs).
+  const double outputs = (3 * 56 * 56 * 256 + 4 * 28 * 28 * 512 + 6 * 14 * 14 * 1024 + 3 * 7 * 7 * 2048 + 56 * 56 * 64 + 2048) * mb;
+  CHECK(block.at("activations kept for backward") == Approx(outputs).margin(0.001));
+  CHECK(block.at("recomputed activations (shared)") == Approx((4 * 56 * 56 * 64 + 2 * 56 * 56 * 256) * mb).margin(0.001));
+  // The activation gradients still live in dead tensors: the scratch is the top output's.
+  CHECK(block.at("activation-gradient scratch") == Approx(0.0524).margin(0.002));
+  // 4.50 GB for the model; with the backend's ~0.3 GB and the optimizer under half of PyTorch's 11.8.
+  CHECK(block.at("total") < 4.6);
+  // ResNet-152 (3, 8, 36, 3 blocks): the same rule; the largest segment is layer1.0's again.
+  const auto block152 = plan_gb(152, 256, DType::BF16, Recompute::Block);
+  const double outputs152 =
+      (3 * 56 * 56 * 256 + 8 * 28 * 28 * 512 + 36 * 14 * 14 * 1024 + 3 * 7 * 7 * 2048 + 56 * 56 * 64 + 2048) * mb;
+  CHECK(block152.at("activations kept for backward") == Approx(outputs152).margin(0.001));
+  CHECK(block152.at("recomputed activations (shared)") == Approx((4 * 56 * 56 * 64 + 2 * 56 * 56 * 256) * mb).margin(0.001));
+  CHECK(block152.at("total") == Approx(block152.at("peak")).epsilon(1e-6));
 }

@@ -266,3 +266,48 @@ TEST_CASE("without a store: fixed endpoints, connections retried until the peer 
     CHECK(v.back() == 6.0f);
   }
 }
+
+// --- ZeRO's halves (issue 15): reduce-scatter then all-gather is the all-reduce, bit for bit.
+
+TEST_CASE("ring reduce-scatter + all-gather equal the all-reduce bit for bit", "[train][ring][zero]") {
+  for (int world : {2, 3, 5}) {
+    for (size_t n : {size_t(0), size_t(1), size_t(4), size_t(1001), size_t(300007)}) {
+      for (size_t chunk : {size_t(64), size_t(4) << 20}) {
+        if (n > 5000 && chunk == 64) continue;
+        INFO("world " << world << ", count " << n << ", chunk " << chunk);
+        std::vector<std::vector<float>> reduced(static_cast<size_t>(world)), split(reduced.size());
+        std::vector<std::vector<float>> scattered(reduced.size());
+        run_ranks(world, chunk, [&](int r, Comm& comm) {
+          auto a = rank_data(r, n), b = a;
+          comm.allreduce_sum(a.data(), n);
+          comm.reduce_scatter_sum(b.data(), n);
+          scattered[size_t(r)] = b;
+          comm.allgather(b.data(), n);
+          reduced[size_t(r)] = std::move(a);
+          split[size_t(r)] = std::move(b);
+        });
+        for (int r = 0; r < world; ++r) {
+          REQUIRE(std::memcmp(reduced[0].data(), split[size_t(r)].data(), n * sizeof(float)) == 0);
+          REQUIRE(std::memcmp(reduced[0].data(), reduced[size_t(r)].data(), n * sizeof(float)) == 0);
+          const auto [off, len] = comm_block(n, world, r);  // the owner's block is final already
+          REQUIRE(std::memcmp(reduced[0].data() + off, scattered[size_t(r)].data() + off, len * sizeof(float)) == 0);
+        }
+      }
+    }
+  }
+}
+
+TEST_CASE("ring all-gather copies each rank's block, blocks of unequal size included", "[train][ring][zero]") {
+  for (int world : {2, 3, 5}) {
+    for (size_t n : {size_t(2), size_t(7), size_t(10007)}) {
+      INFO("world " << world << ", count " << n);
+      run_ranks(world, 256, [&](int r, Comm& comm) {
+        std::vector<float> v(n, -1.0f);
+        const auto [off, len] = comm_block(n, world, r);
+        for (size_t i = off; i < off + len; ++i) v[i] = float(i) + 0.25f;
+        comm.allgather(v.data(), n);
+        for (size_t i = 0; i < n; ++i) REQUIRE(v[i] == float(i) + 0.25f);
+      });
+    }
+  }
+}
