@@ -175,6 +175,33 @@ struct Model::Impl {
     return e.offset;
   }
 
+  // Every activation is some convolution's input or output: the largest one against the
+  // backend's limit, with the largest batch that fits.
+  void check_tensor_sizes() const {
+    int64_t per_sample = 0;
+    std::string where;
+    std::vector<const ConvL*> convs{&conv1};
+    for (const Block& b : blocks)
+      for (const ConvL* l : {&b.c1, &b.c2, &b.c3, &b.cd})
+        if (l->d.cin) convs.push_back(l);  // c3 of a basic block and a missing downsample: unset
+    for (const ConvL* l : convs) {
+      const ConvDesc& c = l->d;
+      const int64_t in = int64_t(c.h) * c.w * c.cin, out = int64_t(c.ho) * c.wo * c.cout;
+      if (std::max(in, out) > per_sample) {
+        per_sample = std::max(in, out);
+        where = l == &conv1 ? "conv1's output" : "a convolution's " + std::string(out >= in ? "output" : "input");
+      }
+    }
+    const int64_t limit = ops.max_tensor_elements();
+    if (per_sample * cfg.batch <= limit) return;
+    throw ModelTooLarge("batch " + std::to_string(cfg.batch) + " at " + std::to_string(cfg.image_size) + "x" +
+                        std::to_string(cfg.image_size) + " px needs " + std::to_string(per_sample * cfg.batch) +
+                        " elements in one tensor (" + where + ", " + std::to_string(per_sample) +
+                        " per image), more than this backend takes in one tensor (" + std::to_string(limit) +
+                        "): use a batch of at most " + std::to_string(limit / per_sample) +
+                        " per micro-batch (--accum-steps adds micro-batches to a step)");
+  }
+
   void add_conv(ConvL& l, const std::string& name, int n, int h, int w, int cin, int cout, int k,
                 int stride, int pad) {
     l.d.n = n;
@@ -297,6 +324,7 @@ struct Model::Impl {
     units.push_back({fc_w.offset, fc_b.offset + fc_b.count});
     unit_done.assign(units.size(), 0);
 
+    check_tensor_sizes();
     allocate();
   }
 

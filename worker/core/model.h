@@ -5,6 +5,7 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <stdexcept>
 #include <string>
 #include <utility>
 #include <vector>
@@ -22,6 +23,13 @@ namespace worker {
 //   Block: only each residual block's input is kept (and the stem's output); backward recomputes
 //          the block's convolutions and batch norms into one shared buffer, block by block.
 enum class Recompute : uint8_t { None, Bn, Block };
+
+// A configuration the backend cannot hold, e.g. a batch whose largest activation is beyond
+// cuDNN's 2^31 - 1 elements: bad input (train_resnet exits 2), found before allocating.
+class ModelTooLarge : public std::invalid_argument {
+ public:
+  using std::invalid_argument::invalid_argument;
+};
 
 struct ModelConfig {
   int depth = 50;          // 18, 34, 50, 101, 152

@@ -87,6 +87,9 @@ class Ops {
   // The backend's own device memory by what it holds (e.g. {"cuDNN workspace", bytes}), for
   // the trainer's memory report; empty where the backend has nothing to add.
   virtual std::vector<std::pair<std::string, size_t>> memory_breakdown() const { return {}; }
+  // The most elements one activation tensor may have (cuDNN's tensor descriptors take 32-bit
+  // sizes); the model refuses a configuration beyond it before allocating anything.
+  virtual int64_t max_tensor_elements() const { return INT64_MAX; }
 
   // --- Parameters. Called once after allocating the flat buffers; params_updated() after
   // anything changed the fp32 master weights (init, load, optimizer step).

@@ -63,6 +63,7 @@ class GpuOps final : public Ops {
   void zero(void* dst, size_t bytes) override;
   size_t peak_bytes() const override { return pool_.used(); }
   std::vector<std::pair<std::string, size_t>> memory_breakdown() const override;
+  int64_t max_tensor_elements() const override { return INT32_MAX; }  // cuDNN's int sizes
 
   void bind_params(float* params, float* grads, size_t count) override;
   void register_conv(const ConvDesc& d, ParamView w) override;

@@ -10,6 +10,7 @@
 #include "proto/client.h"
 #include "proto/peer_lost.h"
 #include "worker/core/backend.h"
+#include "worker/core/model.h"
 #include "worker/data/data_error.h"
 #include "worker/train/checkpoint.h"
 #include "worker/train/env.h"
@@ -177,6 +178,9 @@ int run_train(int argc, const char* const* argv) {
     std::cerr << "train_resnet: error: " << who << e.what() << std::endl;
     return 2;
   } catch (const DataError& e) {  // bad data: before training, or a corrupt file under --strict-data
+    std::cerr << "train_resnet: error: " << who << e.what() << std::endl;
+    return 2;
+  } catch (const ModelTooLarge& e) {  // --batch-size beyond what the backend takes
     std::cerr << "train_resnet: error: " << who << e.what() << std::endl;
     return 2;
   } catch (const CommFailure& e) {

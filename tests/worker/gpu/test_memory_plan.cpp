@@ -18,7 +18,8 @@ using namespace worker;
 // Hands out distinct, never dereferenced addresses; the model is only built, never run.
 class CountingOps final : public Ops {
  public:
-  explicit CountingOps(DType t) : dtype_(t) {}
+  explicit CountingOps(DType t, int64_t max_elements = INT64_MAX) : dtype_(t), max_elements_(max_elements) {}
+  int64_t max_tensor_elements() const override { return max_elements_; }
   DeviceKind device() const override { return DeviceKind::Gpu; }
   DType compute_dtype() const override { return dtype_; }
   std::string describe() const override { return "counting"; }
@@ -60,6 +61,7 @@ class CountingOps final : public Ops {
 
  private:
   DType dtype_;
+  int64_t max_elements_;
   uintptr_t next_ = 4096;
   size_t used_ = 0;
 };
@@ -141,4 +143,25 @@ TEST_CASE("recompute: what each mode keeps (ResNet-50 and -152, bf16, batch 256)
   CHECK(block152.at("activations kept for backward") == Approx(outputs152).margin(0.001));
   CHECK(block152.at("recomputed activations (shared)") == Approx((4 * 56 * 56 * 64 + 2 * 56 * 56 * 256) * mb).margin(0.001));
   CHECK(block152.at("total") == Approx(block152.at("peak")).epsilon(1e-6));
+}
+
+TEST_CASE("a batch beyond cuDNN's 2^31 elements per tensor is refused before anything is allocated", "[gpu_host][memory]") {
+  // ResNet-50 at 224 px: conv1's output holds 64 x 112 x 112 = 802,816 values per image, so
+  // 2,674 images are the most one tensor of 2^31 - 1 elements holds (the GPU backend's limit).
+  {
+    CountingOps ops(DType::BF16, INT32_MAX);
+    ModelConfig c;
+    c.batch = 2674;
+    CHECK_NOTHROW(Model(c, ops));
+  }
+  CountingOps ops(DType::BF16, INT32_MAX);
+  ModelConfig c;
+  c.batch = 2675;
+  try {
+    Model m(c, ops);
+    FAIL("batch 2675 was accepted");
+  } catch (const ModelTooLarge& e) {
+    CHECK_THAT(e.what(), Catch::Contains("batch 2675") && Catch::Contains("at most 2674"));
+    CHECK(ops.peak_bytes() == 0);
+  }
 }
