@@ -410,6 +410,10 @@ EvalCounts TrainingSession::evaluate() {
 }
 
 void TrainingSession::validate(int64_t epoch) {
+  // The training steps still queued on the device belong to training's time, not validation's:
+  // without this wait, the first logits' download drained them into the validation's seconds,
+  // which are taken out of the images/s window (a 7 % spike after every validation on an H200).
+  ops_.synchronize();
   const auto t0 = Clock::now();
   const EvalCounts c = evaluate();
   const double secs = seconds_since(t0);
