@@ -14,7 +14,7 @@ build_dir="${BUILD_DIR:-$root/build}"
 packages=(
   build-essential cmake ninja-build pkg-config git
   libcli11-dev libspdlog-dev libfmt-dev nlohmann-json3-dev catch2 libeigen3-dev
-  python3 python3-numpy python3-torch python3-torchvision python3-venv
+  python3 python3-numpy python3-torch python3-torchvision python3-venv python3-pip
   clang-14 libfuzzer-14-dev
   iproute2 procps
   slurm-wlm munge
@@ -45,11 +45,23 @@ fi
 nvjpeg_version=13.0.4.44  # CUDA 13.0, as the GPU machine's driver and toolkit
 nvjpeg_dir="$root/.whl/nvidia-nvjpeg"
 have_cuda=0
-{ command -v nvcc || [ -x /usr/local/cuda/bin/nvcc ]; } >/dev/null 2>&1 && have_cuda=1
+nvcc_bin="$(command -v nvcc || echo /usr/local/cuda/bin/nvcc)"
+if [ -x "$nvcc_bin" ]; then
+  # The wheel's library is tied to the toolkit's major version; only CUDA 13's is wired in CMake.
+  cuda_major="$("$nvcc_bin" --version | sed -n 's/.*release \([0-9]*\)\..*/\1/p')"
+  if [ "$cuda_major" = 13 ]; then
+    have_cuda=1
+  else
+    echo "setup: warning: CUDA ${cuda_major:-?} found; the nvJPEG wheel is wired for CUDA 13 only: building without the GPU data loader" >&2
+  fi
+fi
 pip_cmd=()
 for py in python3 /usr/bin/python3; do
   if "$py" -m pip --version >/dev/null 2>&1; then pip_cmd=("$py" -m pip); break; fi
 done
+if [ "${#pip_cmd[@]}" -eq 0 ] && [ "${SETUP_SKIP_PIP:-0}" != 1 ] && [ -x "$nvcc_bin" ]; then
+  echo "setup: warning: no pip (python3-pip): building without nvJPEG (GPU data loader) and cudnn-frontend (graph-API engines)" >&2
+fi
 if [ "$have_cuda" = 1 ] && [ ! -f "$nvjpeg_dir/nvidia/cu13/lib/libnvjpeg.so.13" ] && [ "${SETUP_SKIP_PIP:-0}" != 1 ] &&
    [ "${#pip_cmd[@]}" -gt 0 ]; then
   echo "setup: fetching nvidia-nvjpeg $nvjpeg_version (nvJPEG for the GPU data loader)"
