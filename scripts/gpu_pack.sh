@@ -30,6 +30,12 @@ done
 libs=$(for b in "${bins[@]}"; do ldd "$build/bin/$b"; done | awk '$3 ~ /^\// {print $3}' | sort -u |
        grep -E 'libgomp|libfmt|libspdlog|libopenblas|libnvjpeg|libjpeg|libpng' || true)
 for l in $libs; do cp -L "$l" "$tmp/lib/"; done
+# The CUPTI profile (bench/cupti_trace.cpp), with the CUPTI it was built against, when built:
+#   CUDA_INJECTION64_PATH=$PWD/.gpu/lib/libcupti_trace.so .gpu/bin/train_resnet ...
+if [ -f "$build/lib/libcupti_trace.so" ]; then
+  cp "$build/lib/libcupti_trace.so" "$tmp/lib/"
+  ldd "$build/lib/libcupti_trace.so" | awk '$3 ~ /libcupti\.so/ {print $3}' | xargs -r -I{} cp -L {} "$tmp/lib/"
+fi
 chmod 755 "$tmp"
 rm -rf "$root/.gpu"
 mv "$tmp" "$root/.gpu"
