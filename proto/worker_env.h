@@ -149,7 +149,12 @@ EnvMap env_from_environ(char** envp);  // "K=V" strings split at the first '='; 
 // invalid entry (empty or negative, e.g. "-1" hides every GPU); UUIDs count as one GPU each.
 int count_cuda_visible(std::string_view cuda_visible_devices);
 
-// A signal by name ("USR1", "SIGUSR2", "TERM", ...) or number; throws EnvError naming `var`.
-int parse_signal(const std::string& var, const std::string& value);
+// The checkpoint signal, as `launch --checkpoint-signal` takes it and LAUNCH_CHECKPOINT_SIGNAL
+// carries it (the one parser of both binaries): USR1 or USR2 in any case, with or without "SIG",
+// or its number. nullopt for anything else. The stop signals (INT, TERM, HUP, QUIT) are refused:
+// they already stop the job (a worker with --save saves and exits on them), and a worker's stop
+// handler would take the signal over from its checkpoint handler. No other signal is anybody's
+// convention for "save now".
+std::optional<int> parse_checkpoint_signal(std::string_view name);
 
 }  // namespace proto

@@ -130,18 +130,23 @@ TEST_CASE("Paddle's and torchrun's names must agree where both are set", "[proto
                     Catch::Contains("TORCHELASTIC_RESTART_COUNT=2"));
 }
 
-TEST_CASE("the checkpoint signal is read by name or number", "[proto][env]") {
-  using proto::parse_signal;
-  CHECK(parse_signal("V", "USR2") == SIGUSR2);
-  CHECK(parse_signal("V", "SIGUSR1") == SIGUSR1);
-  CHECK(parse_signal("V", "TERM") == SIGTERM);
-  CHECK(parse_signal("V", "10") == 10);
+TEST_CASE("the checkpoint signal: USR1 or USR2 in any spelling, never a stop signal", "[proto][env]") {
+  using proto::parse_checkpoint_signal;
+  CHECK(parse_checkpoint_signal("USR2") == SIGUSR2);
+  CHECK(parse_checkpoint_signal("SIGUSR1") == SIGUSR1);
+  CHECK(parse_checkpoint_signal("sigusr2") == SIGUSR2);
+  CHECK(parse_checkpoint_signal("usr1") == SIGUSR1);
+  CHECK(parse_checkpoint_signal(std::to_string(SIGUSR1)) == SIGUSR1);
+  for (const char* no : {"TERM", "SIGINT", "hup", "QUIT", "15", "2", "KILL", "9", "0", "USR3", "", "SIG"})
+    CHECK_FALSE(parse_checkpoint_signal(no));
   CHECK(read_worker_env({{"LAUNCH_CHECKPOINT_SIGNAL", "USR2"}}).checkpoint_signal == SIGUSR2);
+  CHECK(read_worker_env({{"LAUNCH_CHECKPOINT_SIGNAL", "SIGUSR1"}}).checkpoint_signal == SIGUSR1);
   CHECK(read_worker_env({}).checkpoint_signal == 0);
-  CHECK_THROWS_AS(parse_signal("V", "KILL"), EnvError);
-  CHECK_THROWS_AS(parse_signal("V", "9"), EnvError);
-  CHECK_THROWS_AS(parse_signal("V", "0"), EnvError);
-  CHECK_THROWS_AS(parse_signal("V", "USR3"), EnvError);
+  // TERM used to be accepted, and then overwritten by the worker's SIGTERM stop handler.
+  CHECK_THROWS_WITH(read_worker_env({{"LAUNCH_CHECKPOINT_SIGNAL", "TERM"}}),
+                    Catch::Contains("LAUNCH_CHECKPOINT_SIGNAL='TERM' is SIGTERM, a stop signal") &&
+                        Catch::Contains("must be USR1 or USR2"));
+  CHECK_THROWS_WITH(read_worker_env({{"LAUNCH_CHECKPOINT_SIGNAL", "2"}}), Catch::Contains("is SIGINT, a stop signal"));
   CHECK_THROWS_WITH(read_worker_env({{"LAUNCH_CHECKPOINT_SIGNAL", "nope"}}),
-                    Catch::Contains("LAUNCH_CHECKPOINT_SIGNAL"));
+                    Catch::Contains("LAUNCH_CHECKPOINT_SIGNAL='nope': the checkpoint signal must be USR1 or USR2"));
 }
