@@ -199,6 +199,7 @@ WorkerEnv read_worker_env(const EnvMap& e) {
   if (auto v = pick_count(e, {kPaddleRestartCount, kTorchRestartCount}).value) out.restart_count = *v;
   if (auto sig = lookup(e, kCheckpointSignal)) out.checkpoint_signal = read_checkpoint_signal(*sig);
   out.error_file = lookup(e, kTorchErrorFile);
+  out.log_dir = lookup(e, kPaddleLogDir);
   return out;
 }
 

@@ -187,6 +187,7 @@ TEST_CASE("round trip: a local GPU job", "[launcher][env][roundtrip]") {
     CHECK(w.job_id == "job7");
     CHECK(w.restart_count == 1);
     CHECK(*w.error_file == "/tmp/logs/workererror." + std::to_string(i) + ".json");
+    CHECK(w.log_dir == "/tmp/logs");
   }
 }
 

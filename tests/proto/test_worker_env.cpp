@@ -19,6 +19,8 @@ TEST_CASE("no launcher variables: a single process", "[proto][env]") {
   CHECK(e.contract == proto::Contract::None);
   CHECK(e.job_id == "default");
   CHECK(e.endpoints.empty());
+  CHECK(e.local_world == 1);
+  CHECK_FALSE(e.log_dir.has_value());
 }
 
 TEST_CASE("a full launcher environment is read", "[proto][env]") {
@@ -31,6 +33,8 @@ TEST_CASE("a full launcher environment is read", "[proto][env]") {
                       {"FLAGS_selected_gpus", "1"},
                       {"PADDLE_JOB_ID", "job7"},
                       {"PADDLE_RESTART_COUNT", "4"},
+                      {"PADDLE_LOCAL_SIZE", "2"},
+                      {"PADDLE_LOG_DIR", "/logs/job7"},
                       {"UNRELATED", "x"}};
   const auto e = read_worker_env(env);
   CHECK(e.rank == 2);
@@ -44,6 +48,8 @@ TEST_CASE("a full launcher environment is read", "[proto][env]") {
   CHECK(e.job_id == "job7");
   CHECK(e.contract == proto::Contract::Paddle);
   CHECK(e.restart_count == 4);
+  CHECK(e.local_world == 2);  // paddle's launcher sets PADDLE_LOCAL_SIZE, not LOCAL_WORLD_SIZE
+  CHECK(e.log_dir == "/logs/job7");
   CHECK(e.distributed());
 }
 

@@ -83,9 +83,9 @@ bool write_atomically(const std::string& path, const std::string& bytes) {
 
 }  // namespace
 
-std::vector<std::string> default_cache_dirs() {
+std::vector<std::string> default_cache_dirs(const std::string& log_dir) {
   std::vector<std::string> d;
-  if (const char* l = std::getenv("PADDLE_LOG_DIR"); l && *l) d.emplace_back(l);
+  if (!log_dir.empty()) d.push_back(log_dir);
   if (const char* x = std::getenv("XDG_CACHE_HOME"); x && *x) {
     d.push_back(std::string(x) + "/train_resnet");
   } else if (const char* h = std::getenv("HOME"); h && *h) {

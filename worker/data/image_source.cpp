@@ -7,7 +7,6 @@
 
 #include <cerrno>
 #include <cstdio>
-#include <cstdlib>
 #include <cstring>
 #include <iostream>
 #include <sstream>
@@ -19,14 +18,12 @@
 
 namespace worker {
 
-int default_data_threads() {
+int default_data_threads(int local_ranks) {
   cpu_set_t set;
   int cores = 0;
   if (::sched_getaffinity(0, sizeof set, &set) == 0) cores = CPU_COUNT(&set);
   if (cores <= 0) cores = int(std::thread::hardware_concurrency());
-  int local = 1;
-  if (const char* l = std::getenv("LOCAL_WORLD_SIZE"); l && std::atoi(l) > 0) local = std::atoi(l);
-  return std::max(1, cores / local);
+  return std::max(1, cores / std::max(1, local_ranks));
 }
 
 bool read_whole_file(const std::string& path, std::vector<uint8_t>* buf, std::string* err) {

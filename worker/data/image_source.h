@@ -29,8 +29,9 @@ struct LoaderConfig {
   TransformConfig tf;
 };
 
-// Default decode threads: the cores this process may run on, divided by LOCAL_WORLD_SIZE.
-int default_data_threads();
+// Default decode threads: the cores this process may run on, divided by the ranks of this node
+// (proto::WorkerEnv::local_world: PADDLE_LOCAL_SIZE or LOCAL_WORLD_SIZE), at least one.
+int default_data_threads(int local_ranks);
 
 // Reads files into a reusable buffer.
 bool read_whole_file(const std::string& path, std::vector<uint8_t>* buf, std::string* err);

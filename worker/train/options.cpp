@@ -71,7 +71,7 @@ void describe_images(CLI::App& app, TrainOptions& o) {
   app.add_option("--val-data", o.val_data, "list file of the val split (with a list-file --data)");
   add_choice(app, "--loader", o.loader, kLoaders,
              "auto, cpu or gpu: who decodes the images (auto: gpu on the GPU backend when built with nvJPEG)");
-  app.add_option("--data-threads", o.data_threads, "decode threads per rank (0: the node's cores / LOCAL_WORLD_SIZE)")
+  app.add_option("--data-threads", o.data_threads, "decode threads per rank (0: the node's cores / its ranks, PADDLE_LOCAL_SIZE or LOCAL_WORLD_SIZE)")
       ->capture_default_str();
   app.add_option("--data-prefetch", o.data_prefetch, "micro-batches decoded ahead")->capture_default_str();
   app.add_flag("--strict-data", o.strict_data, "an unreadable image stops the run (default: skipped with a warning, counted)");

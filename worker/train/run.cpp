@@ -146,7 +146,7 @@ int run(const TrainOptions& opt, const WorkerEnv& env) {
   std::optional<TorchrunStore> master;  // declared first: it outlives the client and the comm
   std::optional<proto::Client> store;
   std::unique_ptr<Comm> comm = make_comm(opt, env, dev, *ops, store, master);
-  const TrainResult r = train(opt, env, *ops, *comm, std::cout, requests);
+  const TrainResult r = train(opt, data_env(env), *ops, *comm, std::cout, requests);
   if (r.stop_signal != 0) return 128 + r.stop_signal;  // as a shell reports a death by that signal
   if (!r.checksums_agree) {
     std::cerr << "train_resnet: error: the ranks' parameters differ at the end of training" << std::endl;

@@ -9,7 +9,6 @@
 
 #include <nlohmann/json.hpp>
 
-#include "worker/train/data.h"
 #include "worker/train/report.h"
 
 namespace worker {
@@ -25,8 +24,8 @@ bool env_flag(const char* name) {
   return v && *v && std::string(v) != "0";
 }
 
-std::unique_ptr<BatchSource> train_source(const TrainOptions& opt, Ops& ops) {
-  std::unique_ptr<BatchSource> s = make_batch_source(opt, Split::Train, ops);
+std::unique_ptr<BatchSource> train_source(const TrainOptions& opt, const DataEnv& env, Ops& ops) {
+  std::unique_ptr<BatchSource> s = make_batch_source(opt, env, Split::Train, ops);
   if (!s) throw std::logic_error("make_batch_source: no training data");
   return s;
 }
@@ -97,11 +96,11 @@ std::string hms(double seconds) {
 
 // --- Set-up: data, sampler, model, optimizer (nothing is allocated in the loop)
 
-TrainingSession::TrainingSession(const TrainOptions& opt, Ops& ops, Comm& comm, std::ostream& out,
-                                 const Requests& requests)
+TrainingSession::TrainingSession(const TrainOptions& opt, const DataEnv& data_env, Ops& ops, Comm& comm,
+                                 std::ostream& out, const Requests& requests)
     : opt_(opt), ops_(ops), comm_(comm), out_(out), requests_(requests), rank_(comm.rank()),
-      world_(comm.size()), lead_(rank_ == 0), train_data_(train_source(opt, ops)),
-      val_data_(make_batch_source(opt, Split::Val, ops)),
+      world_(comm.size()), lead_(rank_ == 0), train_data_(train_source(opt, data_env, ops)),
+      val_data_(make_batch_source(opt, data_env, Split::Val, ops)),
       sampler_(sampler_config(opt, *train_data_, world_)), steps_per_epoch_(checked_steps_per_epoch(sampler_, opt, world_)),
       global_batch_(int64_t(world_) * opt.batch_size * opt.accum_steps), model_(model_config(opt, *train_data_), ops),
       zero_(opt.zero == 1), layout_(make_shard_layout(model_.num_params(), bucket_floats(opt), rank_, world_)),
@@ -629,9 +628,9 @@ TrainResult TrainingSession::stop() {
   return result_;
 }
 
-TrainResult train(const TrainOptions& opt, const WorkerEnv& /*env*/, Ops& ops, Comm& comm, std::ostream& out,
+TrainResult train(const TrainOptions& opt, const DataEnv& data_env, Ops& ops, Comm& comm, std::ostream& out,
                   const Requests& requests) {
-  TrainingSession session(opt, ops, comm, out, requests);
+  TrainingSession session(opt, data_env, ops, comm, out, requests);
   return session.run();
 }
 

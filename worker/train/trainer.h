@@ -17,7 +17,7 @@
 #include "worker/core/ops.h"
 #include "worker/data/batch_source.h"
 #include "worker/train/checkpoint.h"
-#include "worker/train/env.h"
+#include "worker/train/data.h"
 #include "worker/train/evaluation.h"
 #include "worker/train/lr_schedule.h"
 #include "worker/train/grad_reducer.h"
@@ -49,9 +49,9 @@ struct Requests {
   std::atomic<int>* stop = nullptr;
 };
 
-// Trains as the options say; rank 0 writes the log to `out`. Throws on any failure
-// (checkpoint, communication, backend).
-TrainResult train(const TrainOptions& opt, const WorkerEnv& env, Ops& ops, Comm& comm, std::ostream& out,
+// Trains as the options say, on the data `data_env` places; rank 0 writes the log to `out`.
+// Throws on any failure (checkpoint, communication, backend).
+TrainResult train(const TrainOptions& opt, const DataEnv& data_env, Ops& ops, Comm& comm, std::ostream& out,
                   const Requests& requests = {});
 
 // Where a run stands in its data: the epoch and the step within it that comes next.
@@ -69,7 +69,8 @@ struct StepStats {
 
 class TrainingSession {
  public:
-  TrainingSession(const TrainOptions& opt, Ops& ops, Comm& comm, std::ostream& out, const Requests& requests);
+  TrainingSession(const TrainOptions& opt, const DataEnv& data_env, Ops& ops, Comm& comm, std::ostream& out,
+                  const Requests& requests);
   TrainResult run();
 
  private:
