@@ -9,6 +9,7 @@
 #include <cstdio>
 #include <cstring>
 #include <iostream>
+#include <new>
 #include <sstream>
 #include <thread>
 
@@ -66,6 +67,16 @@ void BadFiles::report(const std::string& path, const std::string& reason) {
     std::cerr << "train_resnet: warning: skipping " << path << ": " << reason << " (" << what_
               << "; counted in the final summary, --strict-data makes it an error)" << std::endl;
   }
+}
+
+std::string out_of_memory_reason(const std::vector<uint8_t>& file) {
+  std::string size;
+  try {
+    const ImageHeader h = read_header(file.data(), file.size());
+    size = " (" + std::to_string(h.width) + "x" + std::to_string(h.height) + ")";
+  } catch (const std::exception&) {
+  }
+  return "out of memory decoding it" + size;
 }
 
 std::vector<int> substitutes(const std::vector<uint8_t>& bad, const std::string& first_error) {
@@ -193,6 +204,8 @@ class CpuImageSource final : public BatchSource {
       return;
     } catch (const DecodeError& e) {
       err = e.what();
+    } catch (const std::bad_alloc&) {  // an image too large for this machine's memory is a bad file too
+      err = out_of_memory_reason(sc.file);
     }
     s.bad[size_t(pos)] = 1;
     s.errors[size_t(pos)] = path + ": " + err;

@@ -54,6 +54,10 @@ class BadFiles {
   std::atomic<int64_t> count_{0};
 };
 
+// Why a file failed with std::bad_alloc ("out of memory decoding it (WxH)"): skipped and
+// counted like any bad file, so an image too large for this machine does not end the run.
+std::string out_of_memory_reason(const std::vector<uint8_t>& file);
+
 // Which good position of a micro-batch stands in for each bad one (the next good one,
 // cyclically); throws DataError when every sample of the batch is bad.
 std::vector<int> substitutes(const std::vector<uint8_t>& bad, const std::string& first_error);
