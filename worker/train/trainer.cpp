@@ -98,7 +98,7 @@ std::string hms(double seconds) {
 
 TrainingSession::TrainingSession(const TrainOptions& opt, const DataEnv& data_env, Ops& ops, Comm& comm,
                                  std::ostream& out, const Requests& requests)
-    : opt_(opt), ops_(ops), comm_(comm), out_(out), requests_(requests), rank_(comm.rank()),
+    : opt_(opt), ops_(ops), comm_(comm), out_(out), requests_(requests, comm), rank_(comm.rank()),
       world_(comm.size()), lead_(rank_ == 0), train_data_(train_source(opt, data_env, ops)),
       val_data_(make_batch_source(opt, data_env, Split::Val, ops)),
       sampler_(sampler_config(opt, *train_data_, world_)), steps_per_epoch_(checked_steps_per_epoch(sampler_, opt, world_)),
@@ -147,16 +147,18 @@ TrainResult TrainingSession::run() {
       const StepStats s = step(log_now);
       pos_ = {epoch + (b + 1) / steps_per_epoch_, (b + 1) % steps_per_epoch_};
       if (log_now) log({epoch, b}, s);
+      const Verdict asked = requests_.at_boundary();  // what the ranks had received a step ago
       const bool scheduled = opt_.save_every > 0 && state_.step % opt_.save_every == 0;
-      const bool requested = save_requested();
-      if (scheduled || requested) save(pos_);
-      if (lead_ && requested && !scheduled) {
+      if (scheduled || asked.save) save(pos_);
+      if (lead_ && asked.save && !scheduled) {
         out_ << "Saved " << opt_.save << " at step " << state_.step << " (checkpoint signal)" << std::endl;
       }
-      if (stop_requested()) return stop();
+      if (asked.stop_signal) return stop(asked.stop_signal);
     }
     if (val_data_ && pos_.batch == 0 && (epoch + 1) % opt_.eval_every == 0) validate(epoch);
   }
+  // A stop asked for in the last step; a save asked for then is the final save's.
+  if (const Verdict asked = requests_.drain(); asked.stop_signal) return stop(asked.stop_signal);
   if (val_data_ && last_eval_step_ != state_.step && result_.steps > 0) validate(pos_.batch ? pos_.epoch : pos_.epoch - 1);
   report();
   return result_;
@@ -592,36 +594,14 @@ void TrainingSession::report() {
   out_ << std::endl;
 }
 
-// --- Stop (SIGINT, SIGTERM with --save): every rank stops at the same step boundary
+// --- Stop (SIGINT, SIGTERM with --save): every rank stops at the same step boundary, agreed by
+// requests_ (worker/train/requests.h).
 
-// The checkpoint signal: rank 0's flag decides (only rank 0 writes). Under ZeRO every rank takes
-// part in the save, and a signal may reach the ranks on either side of a step boundary, so rank
-// 0's flag is shared; the others' are cleared unused.
-bool TrainingSession::save_requested() {
-  const uint8_t mine = requests_.save && requests_.save->exchange(false) ? 1 : 0;
-  if (!zero_ || world_ == 1 || !requests_.save) return mine != 0;
-  std::vector<uint8_t> all(static_cast<size_t>(world_));
-  comm_.allgather_host(&mine, all.data(), 1);
-  return all[0] != 0;
-}
-
-bool TrainingSession::stop_requested() {
-  if (!requests_.stop) return false;
-  int mine = requests_.stop->load(), any = mine;
-  if (world_ > 1) {  // a signal may reach the ranks on either side of a boundary: agree on one
-    std::vector<int> all(static_cast<size_t>(world_));
-    comm_.allgather_host(&mine, all.data(), sizeof(int));
-    for (int s : all) any = any ? any : s;
-  }
-  stop_signal_ = any;
-  return any != 0;
-}
-
-TrainResult TrainingSession::stop() {
+TrainResult TrainingSession::stop(int signal) {
   save(pos_);
-  result_.stop_signal = stop_signal_;
+  result_.stop_signal = signal;
   if (lead_) {
-    out_ << "Stopped by signal " << stop_signal_ << " at step " << state_.step << ": saved " << opt_.save
+    out_ << "Stopped by signal " << signal << " at step " << state_.step << ": saved " << opt_.save
          << " (training state " << train_state_path(opt_.save) << "); continue with --resume " << opt_.save
          << std::endl;
   }

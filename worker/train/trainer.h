@@ -3,7 +3,6 @@
 // together.
 #pragma once
 
-#include <atomic>
 #include <chrono>
 #include <cstdint>
 #include <map>
@@ -25,6 +24,7 @@
 #include "worker/train/metrics.h"
 #include "worker/train/optimizer.h"
 #include "worker/train/options.h"
+#include "worker/train/requests.h"
 #include "worker/train/sampler.h"
 #include "worker/train/shard.h"
 #include "worker/train/tensorboard.h"
@@ -38,15 +38,6 @@ struct TrainResult {
   double best_top1 = -1.0;     // validation top-1 in percent (-1: not evaluated)
   double last_top1 = -1.0;
   int stop_signal = 0;         // the signal that stopped training early (after saving), else 0
-};
-
-// What signal handlers ask of the loop, polled at every step boundary (either may be null).
-struct Requests {
-  // The checkpoint signal: rank 0 saves to --save, clears the flag, training goes on.
-  std::atomic<bool>* save = nullptr;
-  // SIGINT/SIGTERM (their number): every rank stops at the same step boundary (agreed by an
-  // all-gather every step), rank 0 saves to --save, train() returns with stop_signal set.
-  std::atomic<int>* stop = nullptr;
 };
 
 // Trains as the options say, on the data `data_env` places; rank 0 writes the log to `out`.
@@ -85,14 +76,12 @@ class TrainingSession {
   void save(const Position& next);           // rank 0: weights + training state to --save
   void report();                             // throughput, memory, final save, checksums, summary
   TrainResult eval_only();                   // --eval-only
-  bool stop_requested();                     // a stop signal on any rank (collective)
-  bool save_requested();                     // the checkpoint signal (rank 0's; collective under ZeRO)
   bool grads_finite_everywhere();            // fp16: one verdict for every rank
   // The optimizer state of the whole buffer for rank 0's checkpoint (others: empty); under ZeRO
   // gathered from every rank's shard (collective).
   std::map<std::string, std::vector<float>> whole_optimizer_state();
   size_t unsharded_optimizer_bytes() const;
-  TrainResult stop();                        // save, say how to continue
+  TrainResult stop(int signal);              // save, say how to continue
   bool finished() const { return opt_.max_steps > 0 && state_.step >= opt_.max_steps; }
   void dump_first_batch(const std::vector<int64_t>& indices);
 
@@ -100,8 +89,7 @@ class TrainingSession {
   Ops& ops_;
   Comm& comm_;
   std::ostream& out_;
-  Requests requests_;
-  int stop_signal_ = 0;
+  RequestAgreement requests_;  // stop / checkpoint signals, agreed by all ranks one step late
   const int rank_, world_;
   const bool lead_;
 
