@@ -6,6 +6,7 @@
 #include <cstdlib>
 #include <stdexcept>
 #include <string>
+#include <thread>
 
 #include <nlohmann/json.hpp>
 
@@ -429,20 +430,23 @@ void TrainingSession::validate(int64_t epoch) {
     best_epoch_ = epoch;
   }
   result_.best_top1 = state_.best_top1;
-  if (!lead_) return;
-  out_ << "Validation: epoch " << epoch << ", step " << state_.step << ": top-1 " << strf("%.2f", c.top1_percent())
-       << " %, top-5 " << strf("%.2f", c.top5_percent()) << " %, loss " << strf("%.4f", c.mean_loss()) << " ("
-       << c.images << " images, " << strf("%.1f", secs) << " s)" << std::endl;
-  metrics_.write({{"eval", true}, {"epoch", epoch}, {"step", state_.step}, {"top1", c.top1_percent()},
-                  {"top5", c.top5_percent()}, {"val_loss", c.mean_loss()}, {"val_images", c.images},
-                  {"eval_s", secs}, {"time", seconds_since(t_start_)}});
-  tensorboard_.scalars(state_.step, {{"val/top1", float(c.top1_percent())},
-                                     {"val/top5", float(c.top5_percent())},
-                                     {"val/loss", float(c.mean_loss())}});
-  if (best && opt_.save_best) {
-    write_weights(best_weights_path(opt_.save), model_, model_.get_state(), state_.step,
-                  {{"top1", strf("%.4f", c.top1_percent())}, {"epoch", std::to_string(epoch)}});
-    out_ << "Saved " << best_weights_path(opt_.save) << " (best top-1 so far)" << std::endl;
+  if (lead_) {
+    out_ << "Validation: epoch " << epoch << ", step " << state_.step << ": top-1 " << strf("%.2f", c.top1_percent())
+         << " %, top-5 " << strf("%.2f", c.top5_percent()) << " %, loss " << strf("%.4f", c.mean_loss()) << " ("
+         << c.images << " images, " << strf("%.1f", secs) << " s)" << std::endl;
+    metrics_.write({{"eval", true}, {"epoch", epoch}, {"step", state_.step}, {"top1", c.top1_percent()},
+                    {"top5", c.top5_percent()}, {"val_loss", c.mean_loss()}, {"val_images", c.images},
+                    {"eval_s", secs}, {"time", seconds_since(t_start_)}});
+    tensorboard_.scalars(state_.step, {{"val/top1", float(c.top1_percent())},
+                                       {"val/top5", float(c.top5_percent())},
+                                       {"val/loss", float(c.mean_loss())}});
+  }
+  if (best && opt_.save_best) {  // the same verdict on every rank: the counts are summed everywhere
+    lead_writes([&] {
+      write_weights(best_weights_path(opt_.save), model_, model_.get_state(), state_.step,
+                    {{"top1", strf("%.4f", c.top1_percent())}, {"epoch", std::to_string(epoch)}});
+      out_ << "Saved " << best_weights_path(opt_.save) << " (best top-1 so far)" << std::endl;
+    });
   }
 }
 
@@ -466,15 +470,31 @@ TrainResult TrainingSession::eval_only() {
 void TrainingSession::save(const Position& next) {
   if (opt_.save.empty()) return;
   std::map<std::string, std::vector<float>> optimizer_state = whole_optimizer_state();
-  if (!lead_) return;
-  TrainState s = state_;
-  s.epoch = next.epoch;
-  s.batch = next.batch;
-  s.loss_scale = scaler_.enabled ? scaler_.scale : 0.0f;
-  s.loss_scale_growth_tracker = scaler_.growth_tracker;
-  s.skipped_steps = scaler_.skipped;
-  s.optimizer_state = std::move(optimizer_state);
-  save_checkpoint(opt_.save, model_, model_.get_state(), s);
+  lead_writes([&] {
+    TrainState s = state_;
+    s.epoch = next.epoch;
+    s.batch = next.batch;
+    s.loss_scale = scaler_.enabled ? scaler_.scale : 0.0f;
+    s.loss_scale_growth_tracker = scaler_.growth_tracker;
+    s.skipped_steps = scaler_.skipped;
+    s.optimizer_state = std::move(optimizer_state);
+    save_checkpoint(opt_.save, model_, model_.get_state(), s);
+  });
+}
+
+// Rank 0 writes a file while the others wait in a barrier without the communication timeout: a
+// save takes as long as the file system needs (gigabytes to a network file system), and would
+// otherwise count as rank 0's silence in the others' next collective and end a healthy run
+// (--comm-timeout). All ranks leave together, so the next collective's clock starts afresh.
+// WORKER_TEST_SAVE_DELAY_MS (tests only) makes each write that much slower.
+void TrainingSession::lead_writes(const std::function<void()>& write) {
+  if (lead_) {
+    if (const char* d = std::getenv("WORKER_TEST_SAVE_DELAY_MS"); d && *d) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(std::atoll(d)));
+    }
+    write();
+  }
+  if (world_ > 1) comm_.barrier_untimed();
 }
 
 // Checkpoints hold the whole buffer's state whatever --zero was, so a run resumes with or without
@@ -595,7 +615,7 @@ void TrainingSession::report() {
 }
 
 // --- Stop (SIGINT, SIGTERM with --save): every rank stops at the same step boundary, agreed by
-// requests_ (worker/train/requests.h).
+// requests_ (worker/train/requests.h), and leaves once rank 0's checkpoint is written.
 
 TrainResult TrainingSession::stop(int signal) {
   save(pos_);

@@ -5,6 +5,7 @@
 
 #include <chrono>
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <memory>
 #include <ostream>
@@ -74,6 +75,7 @@ class TrainingSession {
   void validate(int64_t epoch);              // evaluate, log, record, keep the best
   void log(const Position& at, const StepStats& s);
   void save(const Position& next);           // rank 0: weights + training state to --save
+  void lead_writes(const std::function<void()>& write);  // rank 0 writes, the others wait (untimed)
   void report();                             // throughput, memory, final save, checksums, summary
   TrainResult eval_only();                   // --eval-only
   bool grads_finite_everywhere();            // fp16: one verdict for every rank

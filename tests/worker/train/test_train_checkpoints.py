@@ -6,7 +6,7 @@ Usage: test_train_checkpoints.py CASE --train PATH --launch PATH
 Cases: refuse (bad --save, partial checkpoints, another optimizer, --seed -1), interrupted (stale
 temporary files, a save killed between its two renames), stop (SIGINT alone, SIGTERM to `launch`
 with two ranks), one_rank (the checkpoint signal, then SIGTERM, to rank 1 alone: both ranks act at
-one step).
+one step), slow_save (rank 0's saves far longer than --comm-timeout end no healthy run).
 Exit 0 pass, 1 fail, 77 skipped (`launch` not built).
 """
 import os
@@ -233,6 +233,31 @@ def case_one_rank(a, tmp):
           f"resuming changed the result:\n{r_out[-1500:]}\n{f_out[-1500:]}")
     print(f"signals to rank 1 alone (2 ranks, ZeRO-1): USR1 saved step {saved} once, SIGTERM stopped both at step "
           f"{stopped} (exit 143); resumed = uninterrupted")
+
+
+def case_slow_save(a, tmp):
+    # Every write of rank 0 (two checkpoints, the best weights) takes 2 x --comm-timeout while
+    # rank 1 waits; none counts as silence.
+    ck = os.path.join(tmp, "slow.safetensors")
+    delay_s, timeout_s = 3.0, 1.5
+    args = SMALL + ["--log-every", "1", "--max-steps", "4", "--save-every", "4", "--save", ck, "--val-samples", "16",
+                    "--save-best", "--comm-timeout", str(timeout_s)]
+    t0 = time.monotonic()
+    procs = endpoint_ranks(a, tmp, args, {"WORKER_TEST_SAVE_DELAY_MS": str(int(delay_s * 1000))})
+    try:
+        out = procs[0].communicate(timeout=120)[0]
+        rcs = finish(procs)
+    finally:
+        finish(procs, 1)
+    elapsed = time.monotonic() - t0
+    rank1 = open(os.path.join(tmp, "rank1.log")).read()
+    check(rcs == [0, 0], f"exit codes {rcs}:\n{out[-2000:]}\nrank 1:\n{rank1[-2000:]}")
+    # The scheduled save of step 4 says nothing; the best weights and the final save do.
+    check(out.count("Saved ") == 2 and "(best top-1 so far)" in out, f"expected the best and the final save:\n{out[-2000:]}")
+    writes = 3
+    check(elapsed >= writes * delay_s, f"{elapsed:.1f} s in all: the writes were not slowed")
+    check(read_st(ck)[1]["step"] == "4", "the checkpoint is not of step 4")
+    print(f"2 ranks, --comm-timeout {timeout_s} s, 3 writes of rank 0 of {delay_s} s each: exit 0 in {elapsed:.1f} s")
 
 
 if __name__ == "__main__":
