@@ -4,9 +4,10 @@
 // A signal reaches the ranks at different moments (launch forwards it to each, Slurm signals
 // each task; a user may signal one), possibly on either side of a boundary. At every boundary
 // each rank sends what it has received so far and the ranks act on the all-gathered flags of
-// the boundary before: the exchange overlaps a whole step (NCCL: no host synchronisation, no
-// wait for the compute stream), and every rank reads the same bytes at the same boundary, so
-// every rank makes the same decision at the same step. A signal during step N is acted on after
+// the boundary before: the exchange overlaps a whole step (NCCL: it waits for nothing on the
+// compute stream, and the host, reading it a boundary later, waits only if it runs more than a
+// step ahead of the device), and every rank reads the same bytes at the same boundary, so every
+// rank makes the same decision at the same step. A signal during step N is acted on after
 // step N + 1 on every backend (a single process: after step N). Without a stop handler or a
 // checkpoint signal on any rank there is no exchange at all.
 #pragma once
