@@ -2,8 +2,9 @@
 
 #include <sys/wait.h>
 
-#include <cctype>
 #include <csignal>
+
+#include "proto/worker_env.h"
 
 namespace launch {
 
@@ -20,14 +21,8 @@ int exit_code_of(const Termination& t) {
 
 bool is_failure(const Termination& t) { return exit_code_of(t) != 0; }
 
-std::optional<int> parse_checkpoint_signal(const std::string& name) {
-  std::string n;
-  for (char c : name) n += static_cast<char>(std::toupper(static_cast<unsigned char>(c)));
-  if (n.rfind("SIG", 0) == 0) n = n.substr(3);
-  if (n == "USR1" || n == std::to_string(SIGUSR1)) return SIGUSR1;
-  if (n == "USR2" || n == std::to_string(SIGUSR2)) return SIGUSR2;
-  return std::nullopt;
-}
+// The worker reads LAUNCH_CHECKPOINT_SIGNAL with the same parser.
+std::optional<int> parse_checkpoint_signal(const std::string& name) { return proto::parse_checkpoint_signal(name); }
 
 std::string signal_name(int sig) {
   switch (sig) {

@@ -1,5 +1,6 @@
 #include "proto/worker_env.h"
 
+#include <cctype>
 #include <csignal>
 #include <cstring>
 
@@ -94,6 +95,28 @@ int read_gpu_ordinal(const std::string& value, const std::optional<std::string>&
   return index;
 }
 
+// "sigterm" -> "TERM": a signal's name as the parsers compare it.
+std::string signal_base_name(std::string_view name) {
+  std::string n;
+  for (char c : name) n += char(std::toupper(static_cast<unsigned char>(c)));
+  return n.rfind("SIG", 0) == 0 ? n.substr(3) : n;
+}
+
+// LAUNCH_CHECKPOINT_SIGNAL, or an EnvError saying why not.
+int read_checkpoint_signal(const std::string& value) {
+  if (auto sig = parse_checkpoint_signal(value)) return *sig;
+  const std::string n = signal_base_name(value);
+  for (const auto& [name, sig] : {std::pair<const char*, int>{"INT", SIGINT}, {"TERM", SIGTERM}, {"HUP", SIGHUP},
+                                  {"QUIT", SIGQUIT}}) {
+    if (n == name || n == std::to_string(sig)) {
+      throw EnvError(std::string(kCheckpointSignal) + "='" + value + "' is SIG" + name +
+                     ", a stop signal: it already makes the workers save (with --save) and exit; the checkpoint "
+                     "signal must be USR1 or USR2");
+    }
+  }
+  throw EnvError(std::string(kCheckpointSignal) + "='" + value + "': the checkpoint signal must be USR1 or USR2");
+}
+
 }  // namespace
 
 // ---------------------------------------------------------------------------------------------
@@ -174,8 +197,9 @@ WorkerEnv read_worker_env(const EnvMap& e) {
     out.job_id = *run;
   if (auto g = lookup(e, kSelectedGpus)) out.gpu_ordinal = read_gpu_ordinal(*g, lookup(e, kCudaVisibleDevices));
   if (auto v = pick_count(e, {kPaddleRestartCount, kTorchRestartCount}).value) out.restart_count = *v;
-  if (auto sig = lookup(e, kCheckpointSignal)) out.checkpoint_signal = parse_signal(kCheckpointSignal, *sig);
+  if (auto sig = lookup(e, kCheckpointSignal)) out.checkpoint_signal = read_checkpoint_signal(*sig);
   out.error_file = lookup(e, kTorchErrorFile);
+  out.log_dir = lookup(e, kPaddleLogDir);
   return out;
 }
 
@@ -202,24 +226,11 @@ int count_cuda_visible(std::string_view v) {
   return n;
 }
 
-int parse_signal(const std::string& var, const std::string& value) {
-  // The signals a scheduler sends ahead of a time limit (sbatch --signal); KILL and STOP cannot
-  // be caught, so they are refused.
-  static const std::pair<const char*, int> names[] = {
-      {"HUP", SIGHUP}, {"INT", SIGINT}, {"QUIT", SIGQUIT}, {"USR1", SIGUSR1}, {"USR2", SIGUSR2},
-      {"TERM", SIGTERM}, {"ALRM", SIGALRM}, {"CONT", SIGCONT}, {"URG", SIGURG}, {"XCPU", SIGXCPU},
-      {"PWR", SIGPWR}};
-  std::string name = value;
-  if (name.rfind("SIG", 0) == 0) name = name.substr(3);
-  for (const auto& [n, sig] : names)
-    if (name == n) return sig;
-  bool digits = !value.empty() && value.size() <= 2;
-  for (char ch : value) digits = digits && ch >= '0' && ch <= '9';
-  if (digits) {
-    const int sig = std::stoi(value);
-    if (sig > 0 && sig < NSIG && sig != SIGKILL && sig != SIGSTOP) return sig;
-  }
-  throw EnvError(var + "='" + value + "' is not a signal that can be caught (use e.g. USR1, USR2 or TERM)");
+std::optional<int> parse_checkpoint_signal(std::string_view name) {
+  const std::string n = signal_base_name(name);
+  if (n == "USR1" || n == std::to_string(SIGUSR1)) return SIGUSR1;
+  if (n == "USR2" || n == std::to_string(SIGUSR2)) return SIGUSR2;
+  return std::nullopt;
 }
 
 }  // namespace proto

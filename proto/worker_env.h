@@ -117,7 +117,7 @@ struct WorkerEnv {
   int rank = 0;         // PADDLE_TRAINER_ID, else RANK
   int world = 1;        // PADDLE_TRAINERS_NUM, else WORLD_SIZE (else the endpoint count)
   int local_rank = 0;   // PADDLE_LOCAL_RANK / LOCAL_RANK / PADDLE_RANK_IN_NODE
-  int local_world = 1;  // PADDLE_LOCAL_SIZE / LOCAL_WORLD_SIZE (else 1)
+  int local_world = 1;  // PADDLE_LOCAL_SIZE / LOCAL_WORLD_SIZE (else 1): the ranks sharing this node's cores
   std::vector<std::string> endpoints;     // PADDLE_TRAINER_ENDPOINTS ("ip:port", one per rank)
   std::string current_endpoint;           // PADDLE_CURRENT_ENDPOINT
   std::optional<std::string> master;      // "host:port": PADDLE_MASTER, else MASTER_ADDR:MASTER_PORT
@@ -129,6 +129,7 @@ struct WorkerEnv {
   int restart_count = 0;                  // PADDLE_RESTART_COUNT / TORCHELASTIC_RESTART_COUNT
   int checkpoint_signal = 0;              // LAUNCH_CHECKPOINT_SIGNAL; 0: none
   std::optional<std::string> error_file;  // TORCHELASTIC_ERROR_FILE
+  std::optional<std::string> log_dir;     // PADDLE_LOG_DIR (launch and paddle's launcher set it)
 
   bool distributed() const { return world > 1; }
   // The host part of current_endpoint ("" when unknown): where this rank's sockets bind.
@@ -149,7 +150,12 @@ EnvMap env_from_environ(char** envp);  // "K=V" strings split at the first '='; 
 // invalid entry (empty or negative, e.g. "-1" hides every GPU); UUIDs count as one GPU each.
 int count_cuda_visible(std::string_view cuda_visible_devices);
 
-// A signal by name ("USR1", "SIGUSR2", "TERM", ...) or number; throws EnvError naming `var`.
-int parse_signal(const std::string& var, const std::string& value);
+// The checkpoint signal, as `launch --checkpoint-signal` takes it and LAUNCH_CHECKPOINT_SIGNAL
+// carries it (the one parser of both binaries): USR1 or USR2 in any case, with or without "SIG",
+// or its number. nullopt for anything else. The stop signals (INT, TERM, HUP, QUIT) are refused:
+// they already stop the job (a worker with --save saves and exits on them), and a worker's stop
+// handler would take the signal over from its checkpoint handler. No other signal is anybody's
+// convention for "save now".
+std::optional<int> parse_checkpoint_signal(std::string_view name);
 
 }  // namespace proto

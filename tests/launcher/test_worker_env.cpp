@@ -5,6 +5,7 @@
 #include <algorithm>
 
 #include "launcher/devices.h"
+#include "launcher/exit_policy.h"
 #include "launcher/worker_env.h"
 #include "proto/worker_env.h"
 
@@ -186,6 +187,17 @@ TEST_CASE("round trip: a local GPU job", "[launcher][env][roundtrip]") {
     CHECK(w.job_id == "job7");
     CHECK(w.restart_count == 1);
     CHECK(*w.error_file == "/tmp/logs/workererror." + std::to_string(i) + ".json");
+    CHECK(w.log_dir == "/tmp/logs");
+  }
+}
+
+TEST_CASE("round trip: the checkpoint signal, parsed by one parser on both sides", "[launcher][env][roundtrip]") {
+  for (const char* given : {"USR1", "usr2", "SIGUSR1", "12"}) {
+    const std::optional<int> sig = parse_checkpoint_signal(given);  // launch --checkpoint-signal
+    REQUIRE(sig);
+    JobSpec job = two_gpu_job();
+    job.checkpoint_signal = signal_name(*sig);
+    CHECK(worker_reads(build_worker_env(job, one_node(2), 0, 0, {})).checkpoint_signal == *sig);
   }
 }
 

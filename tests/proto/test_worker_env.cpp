@@ -19,6 +19,8 @@ TEST_CASE("no launcher variables: a single process", "[proto][env]") {
   CHECK(e.contract == proto::Contract::None);
   CHECK(e.job_id == "default");
   CHECK(e.endpoints.empty());
+  CHECK(e.local_world == 1);
+  CHECK_FALSE(e.log_dir.has_value());
 }
 
 TEST_CASE("a full launcher environment is read", "[proto][env]") {
@@ -31,6 +33,8 @@ TEST_CASE("a full launcher environment is read", "[proto][env]") {
                       {"FLAGS_selected_gpus", "1"},
                       {"PADDLE_JOB_ID", "job7"},
                       {"PADDLE_RESTART_COUNT", "4"},
+                      {"PADDLE_LOCAL_SIZE", "2"},
+                      {"PADDLE_LOG_DIR", "/logs/job7"},
                       {"UNRELATED", "x"}};
   const auto e = read_worker_env(env);
   CHECK(e.rank == 2);
@@ -44,6 +48,8 @@ TEST_CASE("a full launcher environment is read", "[proto][env]") {
   CHECK(e.job_id == "job7");
   CHECK(e.contract == proto::Contract::Paddle);
   CHECK(e.restart_count == 4);
+  CHECK(e.local_world == 2);  // paddle's launcher sets PADDLE_LOCAL_SIZE, not LOCAL_WORLD_SIZE
+  CHECK(e.log_dir == "/logs/job7");
   CHECK(e.distributed());
 }
 
@@ -130,18 +136,23 @@ TEST_CASE("Paddle's and torchrun's names must agree where both are set", "[proto
                     Catch::Contains("TORCHELASTIC_RESTART_COUNT=2"));
 }
 
-TEST_CASE("the checkpoint signal is read by name or number", "[proto][env]") {
-  using proto::parse_signal;
-  CHECK(parse_signal("V", "USR2") == SIGUSR2);
-  CHECK(parse_signal("V", "SIGUSR1") == SIGUSR1);
-  CHECK(parse_signal("V", "TERM") == SIGTERM);
-  CHECK(parse_signal("V", "10") == 10);
+TEST_CASE("the checkpoint signal: USR1 or USR2 in any spelling, never a stop signal", "[proto][env]") {
+  using proto::parse_checkpoint_signal;
+  CHECK(parse_checkpoint_signal("USR2") == SIGUSR2);
+  CHECK(parse_checkpoint_signal("SIGUSR1") == SIGUSR1);
+  CHECK(parse_checkpoint_signal("sigusr2") == SIGUSR2);
+  CHECK(parse_checkpoint_signal("usr1") == SIGUSR1);
+  CHECK(parse_checkpoint_signal(std::to_string(SIGUSR1)) == SIGUSR1);
+  for (const char* no : {"TERM", "SIGINT", "hup", "QUIT", "15", "2", "KILL", "9", "0", "USR3", "", "SIG"})
+    CHECK_FALSE(parse_checkpoint_signal(no));
   CHECK(read_worker_env({{"LAUNCH_CHECKPOINT_SIGNAL", "USR2"}}).checkpoint_signal == SIGUSR2);
+  CHECK(read_worker_env({{"LAUNCH_CHECKPOINT_SIGNAL", "SIGUSR1"}}).checkpoint_signal == SIGUSR1);
   CHECK(read_worker_env({}).checkpoint_signal == 0);
-  CHECK_THROWS_AS(parse_signal("V", "KILL"), EnvError);
-  CHECK_THROWS_AS(parse_signal("V", "9"), EnvError);
-  CHECK_THROWS_AS(parse_signal("V", "0"), EnvError);
-  CHECK_THROWS_AS(parse_signal("V", "USR3"), EnvError);
+  // TERM used to be accepted, and then overwritten by the worker's SIGTERM stop handler.
+  CHECK_THROWS_WITH(read_worker_env({{"LAUNCH_CHECKPOINT_SIGNAL", "TERM"}}),
+                    Catch::Contains("LAUNCH_CHECKPOINT_SIGNAL='TERM' is SIGTERM, a stop signal") &&
+                        Catch::Contains("must be USR1 or USR2"));
+  CHECK_THROWS_WITH(read_worker_env({{"LAUNCH_CHECKPOINT_SIGNAL", "2"}}), Catch::Contains("is SIGINT, a stop signal"));
   CHECK_THROWS_WITH(read_worker_env({{"LAUNCH_CHECKPOINT_SIGNAL", "nope"}}),
-                    Catch::Contains("LAUNCH_CHECKPOINT_SIGNAL"));
+                    Catch::Contains("LAUNCH_CHECKPOINT_SIGNAL='nope': the checkpoint signal must be USR1 or USR2"));
 }

@@ -52,6 +52,23 @@ class Comm {
   // Blocking. Used for checksums and metrics.
   virtual void allgather_host(const void* send, void* recv, size_t bytes) = 0;
 
+  // The same, split in two so that the exchange overlaps the work between (the ranks' stop and
+  // checkpoint requests, agreed one step late: worker/train/requests.h). start copies `send`
+  // and begins; finish blocks until `recv` (valid until then) holds every rank's bytes. One at
+  // a time; other collectives may run between the two. NCCL runs it on the communication
+  // stream without waiting for the compute stream; the CPU ring, which has no thread of its
+  // own, does the whole exchange in start (a round trip per rank, microseconds beside a step).
+  virtual void allgather_host_start(const void* send, void* recv, size_t bytes) {
+    allgather_host(send, recv, bytes);
+  }
+  virtual void allgather_host_finish() {}
+
+  // Blocks until every rank has called it, with the communication timeout (--comm-timeout)
+  // suspended: the ranks wait here while rank 0 writes a checkpoint, however long its file
+  // system takes. A peer that exits is still noticed (the ring: its connection closes; NCCL:
+  // the launcher's failure record); one that hangs is left to the launcher and its signals.
+  virtual void barrier_untimed() = 0;
+
   // Device-side timing of the gradient all-reduces, summed since the start, where the
   // communicator can measure it (NCCL: CUDA events; false elsewhere). A "step" is the run of
   // allreduce_sum calls up to a wait(): allreduce_ms spans from its first all-reduce's start

@@ -3,6 +3,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <cerrno>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
@@ -63,29 +64,31 @@ bool read_file(const std::string& path, std::string* out) {
   return true;
 }
 
+// A temporary file of mkstemp's in the target folder, then rename: concurrent writers never
+// clash, not even ranks of different nodes on a shared data folder (a name made of the pid did:
+// under launch's PID namespaces every node's ranks are pids 2, 3, ...).
 bool write_atomically(const std::string& path, const std::string& bytes) {
-  const std::string tmp = path + ".tmp." + std::to_string(::getpid());
-  {
-    std::ofstream f(tmp, std::ios::binary | std::ios::trunc);
-    if (!f) return false;
-    f.write(bytes.data(), std::streamsize(bytes.size()));
-    if (!f.flush()) {
-      std::remove(tmp.c_str());
-      return false;
-    }
+  std::string tmp = path + ".tmp.XXXXXX";
+  const int fd = ::mkstemp(tmp.data());
+  if (fd < 0) return false;
+  ::fchmod(fd, 0644);  // mkstemp makes it 0600: the other users of a shared data set read it too
+  size_t done = 0;
+  while (done < bytes.size()) {
+    const ssize_t n = ::write(fd, bytes.data() + done, bytes.size() - done);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) break;
+    done += size_t(n);
   }
-  if (std::rename(tmp.c_str(), path.c_str()) != 0) {
-    std::remove(tmp.c_str());
-    return false;
-  }
-  return true;
+  const bool ok = ::close(fd) == 0 && done == bytes.size() && std::rename(tmp.c_str(), path.c_str()) == 0;
+  if (!ok) ::unlink(tmp.c_str());
+  return ok;
 }
 
 }  // namespace
 
-std::vector<std::string> default_cache_dirs() {
+std::vector<std::string> default_cache_dirs(const std::string& log_dir) {
   std::vector<std::string> d;
-  if (const char* l = std::getenv("PADDLE_LOG_DIR"); l && *l) d.emplace_back(l);
+  if (!log_dir.empty()) d.push_back(log_dir);
   if (const char* x = std::getenv("XDG_CACHE_HOME"); x && *x) {
     d.push_back(std::string(x) + "/train_resnet");
   } else if (const char* h = std::getenv("HOME"); h && *h) {

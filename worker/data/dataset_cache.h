@@ -16,7 +16,10 @@
 
 namespace worker {
 
-std::vector<std::string> default_cache_dirs();  // $PADDLE_LOG_DIR, $XDG_CACHE_HOME or ~/.cache
+// Where an index goes when the data folder is not writable: the launcher's log folder (given: it is
+// read from PADDLE_LOG_DIR by proto::read_worker_env, empty when none), then
+// $XDG_CACHE_HOME/train_resnet or ~/.cache/train_resnet.
+std::vector<std::string> default_cache_dirs(const std::string& log_dir);
 
 struct IndexLoad {
   DatasetIndex index;

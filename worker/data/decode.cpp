@@ -4,6 +4,7 @@
 #include <csetjmp>
 #include <cstdio>
 #include <cstring>
+#include <new>
 
 #include <jpeglib.h>
 #include <jerror.h>
@@ -93,8 +94,13 @@ const char* jpeg_decode(const uint8_t* data, size_t size, int scale_num, const R
   out->full_w = W;
   out->full_h = H;
   out->scale_num = scale_num;
-  out->pixels.resize(size_t(out->w) * size_t(out->h) * 3);
-  if (cmyk) cmyk_row->resize(size_t(cinfo.output_width) * 4);
+  try {
+    out->pixels.resize(size_t(out->w) * size_t(out->h) * 3);
+    if (cmyk) cmyk_row->resize(size_t(cinfo.output_width) * 4);
+  } catch (const std::bad_alloc&) {
+    jpeg_destroy_decompress(&cinfo);  // libjpeg's memory, before the exception leaves
+    throw;
+  }
   for (int y = 0; y < out->h; ++y) {
     uint8_t* dst = out->pixels.data() + size_t(y) * size_t(out->w) * 3;
     if (!cmyk) {
@@ -138,7 +144,19 @@ void decode_png(const uint8_t* data, size_t size, const Region* region, RgbRegio
   }
   img.format = PNG_FORMAT_RGBA;
   thread_local std::vector<uint8_t> rgba;
-  rgba.resize(PNG_IMAGE_SIZE(img));
+  // A large image's buffer is not kept for the thread's lifetime (up to 716 MB at the limit).
+  struct Shrink {
+    std::vector<uint8_t>& v;
+    ~Shrink() {
+      if (v.capacity() > (size_t(64) << 20)) std::vector<uint8_t>().swap(v);
+    }
+  } shrink{rgba};
+  try {
+    rgba.resize(PNG_IMAGE_SIZE(img));
+  } catch (const std::bad_alloc&) {
+    png_image_free(&img);
+    throw;
+  }
   if (!png_image_finish_read(&img, nullptr, rgba.data(), 0, nullptr)) {
     const std::string msg = img.message;
     png_image_free(&img);
@@ -217,6 +235,11 @@ ImageHeader read_header(const uint8_t* p, size_t n) {
   if (h.width <= 0 || h.height <= 0 || h.width > 65535 || h.height > 65535) {
     throw DecodeError("bad image size " + std::to_string(h.width) + "x" + std::to_string(h.height));
   }
+  if (int64_t(h.width) * h.height > kMaxImagePixels) {
+    throw DecodeError("image of " + std::to_string(h.width) + "x" + std::to_string(h.height) + " = " +
+                      std::to_string(int64_t(h.width) * h.height) + " pixels, more than the " +
+                      std::to_string(kMaxImagePixels) + " decoded (Pillow's decompression-bomb limit)");
+  }
   return h;
 }
 
@@ -225,6 +248,7 @@ bool jpeg_complete(const uint8_t* data, size_t size) { return has_eoi(data, size
 int scaled_size(int size, int scale_num) { return (size * scale_num + 7) / 8; }
 
 void decode_region(const uint8_t* data, size_t size, int scale_num, const Region& region, RgbRegion* out) {
+  read_header(data, size);  // a bomb is refused before the decoder allocates for it
   switch (sniff_format(data, size)) {
     case ImageFormat::Jpeg: return decode_jpeg(data, size, scale_num, &region, out);
     case ImageFormat::Png:
@@ -236,6 +260,7 @@ void decode_region(const uint8_t* data, size_t size, int scale_num, const Region
 }
 
 void decode_full(const uint8_t* data, size_t size, RgbRegion* out) {
+  read_header(data, size);
   switch (sniff_format(data, size)) {
     case ImageFormat::Jpeg: return decode_jpeg(data, size, 8, nullptr, out);
     case ImageFormat::Png: return decode_png(data, size, nullptr, out);

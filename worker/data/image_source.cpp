@@ -7,9 +7,9 @@
 
 #include <cerrno>
 #include <cstdio>
-#include <cstdlib>
 #include <cstring>
 #include <iostream>
+#include <new>
 #include <sstream>
 #include <thread>
 
@@ -19,14 +19,12 @@
 
 namespace worker {
 
-int default_data_threads() {
+int default_data_threads(int local_ranks) {
   cpu_set_t set;
   int cores = 0;
   if (::sched_getaffinity(0, sizeof set, &set) == 0) cores = CPU_COUNT(&set);
   if (cores <= 0) cores = int(std::thread::hardware_concurrency());
-  int local = 1;
-  if (const char* l = std::getenv("LOCAL_WORLD_SIZE"); l && std::atoi(l) > 0) local = std::atoi(l);
-  return std::max(1, cores / local);
+  return std::max(1, cores / std::max(1, local_ranks));
 }
 
 bool read_whole_file(const std::string& path, std::vector<uint8_t>* buf, std::string* err) {
@@ -69,6 +67,16 @@ void BadFiles::report(const std::string& path, const std::string& reason) {
     std::cerr << "train_resnet: warning: skipping " << path << ": " << reason << " (" << what_
               << "; counted in the final summary, --strict-data makes it an error)" << std::endl;
   }
+}
+
+std::string out_of_memory_reason(const std::vector<uint8_t>& file) {
+  std::string size;
+  try {
+    const ImageHeader h = read_header(file.data(), file.size());
+    size = " (" + std::to_string(h.width) + "x" + std::to_string(h.height) + ")";
+  } catch (const std::exception&) {
+  }
+  return "out of memory decoding it" + size;
 }
 
 std::vector<int> substitutes(const std::vector<uint8_t>& bad, const std::string& first_error) {
@@ -196,6 +204,8 @@ class CpuImageSource final : public BatchSource {
       return;
     } catch (const DecodeError& e) {
       err = e.what();
+    } catch (const std::bad_alloc&) {  // an image too large for this machine's memory is a bad file too
+      err = out_of_memory_reason(sc.file);
     }
     s.bad[size_t(pos)] = 1;
     s.errors[size_t(pos)] = path + ": " + err;

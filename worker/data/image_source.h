@@ -29,8 +29,9 @@ struct LoaderConfig {
   TransformConfig tf;
 };
 
-// Default decode threads: the cores this process may run on, divided by LOCAL_WORLD_SIZE.
-int default_data_threads();
+// Default decode threads: the cores this process may run on, divided by the ranks of this node
+// (proto::WorkerEnv::local_world: PADDLE_LOCAL_SIZE or LOCAL_WORLD_SIZE), at least one.
+int default_data_threads(int local_ranks);
 
 // Reads files into a reusable buffer.
 bool read_whole_file(const std::string& path, std::vector<uint8_t>* buf, std::string* err);
@@ -52,6 +53,10 @@ class BadFiles {
   std::set<std::string> warned_;
   std::atomic<int64_t> count_{0};
 };
+
+// Why a file failed with std::bad_alloc ("out of memory decoding it (WxH)"): skipped and
+// counted like any bad file, so an image too large for this machine does not end the run.
+std::string out_of_memory_reason(const std::vector<uint8_t>& file);
 
 // Which good position of a micro-batch stands in for each bad one (the next good one,
 // cyclically); throws DataError when every sample of the batch is bad.

@@ -22,8 +22,8 @@ bool is_dir(const std::string& p) {
 }
 
 // The classes of the other split (through its cached index: the first look pays for the scan).
-std::vector<std::string> classes_of(const std::string& data, const char* split) {
-  return load_image_folder(data, split, default_cache_dirs()).index.classes;
+std::vector<std::string> classes_of(const DataSourceOptions& o, const char* split) {
+  return load_image_folder(o.data, split, default_cache_dirs(o.log_dir)).index.classes;
 }
 
 std::string list_names(const std::vector<std::string>& v) {
@@ -74,12 +74,12 @@ std::unique_ptr<BatchSource> open_image_source(const DataSourceOptions& o, Split
       throw DataError("--data " + o.data + " has no " + split_name + "/ folder (expected " + o.data + "/" + split_name +
                       "/<class>/<image>, as torchvision's ImageFolder)");
     }
-    IndexLoad l = load_image_folder(o.data, split_name, default_cache_dirs());
+    IndexLoad l = load_image_folder(o.data, split_name, default_cache_dirs(o.log_dir));
     *index = std::move(l.index);
     // The other split must have the same classes, or its labels mean other things.
     const char* other = split == Split::Train ? "val" : "train";
     if (is_dir(o.data + "/" + other)) {
-      const std::vector<std::string> oc = classes_of(o.data, other);
+      const std::vector<std::string> oc = classes_of(o, other);
       if (split == Split::Train) check_same_classes(o.data, index->classes, oc);
       else check_same_classes(o.data, oc, index->classes);
     }
@@ -111,7 +111,7 @@ std::unique_ptr<BatchSource> open_image_source(const DataSourceOptions& o, Split
   LoaderConfig cfg;
   cfg.split = split;
   cfg.batch = o.batch;
-  cfg.threads = o.threads > 0 ? o.threads : default_data_threads();
+  cfg.threads = o.threads > 0 ? o.threads : default_data_threads(o.local_ranks);
   cfg.prefetch = o.prefetch;
   cfg.strict = o.strict;
   cfg.seed = o.seed;

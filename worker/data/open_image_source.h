@@ -17,13 +17,16 @@ struct DataSourceOptions {
   std::string data;         // an ImageFolder DIR (DIR/train/<class>/..., DIR/val/<class>/...) or a list file
   std::string val_data;     // the val split's list file (a list-file --data only)
   Loader loader = Loader::Auto;
-  int threads = 0;          // decode threads per rank; 0: the node's cores / LOCAL_WORLD_SIZE
+  int threads = 0;          // decode threads per rank; 0: the node's cores / local_ranks
   int prefetch = 3;         // micro-batches decoded ahead
   bool strict = false;
   int batch = 32;
   uint64_t seed = 0;
   int num_classes = 0;      // 0: the data's; else the model's classes (at least the data's)
   TransformConfig tf;       // size, crop scale, flip, augment, DCT scaling
+  // From the launcher's environment (proto::WorkerEnv, read once by the trainer):
+  int local_ranks = 1;      // ranks sharing this node's cores (the default thread count divides them)
+  std::string log_dir;      // the launcher's log folder, a fallback place for the index cache ("": none)
 };
 
 // True when the GPU back end (nvJPEG) was compiled in.

@@ -22,6 +22,7 @@
 #include <exception>
 #include <map>
 #include <mutex>
+#include <new>
 #include <string>
 #include <thread>
 #include <unordered_map>
@@ -291,6 +292,8 @@ class GpuImageSource final : public BatchSource {
       return;
     } catch (const DecodeError& e) {
       err = e.what();
+    } catch (const std::bad_alloc&) {
+      err = out_of_memory_reason(h.file);
     }
     h.bad = true;
     h.error = path + ": " + err;

@@ -13,6 +13,7 @@
 #include <memory>
 #include <mutex>
 #include <optional>
+#include <stdexcept>
 #include <string>
 #include <string_view>
 #include <thread>
@@ -59,6 +60,8 @@ class NcclComm final : public Comm {
     CUDA_CHECK(cudaStreamCreateWithFlags(&comm_stream_, cudaStreamNonBlocking));
     CUDA_CHECK(cudaEventCreateWithFlags(&ready_, cudaEventDisableTiming));
     CUDA_CHECK(cudaEventCreateWithFlags(&done_, cudaEventDisableTiming));
+    CUDA_CHECK(cudaEventCreateWithFlags(&async_done_, cudaEventDisableTiming));
+    CUDA_CHECK(cudaEventCreateWithFlags(&host_done_, cudaEventDisableTiming));
     for (TimingSlot& t : slots_)
       for (cudaEvent_t* e : {&t.start, &t.compute_done, &t.end}) CUDA_CHECK(cudaEventCreate(e));
 
@@ -146,6 +149,9 @@ class NcclComm final : public Comm {
     }
     cudaEventDestroy(ready_);
     cudaEventDestroy(done_);
+    cudaEventDestroy(async_done_);
+    cudaEventDestroy(host_done_);
+    if (async_host_) cudaFreeHost(async_host_);
     for (const InFlight& f : in_flight_) cudaEventDestroy(f.done);
     for (cudaEvent_t e : free_events_) cudaEventDestroy(e);
     for (TimingSlot& t : slots_)
@@ -224,27 +230,48 @@ class NcclComm final : public Comm {
   }
 
   void allgather_host(const void* send, void* recv, size_t bytes) override {
+    gather_host(send, recv, bytes, "ncclAllGather", /*timed=*/true);
+  }
+
+  // The barrier's wait is tracked untimed: the watchdog leaves it alone (its store poll and
+  // NCCL's own errors still end it).
+  void barrier_untimed() override {
+    const char mine = 0;
+    std::vector<char> all(static_cast<size_t>(size_));
+    gather_host(&mine, all.data(), 1, "barrier (untimed)", /*timed=*/false);
+  }
+
+  // The exchange's bytes travel through pinned host memory (a pageable copy would wait for the
+  // stream) and need nothing from the compute stream: it runs as soon as the communication
+  // stream is free, and finish() usually finds it done.
+  void allgather_host_start(const void* send, void* recv, size_t bytes) override {
+    if (async_recv_) throw std::logic_error("allgather_host_start: the previous exchange is not finished");
     const size_t need = bytes * size_t(size_ + 1);
-    if (need > gather_bytes_) {
-      gather_ = static_cast<char*>(ops_.alloc(need));
-      gather_bytes_ = need;
-    }
-    order_after_compute();
-    CUDA_CHECK(cudaMemcpyAsync(gather_, send, bytes, cudaMemcpyHostToDevice, comm_stream_));
-    enqueued(ncclAllGather(gather_, gather_ + bytes, bytes, ncclChar, comm_, comm_stream_),
-             "ncclAllGather", __LINE__);
-    CUDA_CHECK(cudaMemcpyAsync(recv, gather_ + bytes, bytes * size_, cudaMemcpyDeviceToHost,
-                               comm_stream_));
-    track("ncclAllGather");
-    // Poll rather than block, so a peer's death surfaces here as an error, not a hang.
-    for (;;) {
-      const cudaError_t e = cudaStreamQuery(comm_stream_);
-      if (e == cudaSuccess) break;
-      if (e != cudaErrorNotReady) CUDA_CHECK(e);
-      check_failed();
-      std::this_thread::sleep_for(std::chrono::microseconds(50));
+    if (need > async_bytes_) {
+      if (async_host_) CUDA_CHECK(cudaFreeHost(async_host_));
+      async_host_ = nullptr;
+      CUDA_CHECK(cudaMallocHost(reinterpret_cast<void**>(&async_host_), need));
+      async_dev_ = static_cast<char*>(ops_.alloc(need));
+      async_bytes_ = need;
     }
     check_failed();
+    std::memcpy(async_host_, send, bytes);
+    CUDA_CHECK(cudaMemcpyAsync(async_dev_, async_host_, bytes, cudaMemcpyHostToDevice, comm_stream_));
+    enqueued(ncclAllGather(async_dev_, async_dev_ + bytes, bytes, ncclChar, comm_, comm_stream_),
+             "ncclAllGather (step requests)", __LINE__);
+    CUDA_CHECK(cudaMemcpyAsync(async_host_ + bytes, async_dev_ + bytes, bytes * size_, cudaMemcpyDeviceToHost,
+                               comm_stream_));
+    CUDA_CHECK(cudaEventRecord(async_done_, comm_stream_));
+    track("ncclAllGather (step requests)");
+    async_recv_ = recv;
+    async_len_ = bytes;
+  }
+
+  void allgather_host_finish() override {
+    if (!async_recv_) throw std::logic_error("allgather_host_finish: no exchange started");
+    poll_until_done(async_done_);
+    std::memcpy(async_recv_, async_host_ + async_len_, async_len_ * size_t(size_));
+    async_recv_ = nullptr;
   }
 
  private:
@@ -274,6 +301,34 @@ class NcclComm final : public Comm {
     if (t.pending) harvest(t);
     CUDA_CHECK(cudaEventRecord(t.start, comm_stream_));
     in_step_ = true;
+  }
+
+  void gather_host(const void* send, void* recv, size_t bytes, const char* what, bool timed) {
+    const size_t need = bytes * size_t(size_ + 1);
+    if (need > gather_bytes_) {
+      gather_ = static_cast<char*>(ops_.alloc(need));
+      gather_bytes_ = need;
+    }
+    order_after_compute();
+    CUDA_CHECK(cudaMemcpyAsync(gather_, send, bytes, cudaMemcpyHostToDevice, comm_stream_));
+    enqueued(ncclAllGather(gather_, gather_ + bytes, bytes, ncclChar, comm_, comm_stream_), what, __LINE__);
+    CUDA_CHECK(cudaMemcpyAsync(recv, gather_ + bytes, bytes * size_, cudaMemcpyDeviceToHost,
+                               comm_stream_));
+    CUDA_CHECK(cudaEventRecord(host_done_, comm_stream_));
+    track(what, timed);
+    poll_until_done(host_done_);
+  }
+
+  // Polls rather than blocks, so a peer's death surfaces here as an error, not a hang.
+  void poll_until_done(cudaEvent_t e) {
+    for (;;) {
+      const cudaError_t q = cudaEventQuery(e);
+      if (q == cudaSuccess) break;
+      if (q != cudaErrorNotReady) CUDA_CHECK(q);
+      check_failed();
+      std::this_thread::sleep_for(std::chrono::microseconds(50));
+    }
+    check_failed();
   }
 
   // One collective per block of comm_block(), rooted at the block's owner, in one NCCL group.
@@ -323,9 +378,10 @@ class NcclComm final : public Comm {
     Clock::time_point enqueued;
     uint64_t seq;
     const char* what;
+    bool timed;  // false: barrier_untimed(), exempt from the timeout
   };
 
-  void track(const char* what) {
+  void track(const char* what, bool timed = true) {
     if (size_ < 2) return;
     cudaEvent_t e = nullptr;
     {
@@ -338,7 +394,7 @@ class NcclComm final : public Comm {
     if (!e) CUDA_CHECK(cudaEventCreateWithFlags(&e, cudaEventDisableTiming));
     CUDA_CHECK(cudaEventRecord(e, comm_stream_));
     std::lock_guard<std::mutex> g(flight_mu_);
-    in_flight_.push_back({e, Clock::now(), ++enqueued_, what});
+    in_flight_.push_back({e, Clock::now(), ++enqueued_, what, timed});
   }
 
   // The oldest unfinished collective when it has waited longer than the timeout: why to give up.
@@ -351,7 +407,9 @@ class NcclComm final : public Comm {
       free_events_.push_back(in_flight_.front().done);
       in_flight_.pop_front();
     }
-    if (in_flight_.empty() || Clock::now() - in_flight_.front().enqueued < timeout_) return "";
+    // Behind an untimed barrier nothing is enqueued until it ends: nothing can be late.
+    if (in_flight_.empty() || !in_flight_.front().timed || Clock::now() - in_flight_.front().enqueued < timeout_)
+      return "";
     const InFlight& f = in_flight_.front();
     char text[160];
     std::snprintf(text, sizeof text, "NCCL made no progress for %.1f s (--comm-timeout %g s): ",
@@ -445,6 +503,14 @@ class NcclComm final : public Comm {
   Timing timing_;
   char* gather_ = nullptr;
   size_t gather_bytes_ = 0;
+  cudaEvent_t host_done_ = nullptr;  // after a blocking host all-gather's copy back
+  // allgather_host_start/finish: pinned host bytes (send, then every rank's), their device copy.
+  char* async_host_ = nullptr;
+  char* async_dev_ = nullptr;
+  size_t async_bytes_ = 0;
+  cudaEvent_t async_done_ = nullptr;
+  void* async_recv_ = nullptr;  // non-null: an exchange in flight
+  size_t async_len_ = 0;
 
   std::unique_ptr<proto::Client> watch_store_;
   std::thread watchdog_;

@@ -47,8 +47,10 @@ int SyntheticSource::next(Act& images, int32_t* labels, double* wait_ms) {
 namespace {
 
 // --data DIR|LISTFILE (issue 11): the image pipeline's options from the command line's.
-DataSourceOptions image_options(const TrainOptions& o) {
+DataSourceOptions image_options(const TrainOptions& o, const DataEnv& env) {
   DataSourceOptions d;
+  d.local_ranks = env.local_ranks;
+  d.log_dir = env.log_dir;
   d.data = o.data_path;
   d.val_data = o.val_data;
   d.loader = o.loader;
@@ -69,9 +71,11 @@ DataSourceOptions image_options(const TrainOptions& o) {
 
 }  // namespace
 
-std::unique_ptr<BatchSource> make_batch_source(const TrainOptions& opt, Split split, Ops& ops) {
+DataEnv data_env(const WorkerEnv& env) { return {env.local_world, env.log_dir.value_or("")}; }
+
+std::unique_ptr<BatchSource> make_batch_source(const TrainOptions& opt, const DataEnv& env, Split split, Ops& ops) {
   if (opt.data == DataSourceKind::Images) {
-    const DataSourceOptions d = image_options(opt);
+    const DataSourceOptions d = image_options(opt, env);
     return has_split(d, split) ? open_image_source(d, split, ops) : nullptr;
   }
   const DataKind kind = opt.data == DataSourceKind::Learnable ? DataKind::Learnable : DataKind::Random;

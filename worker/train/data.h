@@ -11,6 +11,7 @@
 #include "worker/core/model.h"
 #include "worker/core/ops.h"
 #include "worker/data/batch_source.h"
+#include "worker/train/env.h"
 #include "worker/train/options.h"
 
 namespace worker {
@@ -40,9 +41,18 @@ class SyntheticSource final : public BatchSource {
   std::vector<int64_t> scratch_;  // generator indices of one micro-batch
 };
 
+// What the data pipeline takes from the launcher's environment (WorkerEnv, read once): the ranks
+// sharing this node's cores (the default --data-threads divides the cores by them) and the
+// launcher's log folder (where the index cache goes when the data folder is read-only).
+struct DataEnv {
+  int local_ranks = 1;
+  std::string log_dir;
+};
+DataEnv data_env(const WorkerEnv& env);
+
 // The source of `split` as the options say, or nullptr when they give no such split (a run
 // without validation data).
-std::unique_ptr<BatchSource> make_batch_source(const TrainOptions& opt, Split split, Ops& ops);
+std::unique_ptr<BatchSource> make_batch_source(const TrainOptions& opt, const DataEnv& env, Split split, Ops& ops);
 
 // --dump-batch: writes the model's current input (images NHWC in the compute dtype, labels) and
 // the sample indices it holds as safetensors.

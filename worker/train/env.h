@@ -9,7 +9,6 @@ namespace worker {
 using proto::EnvError;
 using proto::EnvMap;
 using proto::WorkerEnv;
-using proto::parse_signal;
 using proto::process_env;
 using proto::read_worker_env;
 

@@ -6,7 +6,6 @@
 #include <cmath>
 #include <cstdlib>
 #include <iostream>
-#include <map>
 #include <utility>
 
 namespace worker {
@@ -28,6 +27,9 @@ const Choices<LrScheduleKind> kSchedules = {
     {"constant", LrScheduleKind::Constant}, {"step", LrScheduleKind::Step}, {"cosine", LrScheduleKind::Cosine}};
 const Choices<Recompute> kRecompute = {{"none", Recompute::None}, {"bn", Recompute::Bn}, {"block", Recompute::Block}};
 const Choices<Precision> kPrecisions = {{"fp32", Precision::Fp32}, {"bf16", Precision::Bf16}, {"fp16", Precision::Fp16}};
+const Choices<Loader> kLoaders = {{"auto", Loader::Auto}, {"cpu", Loader::Cpu}, {"gpu", Loader::Gpu}};
+const Choices<Augment> kAugments = {{"standard", Augment::Standard}, {"none", Augment::None}};
+const Choices<bool> kOnOff = {{"on", true}, {"off", false}};
 
 template <typename E>
 const char* name_of(const Choices<E>& choices, E e) {
@@ -67,10 +69,9 @@ CLI::Option* add_choice(CLI::App& app, const std::string& flag, E& target, const
 // --- data (issue 11): the image pipeline's options
 void describe_images(CLI::App& app, TrainOptions& o) {
   app.add_option("--val-data", o.val_data, "list file of the val split (with a list-file --data)");
-  app.add_option("--loader", o.loader, "auto, cpu or gpu: who decodes the images (auto: gpu on the GPU backend when built with nvJPEG)")
-      ->transform(CLI::CheckedTransformer(std::map<std::string, Loader>{{"auto", Loader::Auto}, {"cpu", Loader::Cpu}, {"gpu", Loader::Gpu}}))
-      ->default_str("auto");
-  app.add_option("--data-threads", o.data_threads, "decode threads per rank (0: the node's cores / LOCAL_WORLD_SIZE)")
+  add_choice(app, "--loader", o.loader, kLoaders,
+             "auto, cpu or gpu: who decodes the images (auto: gpu on the GPU backend when built with nvJPEG)");
+  app.add_option("--data-threads", o.data_threads, "decode threads per rank (0: the node's cores / its ranks, PADDLE_LOCAL_SIZE or LOCAL_WORLD_SIZE)")
       ->capture_default_str();
   app.add_option("--data-prefetch", o.data_prefetch, "micro-batches decoded ahead")->capture_default_str();
   app.add_flag("--strict-data", o.strict_data, "an unreadable image stops the run (default: skipped with a warning, counted)");
@@ -88,12 +89,9 @@ void describe_images(CLI::App& app, TrainOptions& o) {
         o.crop_scale_max = hi;
       });
   app.add_option("--hflip", o.hflip, "probability of a horizontal flip in training")->capture_default_str();
-  app.add_option("--augment", o.augment, "standard (RandomResizedCrop + flip) or none (the evaluation transform)")
-      ->transform(CLI::CheckedTransformer(std::map<std::string, Augment>{{"standard", Augment::Standard}, {"none", Augment::None}}))
-      ->default_str("standard");
-  app.add_option("--decode-scaling", o.decode_scaling, "on or off: CPU back end, decode large crops at 1/2, 1/4, 1/8 size in the DCT domain")
-      ->transform(CLI::CheckedTransformer(std::map<std::string, bool>{{"on", true}, {"off", false}}))
-      ->default_str("on");
+  add_choice(app, "--augment", o.augment, kAugments, "standard (RandomResizedCrop + flip) or none (the evaluation transform)");
+  add_choice(app, "--decode-scaling", o.decode_scaling, kOnOff,
+             "on or off: CPU back end, decode large crops at 1/2, 1/4, 1/8 size in the DCT domain");
 }
 
 void validate_images(const TrainOptions& o) {

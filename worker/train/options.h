@@ -69,7 +69,7 @@ struct TrainOptions {
   std::string data_path;                 // an ImageFolder DIR or a list file
   std::string val_data;                  // the val split's list file, for a list-file --data
   Loader loader = Loader::Auto;          // which back end decodes
-  int data_threads = 0;                  // decode threads per rank; 0: the node's cores / LOCAL_WORLD_SIZE
+  int data_threads = 0;                  // decode threads per rank; 0: the node's cores / its ranks
   int data_prefetch = 3;                 // micro-batches decoded ahead
   bool strict_data = false;              // an unreadable image is an error instead of skipped
   double crop_scale_min = 0.08, crop_scale_max = 1.0;  // RandomResizedCrop's scale

@@ -285,6 +285,18 @@ class RingComm final : public Comm {
     }
   }
 
+  // An all-gather of one byte with the silence limit off: the ranks leave when all have come.
+  void barrier_untimed() override {
+    untimed_ = true;
+    struct Restore {
+      bool& on;
+      ~Restore() { on = false; }
+    } restore{untimed_};
+    const uint8_t mine = 0;
+    std::vector<uint8_t> all(size_t(cfg_.world));
+    allgather_host(&mine, all.data(), 1);
+  }
+
  private:
   // --- The two halves of the all-reduce, over the blocks of comm_block(). Block j's sum starts
   // at rank j + 1 and travels the ring to its owner j, each rank adding its own value to what
@@ -461,7 +473,7 @@ class RingComm final : public Comm {
         ri = n;
         fds[n++] = pollfd{recv_fd_.get(), POLLIN, 0};
       }
-      const int rc = ::poll(fds, nfds_t(n), remaining_ms(last_progress + cfg_.timeout));
+      const int rc = ::poll(fds, nfds_t(n), untimed_ ? -1 : remaining_ms(last_progress + cfg_.timeout));
       if (rc < 0 && errno == EINTR) continue;
       if (rc < 0) throw CommError(what + ": poll: " + errno_text(errno));
       if (rc == 0) {
@@ -522,6 +534,7 @@ class RingComm final : public Comm {
   std::string left_addr_, right_addr_;
   Fd send_fd_, recv_fd_;
   uint32_t send_seq_ = 0, recv_seq_ = 0;
+  bool untimed_ = false;  // in barrier_untimed(): no silence limit (a closed peer still fails)
   size_t chunk_elems_ = 1;
   std::vector<float> tmp_;
 };

@@ -5,7 +5,8 @@
 // neighbour (rank + 1) and accepts its left neighbour (rank - 1). Every connection opens with
 // a handshake (magic, version, job id, rank, world) answered by the acceptor; every message is
 // a 16-byte header (magic, sequence number, payload length) and its payload; a peer that
-// closes, sends garbage or stays silent past the timeout is a CommError naming its rank.
+// closes, sends garbage or stays silent past the timeout is a CommError naming its rank
+// (except in barrier_untimed(), where only a closed connection is).
 //
 // allreduce_sum is a ring reduce-scatter followed by a ring all-gather, chunked, with sends
 // and receives interleaved by one poll loop (full duplex). Each element's sum is computed on

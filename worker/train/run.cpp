@@ -23,13 +23,12 @@ namespace worker {
 
 namespace {
 
-// Set by the signal handlers, read by the training loop at step boundaries.
-std::atomic<bool> g_save_request{false};
+// Set by the signal handlers, read by the training loop at step boundaries (requests.h).
+std::atomic<int> g_checkpoint_signals{0};
 std::atomic<int> g_stop_signal{0};
-static_assert(std::atomic<bool>::is_always_lock_free && std::atomic<int>::is_always_lock_free,
-              "the signal handlers need lock-free flags");
+static_assert(std::atomic<int>::is_always_lock_free, "the signal handlers need lock-free flags");
 
-extern "C" void on_checkpoint_signal(int) { g_save_request.store(true); }
+extern "C" void on_checkpoint_signal(int) { g_checkpoint_signals.fetch_add(1); }
 extern "C" void on_stop_signal(int sig) { g_stop_signal.store(sig); }
 
 void install(int sig, void (*handler)(int), int flags) {
@@ -123,15 +122,15 @@ std::unique_ptr<Comm> make_comm(const TrainOptions& opt, const WorkerEnv& env, c
 }
 
 int run(const TrainOptions& opt, const WorkerEnv& env) {
+  Requests requests;
   if (env.checkpoint_signal != 0) {
     if (opt.save.empty()) {
       throw UsageError(std::string(proto::env::kCheckpointSignal) +
                        " is set but there is no --save PATH to write the checkpoint to");
     }
     install(env.checkpoint_signal, on_checkpoint_signal, 0);
+    requests.saves = &g_checkpoint_signals;
   }
-  Requests requests;
-  requests.save = &g_save_request;
   if (!opt.save.empty()) {
     // Before anything else: a --save that cannot be written fails now, not after the training.
     if (env.rank == 0) {
@@ -146,7 +145,7 @@ int run(const TrainOptions& opt, const WorkerEnv& env) {
   std::optional<TorchrunStore> master;  // declared first: it outlives the client and the comm
   std::optional<proto::Client> store;
   std::unique_ptr<Comm> comm = make_comm(opt, env, dev, *ops, store, master);
-  const TrainResult r = train(opt, env, *ops, *comm, std::cout, requests);
+  const TrainResult r = train(opt, data_env(env), *ops, *comm, std::cout, requests);
   if (r.stop_signal != 0) return 128 + r.stop_signal;  // as a shell reports a death by that signal
   if (!r.checksums_agree) {
     std::cerr << "train_resnet: error: the ranks' parameters differ at the end of training" << std::endl;

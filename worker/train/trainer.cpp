@@ -6,10 +6,10 @@
 #include <cstdlib>
 #include <stdexcept>
 #include <string>
+#include <thread>
 
 #include <nlohmann/json.hpp>
 
-#include "worker/train/data.h"
 #include "worker/train/report.h"
 
 namespace worker {
@@ -25,8 +25,8 @@ bool env_flag(const char* name) {
   return v && *v && std::string(v) != "0";
 }
 
-std::unique_ptr<BatchSource> train_source(const TrainOptions& opt, Ops& ops) {
-  std::unique_ptr<BatchSource> s = make_batch_source(opt, Split::Train, ops);
+std::unique_ptr<BatchSource> train_source(const TrainOptions& opt, const DataEnv& env, Ops& ops) {
+  std::unique_ptr<BatchSource> s = make_batch_source(opt, env, Split::Train, ops);
   if (!s) throw std::logic_error("make_batch_source: no training data");
   return s;
 }
@@ -97,11 +97,11 @@ std::string hms(double seconds) {
 
 // --- Set-up: data, sampler, model, optimizer (nothing is allocated in the loop)
 
-TrainingSession::TrainingSession(const TrainOptions& opt, Ops& ops, Comm& comm, std::ostream& out,
-                                 const Requests& requests)
-    : opt_(opt), ops_(ops), comm_(comm), out_(out), requests_(requests), rank_(comm.rank()),
-      world_(comm.size()), lead_(rank_ == 0), train_data_(train_source(opt, ops)),
-      val_data_(make_batch_source(opt, Split::Val, ops)),
+TrainingSession::TrainingSession(const TrainOptions& opt, const DataEnv& data_env, Ops& ops, Comm& comm,
+                                 std::ostream& out, const Requests& requests)
+    : opt_(opt), ops_(ops), comm_(comm), out_(out), requests_(requests, comm), rank_(comm.rank()),
+      world_(comm.size()), lead_(rank_ == 0), train_data_(train_source(opt, data_env, ops)),
+      val_data_(make_batch_source(opt, data_env, Split::Val, ops)),
       sampler_(sampler_config(opt, *train_data_, world_)), steps_per_epoch_(checked_steps_per_epoch(sampler_, opt, world_)),
       global_batch_(int64_t(world_) * opt.batch_size * opt.accum_steps), model_(model_config(opt, *train_data_), ops),
       zero_(opt.zero == 1), layout_(make_shard_layout(model_.num_params(), bucket_floats(opt), rank_, world_)),
@@ -148,16 +148,18 @@ TrainResult TrainingSession::run() {
       const StepStats s = step(log_now);
       pos_ = {epoch + (b + 1) / steps_per_epoch_, (b + 1) % steps_per_epoch_};
       if (log_now) log({epoch, b}, s);
+      const Verdict asked = requests_.at_boundary();  // what the ranks had received a step ago
       const bool scheduled = opt_.save_every > 0 && state_.step % opt_.save_every == 0;
-      const bool requested = save_requested();
-      if (scheduled || requested) save(pos_);
-      if (lead_ && requested && !scheduled) {
+      if (scheduled || asked.save) save(pos_);
+      if (lead_ && asked.save && !scheduled) {
         out_ << "Saved " << opt_.save << " at step " << state_.step << " (checkpoint signal)" << std::endl;
       }
-      if (stop_requested()) return stop();
+      if (asked.stop_signal) return stop(asked.stop_signal);
     }
     if (val_data_ && pos_.batch == 0 && (epoch + 1) % opt_.eval_every == 0) validate(epoch);
   }
+  // A stop asked for in the last step; a save asked for then is the final save's.
+  if (const Verdict asked = requests_.drain(); asked.stop_signal) return stop(asked.stop_signal);
   if (val_data_ && last_eval_step_ != state_.step && result_.steps > 0) validate(pos_.batch ? pos_.epoch : pos_.epoch - 1);
   report();
   return result_;
@@ -428,20 +430,23 @@ void TrainingSession::validate(int64_t epoch) {
     best_epoch_ = epoch;
   }
   result_.best_top1 = state_.best_top1;
-  if (!lead_) return;
-  out_ << "Validation: epoch " << epoch << ", step " << state_.step << ": top-1 " << strf("%.2f", c.top1_percent())
-       << " %, top-5 " << strf("%.2f", c.top5_percent()) << " %, loss " << strf("%.4f", c.mean_loss()) << " ("
-       << c.images << " images, " << strf("%.1f", secs) << " s)" << std::endl;
-  metrics_.write({{"eval", true}, {"epoch", epoch}, {"step", state_.step}, {"top1", c.top1_percent()},
-                  {"top5", c.top5_percent()}, {"val_loss", c.mean_loss()}, {"val_images", c.images},
-                  {"eval_s", secs}, {"time", seconds_since(t_start_)}});
-  tensorboard_.scalars(state_.step, {{"val/top1", float(c.top1_percent())},
-                                     {"val/top5", float(c.top5_percent())},
-                                     {"val/loss", float(c.mean_loss())}});
-  if (best && opt_.save_best) {
-    write_weights(best_weights_path(opt_.save), model_, model_.get_state(), state_.step,
-                  {{"top1", strf("%.4f", c.top1_percent())}, {"epoch", std::to_string(epoch)}});
-    out_ << "Saved " << best_weights_path(opt_.save) << " (best top-1 so far)" << std::endl;
+  if (lead_) {
+    out_ << "Validation: epoch " << epoch << ", step " << state_.step << ": top-1 " << strf("%.2f", c.top1_percent())
+         << " %, top-5 " << strf("%.2f", c.top5_percent()) << " %, loss " << strf("%.4f", c.mean_loss()) << " ("
+         << c.images << " images, " << strf("%.1f", secs) << " s)" << std::endl;
+    metrics_.write({{"eval", true}, {"epoch", epoch}, {"step", state_.step}, {"top1", c.top1_percent()},
+                    {"top5", c.top5_percent()}, {"val_loss", c.mean_loss()}, {"val_images", c.images},
+                    {"eval_s", secs}, {"time", seconds_since(t_start_)}});
+    tensorboard_.scalars(state_.step, {{"val/top1", float(c.top1_percent())},
+                                       {"val/top5", float(c.top5_percent())},
+                                       {"val/loss", float(c.mean_loss())}});
+  }
+  if (best && opt_.save_best) {  // the same verdict on every rank: the counts are summed everywhere
+    lead_writes([&] {
+      write_weights(best_weights_path(opt_.save), model_, model_.get_state(), state_.step,
+                    {{"top1", strf("%.4f", c.top1_percent())}, {"epoch", std::to_string(epoch)}});
+      out_ << "Saved " << best_weights_path(opt_.save) << " (best top-1 so far)" << std::endl;
+    });
   }
 }
 
@@ -465,15 +470,31 @@ TrainResult TrainingSession::eval_only() {
 void TrainingSession::save(const Position& next) {
   if (opt_.save.empty()) return;
   std::map<std::string, std::vector<float>> optimizer_state = whole_optimizer_state();
-  if (!lead_) return;
-  TrainState s = state_;
-  s.epoch = next.epoch;
-  s.batch = next.batch;
-  s.loss_scale = scaler_.enabled ? scaler_.scale : 0.0f;
-  s.loss_scale_growth_tracker = scaler_.growth_tracker;
-  s.skipped_steps = scaler_.skipped;
-  s.optimizer_state = std::move(optimizer_state);
-  save_checkpoint(opt_.save, model_, model_.get_state(), s);
+  lead_writes([&] {
+    TrainState s = state_;
+    s.epoch = next.epoch;
+    s.batch = next.batch;
+    s.loss_scale = scaler_.enabled ? scaler_.scale : 0.0f;
+    s.loss_scale_growth_tracker = scaler_.growth_tracker;
+    s.skipped_steps = scaler_.skipped;
+    s.optimizer_state = std::move(optimizer_state);
+    save_checkpoint(opt_.save, model_, model_.get_state(), s);
+  });
+}
+
+// Rank 0 writes a file while the others wait in a barrier without the communication timeout: a
+// save takes as long as the file system needs (gigabytes to a network file system), and would
+// otherwise count as rank 0's silence in the others' next collective and end a healthy run
+// (--comm-timeout). All ranks leave together, so the next collective's clock starts afresh.
+// WORKER_TEST_SAVE_DELAY_MS (tests only) makes each write that much slower.
+void TrainingSession::lead_writes(const std::function<void()>& write) {
+  if (lead_) {
+    if (const char* d = std::getenv("WORKER_TEST_SAVE_DELAY_MS"); d && *d) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(std::atoll(d)));
+    }
+    write();
+  }
+  if (world_ > 1) comm_.barrier_untimed();
 }
 
 // Checkpoints hold the whole buffer's state whatever --zero was, so a run resumes with or without
@@ -593,45 +614,23 @@ void TrainingSession::report() {
   out_ << std::endl;
 }
 
-// --- Stop (SIGINT, SIGTERM with --save): every rank stops at the same step boundary
+// --- Stop (SIGINT, SIGTERM with --save): every rank stops at the same step boundary, agreed by
+// requests_ (worker/train/requests.h), and leaves once rank 0's checkpoint is written.
 
-// The checkpoint signal: rank 0's flag decides (only rank 0 writes). Under ZeRO every rank takes
-// part in the save, and a signal may reach the ranks on either side of a step boundary, so rank
-// 0's flag is shared; the others' are cleared unused.
-bool TrainingSession::save_requested() {
-  const uint8_t mine = requests_.save && requests_.save->exchange(false) ? 1 : 0;
-  if (!zero_ || world_ == 1 || !requests_.save) return mine != 0;
-  std::vector<uint8_t> all(static_cast<size_t>(world_));
-  comm_.allgather_host(&mine, all.data(), 1);
-  return all[0] != 0;
-}
-
-bool TrainingSession::stop_requested() {
-  if (!requests_.stop) return false;
-  int mine = requests_.stop->load(), any = mine;
-  if (world_ > 1) {  // a signal may reach the ranks on either side of a boundary: agree on one
-    std::vector<int> all(static_cast<size_t>(world_));
-    comm_.allgather_host(&mine, all.data(), sizeof(int));
-    for (int s : all) any = any ? any : s;
-  }
-  stop_signal_ = any;
-  return any != 0;
-}
-
-TrainResult TrainingSession::stop() {
+TrainResult TrainingSession::stop(int signal) {
   save(pos_);
-  result_.stop_signal = stop_signal_;
+  result_.stop_signal = signal;
   if (lead_) {
-    out_ << "Stopped by signal " << stop_signal_ << " at step " << state_.step << ": saved " << opt_.save
+    out_ << "Stopped by signal " << signal << " at step " << state_.step << ": saved " << opt_.save
          << " (training state " << train_state_path(opt_.save) << "); continue with --resume " << opt_.save
          << std::endl;
   }
   return result_;
 }
 
-TrainResult train(const TrainOptions& opt, const WorkerEnv& /*env*/, Ops& ops, Comm& comm, std::ostream& out,
+TrainResult train(const TrainOptions& opt, const DataEnv& data_env, Ops& ops, Comm& comm, std::ostream& out,
                   const Requests& requests) {
-  TrainingSession session(opt, ops, comm, out, requests);
+  TrainingSession session(opt, data_env, ops, comm, out, requests);
   return session.run();
 }
 

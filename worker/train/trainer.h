@@ -3,9 +3,9 @@
 // together.
 #pragma once
 
-#include <atomic>
 #include <chrono>
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <memory>
 #include <ostream>
@@ -17,7 +17,7 @@
 #include "worker/core/ops.h"
 #include "worker/data/batch_source.h"
 #include "worker/train/checkpoint.h"
-#include "worker/train/env.h"
+#include "worker/train/data.h"
 #include "worker/train/evaluation.h"
 #include "worker/train/lr_schedule.h"
 #include "worker/train/grad_reducer.h"
@@ -25,6 +25,7 @@
 #include "worker/train/metrics.h"
 #include "worker/train/optimizer.h"
 #include "worker/train/options.h"
+#include "worker/train/requests.h"
 #include "worker/train/sampler.h"
 #include "worker/train/shard.h"
 #include "worker/train/tensorboard.h"
@@ -40,18 +41,9 @@ struct TrainResult {
   int stop_signal = 0;         // the signal that stopped training early (after saving), else 0
 };
 
-// What signal handlers ask of the loop, polled at every step boundary (either may be null).
-struct Requests {
-  // The checkpoint signal: rank 0 saves to --save, clears the flag, training goes on.
-  std::atomic<bool>* save = nullptr;
-  // SIGINT/SIGTERM (their number): every rank stops at the same step boundary (agreed by an
-  // all-gather every step), rank 0 saves to --save, train() returns with stop_signal set.
-  std::atomic<int>* stop = nullptr;
-};
-
-// Trains as the options say; rank 0 writes the log to `out`. Throws on any failure
-// (checkpoint, communication, backend).
-TrainResult train(const TrainOptions& opt, const WorkerEnv& env, Ops& ops, Comm& comm, std::ostream& out,
+// Trains as the options say, on the data `data_env` places; rank 0 writes the log to `out`.
+// Throws on any failure (checkpoint, communication, backend).
+TrainResult train(const TrainOptions& opt, const DataEnv& data_env, Ops& ops, Comm& comm, std::ostream& out,
                   const Requests& requests = {});
 
 // Where a run stands in its data: the epoch and the step within it that comes next.
@@ -69,7 +61,8 @@ struct StepStats {
 
 class TrainingSession {
  public:
-  TrainingSession(const TrainOptions& opt, Ops& ops, Comm& comm, std::ostream& out, const Requests& requests);
+  TrainingSession(const TrainOptions& opt, const DataEnv& data_env, Ops& ops, Comm& comm, std::ostream& out,
+                  const Requests& requests);
   TrainResult run();
 
  private:
@@ -82,16 +75,15 @@ class TrainingSession {
   void validate(int64_t epoch);              // evaluate, log, record, keep the best
   void log(const Position& at, const StepStats& s);
   void save(const Position& next);           // rank 0: weights + training state to --save
+  void lead_writes(const std::function<void()>& write);  // rank 0 writes, the others wait (untimed)
   void report();                             // throughput, memory, final save, checksums, summary
   TrainResult eval_only();                   // --eval-only
-  bool stop_requested();                     // a stop signal on any rank (collective)
-  bool save_requested();                     // the checkpoint signal (rank 0's; collective under ZeRO)
   bool grads_finite_everywhere();            // fp16: one verdict for every rank
   // The optimizer state of the whole buffer for rank 0's checkpoint (others: empty); under ZeRO
   // gathered from every rank's shard (collective).
   std::map<std::string, std::vector<float>> whole_optimizer_state();
   size_t unsharded_optimizer_bytes() const;
-  TrainResult stop();                        // save, say how to continue
+  TrainResult stop(int signal);              // save, say how to continue
   bool finished() const { return opt_.max_steps > 0 && state_.step >= opt_.max_steps; }
   void dump_first_batch(const std::vector<int64_t>& indices);
 
@@ -99,8 +91,7 @@ class TrainingSession {
   Ops& ops_;
   Comm& comm_;
   std::ostream& out_;
-  Requests requests_;
-  int stop_signal_ = 0;
+  RequestAgreement requests_;  // stop / checkpoint signals, agreed by all ranks one step late
   const int rank_, world_;
   const bool lead_;
 

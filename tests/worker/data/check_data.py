@@ -11,16 +11,19 @@ Cases:
   sampler     the shards of our sampler == torch's DistributedSampler over the same permutation
   batch       one micro-batch of the CPU loader == the per-sample transform; a bad file's place taken
   errors      bad --data: one line, exit 2, before any training
-  skip        bad files skipped with one warning each and counted; --strict-data stops the run
+  skip        bad files (decompression bombs among them) skipped with one warning each and counted;
+              --strict-data stops the run
   resume      a resumed run on images == the uninterrupted run, bit for bit
   launch      launch --devices cpu --nproc_per_node 2 train_resnet --data DIR trains
 Exit 0 pass, 1 fail, 77 skip (`launch` not built yet).
 """
 import argparse
+import io
 import json
 import os
 import re
 import shutil
+import struct
 import subprocess
 import sys
 import tempfile
@@ -354,21 +357,55 @@ def case_errors(a, tmp):
           "bad options: one line each, exit 2, before training; a list file trains")
 
 
+def bombs(root):
+    """A JPEG and a PNG of a few hundred bytes whose headers declare 20000x20000 pixels (1.2 GB
+    as RGB): real streams from Pillow with the dimensions patched (the PNG's CRC redone)."""
+    import zlib
+    from PIL import Image
+    im = Image.new("RGB", (16, 16), (200, 30, 90))
+    b = io.BytesIO()
+    im.save(b, "JPEG")
+    jpg = bytearray(b.getvalue())
+    i = jpg.index(b"\xff\xc0")  # baseline frame header: length, precision, height, width
+    jpg[i + 5:i + 9] = struct.pack(">HH", 20000, 20000)
+    b = io.BytesIO()
+    im.save(b, "PNG")
+    png = bytearray(b.getvalue())
+    png[16:24] = struct.pack(">II", 20000, 20000)
+    png[29:33] = struct.pack(">I", zlib.crc32(bytes(png[12:29])))
+    out = {"c3/bomb.jpg": bytes(jpg), "c3/bomb.png": bytes(png)}
+    for rel, data in out.items():
+        with open(os.path.join(root, "train", rel), "wb") as f:
+            f.write(data)
+    return list(out)
+
+
 def case_skip(a, tmp):
+    import resource
     ds = make_dataset(tmp)
+    bad = ds["bad"] + bombs(ds["root"])
     p = ok([a.train, *SMALL, "--epochs", "2", "--data", ds["root"], "--log-every", "5"])
-    for b in ds["bad"]:
+    peak_mb = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024  # train_resnet's, the only child yet
+    for b in bad:
         n = sum(1 for l in p.stderr.splitlines() if "warning: skipping" in l and f"/{b}: " in l)
         check(n == 1, f"{b}: {n} warnings (want exactly 1):\n{p.stderr[-1500:]}")
+        if "bomb" in b:
+            check(any(f"/{b}: image of 20000x20000" in l and "decompression-bomb limit" in l for l in p.stderr.splitlines()),
+                  f"{b}: not refused as a decompression bomb:\n{p.stderr[-1500:]}")
+    # Decoding one bomb would allocate (and zero) 1.2 GB at least; the run's own peak is ~0.1 GB.
+    check(peak_mb < 600, f"train_resnet's peak memory {peak_mb:.0f} MB: a bomb was allocated for")
     m = re.search(r"(\d+) unreadable image read\(s\) skipped", p.stdout)
-    # Every bad file is read once per epoch (batch 8, 247 images, 1 rank: 30 of 247 per epoch dropped).
-    check(m and 3 <= int(m.group(1)) <= 6, f"summary: {m.group(0) if m else 'missing'}:\n{p.stdout[-800:]}")
+    # Every bad file is read once per epoch unless it falls in the 249 % 8 = 1 sample the sampler
+    # drops per epoch (batch 8, 247 + 2 images, 1 rank).
+    check(m and 2 * len(bad) - 2 <= int(m.group(1)) <= 2 * len(bad),
+          f"summary: {m.group(0) if m else 'missing'}:\n{p.stdout[-800:]}")
     check(all(re.search(r"data wait: [0-9.]+ ms/step", l) for l in p.stdout.splitlines() if l.startswith("Epoch[")),
           "a log line without its data wait")
     p = run([a.train, *SMALL, "--epochs", "1", "--data", ds["root"], "--strict-data"])
-    check(p.returncode == 2 and "--strict-data" in p.stderr and any(b in p.stderr for b in ds["bad"]),
+    check(p.returncode == 2 and "--strict-data" in p.stderr and any(b in p.stderr for b in bad),
           f"--strict-data: exit {p.returncode}: {p.stderr[-800:]}")
-    print(f"skip: one warning per bad file, {m.group(1)} skipped reads counted; --strict-data stops with the file's name")
+    print(f"skip: one warning per bad file (2 decompression bombs among them), {m.group(1)} skipped reads counted, "
+          f"peak {peak_mb:.0f} MB; --strict-data stops with the file's name")
 
 
 def checksum(out):

@@ -5,10 +5,13 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <cstdio>
 #include <cstdlib>
+#include <filesystem>
 #include <fstream>
 #include <string>
 #include <thread>
+#include <vector>
 
 #include "worker/data/data_error.h"
 #include "worker/data/dataset_cache.h"
@@ -100,6 +103,37 @@ TEST_CASE("index cache: a damaged file is ignored; a read-only data folder falls
     ::chmod(d.path.c_str(), 0755);
     CHECK(l.cache_path.rfind(cache.path, 0) == 0);
   }
+}
+
+// Ranks of several nodes writing the cache of a shared data folder at once: under launch's PID
+// namespaces they have the same pids, which the temporary names were made of. Threads of one
+// process (one pid) are the same case.
+TEST_CASE("index cache: concurrent writers never share a temporary file") {
+  TempDir d;
+  for (int c = 0; c < 20; ++c)
+    for (int i = 0; i < 50; ++i) touch(d.path + "/train/c" + std::to_string(c) + "/" + std::to_string(i) + ".jpg");
+  const std::string cache = d.path + "/.train_resnet-index.train";
+  for (int round = 0; round < 5; ++round) {
+    std::remove(cache.c_str());
+    std::vector<IndexLoad> loads(6);
+    std::vector<std::thread> ts;
+    for (auto& l : loads) ts.emplace_back([&] { l = load_image_folder(d.path, "train", {}); });
+    for (auto& t : ts) t.join();
+    for (const IndexLoad& l : loads) {
+      CHECK(l.index.size() == 1000);
+      CHECK(l.cache_path == cache);  // a writer whose temporary file another renamed away had none
+    }
+    IndexLoad again = load_image_folder(d.path, "train", {});
+    CHECK(again.from_cache);
+    CHECK(again.index.size() == 1000);
+  }
+  std::string left;
+  for (const auto& e : std::filesystem::directory_iterator(d.path))
+    if (e.path().filename().string() != "train") left += e.path().filename().string() + " ";
+  CHECK(left == ".train_resnet-index.train ");  // no temporary file left behind
+  struct stat st{};
+  REQUIRE(::stat(cache.c_str(), &st) == 0);
+  CHECK((st.st_mode & 0777) == 0644);  // readable by the other users of the data
 }
 
 TEST_CASE("list file: path label lines, relative to the file; errors name the line") {

@@ -1,5 +1,15 @@
 #include <catch2/catch.hpp>
 
+#include <png.h>
+#include <sched.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cstdlib>
+#include <string>
+#include <thread>
+#include <vector>
+
 #include "worker/core/backend.h"
 #include "worker/core/synthetic.h"
 #include "worker/train/data.h"
@@ -40,10 +50,83 @@ TEST_CASE("make_batch_source: a training source from the options", "[train][data
   o.num_samples = 42;
   o.num_classes = 3;
   o.image_size = 8;
-  auto s = make_batch_source(o, Split::Train, *ops);
+  auto s = make_batch_source(o, {}, Split::Train, *ops);
   REQUIRE(s);
   CHECK(s->info().size == 42);
   CHECK(s->info().num_classes == 3);
   CHECK(data_source_name(o) == "random");
-  CHECK(make_batch_source(o, Split::Val, *ops) == nullptr);  // no --val-samples
+  CHECK(make_batch_source(o, {}, Split::Val, *ops) == nullptr);  // no --val-samples
+}
+
+namespace {
+
+struct TempDir {
+  std::string path;
+  TempDir() {
+    char t[] = "/tmp/test_data_XXXXXX";
+    path = ::mkdtemp(t);
+  }
+  ~TempDir() { std::system(("rm -rf '" + path + "'").c_str()); }
+};
+
+void write_png(const std::string& path) {
+  png_image img{};
+  img.version = PNG_IMAGE_VERSION;
+  img.width = img.height = 4;
+  img.format = PNG_FORMAT_RGB;
+  const std::vector<uint8_t> px(4 * 4 * 3, 128);
+  REQUIRE(png_image_write_to_file(&img, path.c_str(), 0, px.data(), 0, nullptr));
+}
+
+int cores() {
+  cpu_set_t set;
+  return ::sched_getaffinity(0, sizeof set, &set) == 0 ? CPU_COUNT(&set) : int(std::thread::hardware_concurrency());
+}
+
+}  // namespace
+
+// The launcher's variables reach the image pipeline through WorkerEnv, read once (they used to be
+// read with getenv deep in the loader, LOCAL_WORLD_SIZE only: under paddle's launcher, which sets
+// PADDLE_LOCAL_SIZE, every rank took all the node's cores).
+TEST_CASE("data_env: the node's ranks divide its cores, the log folder holds the index cache", "[train][data]") {
+  const DataEnv paddle = data_env(read_worker_env({{"PADDLE_LOCAL_SIZE", "4"}, {"PADDLE_LOG_DIR", "/logs/j"}}));
+  CHECK(paddle.local_ranks == 4);
+  CHECK(paddle.log_dir == "/logs/j");
+  CHECK(data_env(read_worker_env({{"LOCAL_WORLD_SIZE", "3"}})).local_ranks == 3);
+  CHECK(data_env(read_worker_env({})).local_ranks == 1);
+  CHECK(data_env(read_worker_env({})).log_dir.empty());
+
+  TempDir d, logs;
+  for (const char* c : {"a", "b"}) {
+    ::mkdir((d.path + "/train").c_str(), 0755);
+    ::mkdir((d.path + "/train/" + c).c_str(), 0755);
+    write_png(d.path + "/train/" + c + "/0.png");
+  }
+  auto ops = make_cpu_ops(1);
+  TrainOptions o;
+  o.data = DataSourceKind::Images;
+  o.data_path = d.path;
+  o.loader = Loader::Cpu;
+  o.image_size = 8;
+  o.batch_size = 1;
+  auto threads_for = [&](int local_ranks) {
+    const std::string what = make_batch_source(o, {local_ranks, ""}, Split::Train, *ops)->describe();
+    INFO(what);
+    const size_t at = what.find(" threads");
+    REQUIRE(at != std::string::npos);
+    return std::stoi(what.substr(what.rfind(' ', at - 1) + 1));
+  };
+  CHECK(threads_for(1) == cores());
+  CHECK(threads_for(2) == std::max(1, cores() / 2));
+  CHECK(threads_for(100000) == 1);
+  o.data_threads = 3;  // --data-threads wins
+  CHECK(threads_for(100000) == 3);
+
+  // No cache beside the data (its name taken by a folder, which stops root too): the log folder.
+  const std::string beside = d.path + "/.train_resnet-index.train";
+  CHECK(::unlink(beside.c_str()) == 0);  // written by the runs above
+  ::mkdir(beside.c_str(), 0755);
+  const std::string what = make_batch_source(o, {1, logs.path}, Split::Train, *ops)->describe();
+  INFO(what);
+  CHECK(what.find("cached in " + logs.path + "/train_resnet-index-") != std::string::npos);
 }

@@ -1,5 +1,9 @@
 #include <catch2/catch.hpp>
 
+#include <algorithm>
+#include <iostream>
+#include <sstream>
+
 #include "worker/train/options.h"
 
 using worker::parse_options;
@@ -174,4 +178,43 @@ TEST_CASE("--comm-timeout: 300 s by default, any positive number of seconds", "[
   CHECK(parse_options(std::vector<std::string>{"--comm-timeout", "1.5"})->comm_timeout_s == 1.5);
   for (const char* bad : {"0", "-3", "nan", "1e9"})
     CHECK_THAT(usage_error({"--comm-timeout", bad}), Catch::Contains("--comm-timeout"));
+}
+
+// --- the image pipeline's choices (issue 11): parsed by add_choice like every other name option
+// (CLI11's CheckedTransformer over enums without a stream operator printed NUL bytes in --help
+// and raw bytes in the error of a bad value).
+TEST_CASE("--loader, --augment, --decode-scaling: names in, enums out, readable help and errors", "[train][options]") {
+  const auto d = parse_options(std::vector<std::string>{});
+  REQUIRE(d);
+  CHECK(d->loader == worker::Loader::Auto);
+  CHECK(d->augment == worker::Augment::Standard);
+  CHECK(d->decode_scaling);
+  const auto o = parse_options(std::vector<std::string>{"--loader", "gpu", "--augment", "none", "--decode-scaling", "off"});
+  REQUIRE(o);
+  CHECK(o->loader == worker::Loader::Gpu);
+  CHECK(o->augment == worker::Augment::None);
+  CHECK_FALSE(o->decode_scaling);
+  CHECK(parse_options(std::vector<std::string>{"--loader", "cpu"})->loader == worker::Loader::Cpu);
+
+  CHECK(usage_error({"--loader", "foo"}) == "--loader must be auto, cpu or gpu, got 'foo'");
+  CHECK(usage_error({"--augment", "heavy"}) == "--augment must be standard or none, got 'heavy'");
+  CHECK(usage_error({"--decode-scaling", "1"}) == "--decode-scaling must be on or off, got '1'");
+
+  std::ostringstream help;
+  std::streambuf* saved = std::cout.rdbuf(help.rdbuf());
+  const auto none = parse_options(std::vector<std::string>{"--help"});
+  std::cout.rdbuf(saved);
+  CHECK_FALSE(none);
+  const std::string h = help.str();
+  const auto unprintable = std::find_if(h.begin(), h.end(), [](char c) { return c != '\n' && (c < ' ' || c > '~'); });
+  CHECK(unprintable == h.end());  // no NUL, no raw bytes
+  // Each with its default shown, as the other name options.
+  for (const auto& [flag, def] : std::vector<std::pair<std::string, std::string>>{
+           {"--loader", "=auto "}, {"--augment", "=standard "}, {"--decode-scaling", "=on "}}) {
+    const size_t at = h.find("  " + flag + " ");
+    REQUIRE(at != std::string::npos);
+    const std::string line = h.substr(at, h.find('\n', at) - at);
+    INFO(line);
+    CHECK(line.find(def) != std::string::npos);
+  }
 }

@@ -311,3 +311,52 @@ TEST_CASE("ring all-gather copies each rank's block, blocks of unequal size incl
     }
   }
 }
+
+TEST_CASE("barrier_untimed: a rank busy far past the silence limit is waited for; one that exits is not", "[train][ring]") {
+  const int world = 3;
+  {
+    MapRendezvous rdv;
+    std::vector<std::future<void>> fs;
+    for (int r = 0; r < world; ++r) {
+      fs.push_back(std::async(std::launch::async, [&, r] {
+        auto cfg = config(r, world);
+        cfg.timeout = 200ms;
+        auto comm = make_ring_comm(cfg, rdv);
+        if (r == 0) std::this_thread::sleep_for(1200ms);  // rank 0 "writes a checkpoint": 6 timeouts long
+        comm->barrier_untimed();
+        std::vector<float> v(1000, float(r));
+        comm->allreduce_sum(v.data(), v.size());  // still in step, the limit back in force
+        REQUIRE(v[0] == 0.0f + 1.0f + 2.0f);
+      }));
+    }
+    for (auto& f : fs) f.get();
+  }
+  MapRendezvous rdv;
+  const auto t0 = std::chrono::steady_clock::now();
+  auto gone = std::async(std::launch::async, [&] { make_ring_comm(config(1, 2), rdv); });  // exits at once
+  auto comm = make_ring_comm(config(0, 2), rdv);
+  gone.get();
+  std::optional<int> lost;
+  try {
+    comm->barrier_untimed();
+  } catch (const CommError& e) {
+    if (e.peer_lost()) lost = e.lost_peer();
+  }
+  CHECK(lost == std::optional<int>(1));
+  CHECK(std::chrono::steady_clock::now() - t0 < 10s);  // noticed from the closed connection
+}
+
+TEST_CASE("ring allgather_host_start/finish: the blocking all-gather's result", "[train][ring]") {
+  run_ranks(3, 1000, [](int r, Comm& comm) {
+    const int32_t mine[2] = {r, 100 + r};
+    int32_t all[6] = {};
+    comm.allgather_host_start(mine, all, sizeof mine);
+    std::vector<float> v(10, 1.0f);
+    comm.allreduce_sum(v.data(), v.size());  // other collectives may come between
+    comm.allgather_host_finish();
+    for (int q = 0; q < 3; ++q) {
+      REQUIRE(all[2 * q] == q);
+      REQUIRE(all[2 * q + 1] == 100 + q);
+    }
+  });
+}

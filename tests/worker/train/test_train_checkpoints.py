@@ -5,7 +5,9 @@ cleans up after a killed save, and how it stops on SIGINT/SIGTERM.
 Usage: test_train_checkpoints.py CASE --train PATH --launch PATH
 Cases: refuse (bad --save, partial checkpoints, another optimizer, --seed -1), interrupted (stale
 temporary files, a save killed between its two renames), stop (SIGINT alone, SIGTERM to `launch`
-with two ranks). Exit 0 pass, 1 fail, 77 skipped (`launch` not built).
+with two ranks), one_rank (the checkpoint signal, then SIGTERM, to rank 1 alone: both ranks act at
+one step), slow_save (rank 0's saves far longer than --comm-timeout end no healthy run).
+Exit 0 pass, 1 fail, 77 skipped (`launch` not built).
 """
 import os
 import re
@@ -17,7 +19,7 @@ import sys
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from test_train_resnet import SKIP, SMALL, check, checksums, clean_env, main, ok, read_st, run  # noqa: E402
+from test_train_resnet import SKIP, SMALL, check, checksums, clean_env, free_port, main, ok, read_st, run  # noqa: E402
 
 
 def usage(a, args, needle):
@@ -171,6 +173,91 @@ def case_stop(a, tmp):
     check(checksums(resumed.stdout) and checksums(resumed.stdout) == checksums(full.stdout),
           "resuming after SIGTERM changed the result")
     print(f"SIGTERM to launch (2 ranks): saved step {step}, exited 143 after {dt:.2f} s; resumed = uninterrupted")
+
+
+def endpoint_ranks(a, tmp, args, env=None, n=2):
+    """n ranks of `train_resnet args` on fixed endpoints (no launcher): rank 0's output piped
+    (stdout and stderr together), the others' in files."""
+    eps = ",".join(f"127.0.0.1:{free_port()}" for _ in range(n))
+    procs = []
+    for r in range(n):
+        e = clean_env({**(env or {}), "PADDLE_TRAINER_ID": str(r), "PADDLE_TRAINERS_NUM": str(n),
+                       "PADDLE_TRAINER_ENDPOINTS": eps})
+        out = subprocess.PIPE if r == 0 else open(os.path.join(tmp, f"rank{r}.log"), "w")
+        procs.append(subprocess.Popen([a.train] + args, env=e, stdout=out, stderr=subprocess.STDOUT, text=True))
+    return procs
+
+
+def finish(procs, timeout=90):
+    try:
+        return [p.wait(timeout=timeout) for p in procs]
+    finally:
+        for p in procs:
+            if p.poll() is None:
+                p.kill()
+                p.wait()
+
+
+def case_one_rank(a, tmp):
+    # ZeRO-1: every rank gathers its optimizer shard into rank 0's checkpoint, so a rank that
+    # acted at another step than the others would break the run (ranks out of step, exit 1 or 86).
+    ck = os.path.join(tmp, "one.safetensors")
+    base = SMALL + ["--log-every", "1", "--epochs", "3", "--max-steps", "40", "--zero", "1"]
+    procs = endpoint_ranks(a, tmp, base + ["--save", ck], {"LAUNCH_CHECKPOINT_SIGNAL": "USR1"})
+    try:
+        lines = read_until(procs[0], "Batch[3]")
+        procs[1].send_signal(signal.SIGUSR1)  # rank 1 only
+        lines += read_until(procs[0], "(checkpoint signal)")
+        saved = int(re.search(r"Saved \S+ at step (\d+) \(checkpoint signal\)", lines[-1]).group(1))
+        saved_state = read_st(ck)[1]
+        procs[1].send_signal(signal.SIGTERM)  # rank 1 only
+        rcs = finish(procs)
+        lines += procs[0].stdout.readlines()
+    finally:
+        finish(procs, 1)
+    text = "".join(lines)
+    rank1 = open(os.path.join(tmp, "rank1.log")).read()
+    check(rcs == [143, 143], f"exit codes {rcs} (want 143 for both):\n{text[-2000:]}\nrank 1:\n{rank1[-2000:]}")
+    check(text.count("(checkpoint signal)") == 1, "not exactly one save on one checkpoint signal:\n" + text[-3000:])
+    check(saved_state["step"] == str(saved), f"the signal's checkpoint is of step {saved_state['step']}, not {saved}")
+    m = re.search(r"Stopped by signal 15 at step (\d+): saved", text)
+    check(m and int(m.group(1)) > saved, f"no 'Stopped by signal 15' line after the save:\n{text[-3000:]}")
+    stopped = int(m.group(1))
+    check(read_st(ck)[1]["step"] == str(stopped), f"the checkpoint is not of step {stopped}")
+    # Both ranks stopped at that step: resumed on two ranks, the run ends as an uninterrupted one.
+    resumed = endpoint_ranks(a, tmp, base + ["--resume", ck])
+    full = endpoint_ranks(a, tmp, base)
+    r_out, f_out = resumed[0].communicate(timeout=120)[0], full[0].communicate(timeout=120)[0]
+    check(finish(resumed) == [0, 0] and finish(full) == [0, 0], "the resumed or the uninterrupted run failed")
+    check(checksums(r_out) and checksums(r_out) == checksums(f_out),
+          f"resuming changed the result:\n{r_out[-1500:]}\n{f_out[-1500:]}")
+    print(f"signals to rank 1 alone (2 ranks, ZeRO-1): USR1 saved step {saved} once, SIGTERM stopped both at step "
+          f"{stopped} (exit 143); resumed = uninterrupted")
+
+
+def case_slow_save(a, tmp):
+    # Every write of rank 0 (two checkpoints, the best weights) takes 2 x --comm-timeout while
+    # rank 1 waits; none counts as silence.
+    ck = os.path.join(tmp, "slow.safetensors")
+    delay_s, timeout_s = 3.0, 1.5
+    args = SMALL + ["--log-every", "1", "--max-steps", "4", "--save-every", "4", "--save", ck, "--val-samples", "16",
+                    "--save-best", "--comm-timeout", str(timeout_s)]
+    t0 = time.monotonic()
+    procs = endpoint_ranks(a, tmp, args, {"WORKER_TEST_SAVE_DELAY_MS": str(int(delay_s * 1000))})
+    try:
+        out = procs[0].communicate(timeout=120)[0]
+        rcs = finish(procs)
+    finally:
+        finish(procs, 1)
+    elapsed = time.monotonic() - t0
+    rank1 = open(os.path.join(tmp, "rank1.log")).read()
+    check(rcs == [0, 0], f"exit codes {rcs}:\n{out[-2000:]}\nrank 1:\n{rank1[-2000:]}")
+    # The scheduled save of step 4 says nothing; the best weights and the final save do.
+    check(out.count("Saved ") == 2 and "(best top-1 so far)" in out, f"expected the best and the final save:\n{out[-2000:]}")
+    writes = 3
+    check(elapsed >= writes * delay_s, f"{elapsed:.1f} s in all: the writes were not slowed")
+    check(read_st(ck)[1]["step"] == "4", "the checkpoint is not of step 4")
+    print(f"2 ranks, --comm-timeout {timeout_s} s, 3 writes of rank 0 of {delay_s} s each: exit 0 in {elapsed:.1f} s")
 
 
 if __name__ == "__main__":
