@@ -175,3 +175,12 @@ TEST_CASE("--comm-timeout: 300 s by default, any positive number of seconds", "[
   for (const char* bad : {"0", "-3", "nan", "1e9"})
     CHECK_THAT(usage_error({"--comm-timeout", bad}), Catch::Contains("--comm-timeout"));
 }
+
+TEST_CASE("--cuda-graph: auto by default, on or off (issue 13)", "[train][options][graph]") {
+  using worker::CudaGraph;
+  CHECK(parse_options(std::vector<std::string>{})->cuda_graph == CudaGraph::Auto);
+  CHECK(parse_options(std::vector<std::string>{"--cuda-graph", "on"})->cuda_graph == CudaGraph::On);
+  CHECK(parse_options(std::vector<std::string>{"--cuda-graph", "off"})->cuda_graph == CudaGraph::Off);
+  CHECK(std::string(worker::to_string(CudaGraph::Auto)) == "auto");
+  CHECK_THAT(usage_error({"--cuda-graph", "yes"}), Catch::Contains("--cuda-graph must be auto, on or off, got 'yes'"));
+}
