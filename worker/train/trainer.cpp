@@ -213,6 +213,8 @@ StepStats TrainingSession::replayed_step(bool want_loss) {
   s.lr = schedule_.lr(state_.step);
   if (captured_) {
     ops_.replay_step(optimizer_.next_values(float(s.lr)));
+    // The host side of what the graph holds: the counts forward_backward and step() keep.
+    model_.count_replayed_forward();
     optimizer_.count_replayed_step();
   } else {
     ops_.capture_step([&] {  // runs this step once, as the replays will
