@@ -46,7 +46,7 @@ TrainOptions recipe(OptimizerKind kind) {
   o.num_classes = 10;
   o.batch_size = 16;
   o.data = DataSourceKind::Learnable;
-  o.num_samples = 16 * 12;  // 12 steps: 2 warm-up, 1 capturing, 9 replays
+  o.num_samples = 16 * 12;  // 12 steps per epoch: 2 warm-up, 1 capturing, then replays
   o.epochs = 1;
   o.seed = 7;
   o.optimizer = kind;
@@ -73,7 +73,7 @@ Run train_once(TrainOptions o, DType precision, CudaGraph graph, const std::stri
   std::unique_ptr<Comm> comm = make_single_process_comm();
   std::ostringstream log;
   const TrainResult r = train(o, WorkerEnv{}, ops, *comm, log);
-  REQUIRE(r.steps == o.num_samples / o.batch_size);
+  REQUIRE(r.steps == o.epochs * (o.num_samples / o.batch_size));
   Run run{log.str(), read_safetensors(o.save)};
   for (StTensor& t : read_safetensors(train_state_path(o.save))) run.tensors.push_back(std::move(t));
   return run;
@@ -112,9 +112,18 @@ std::string temp_dir() {
   return tmpl;
 }
 
-void compare(OptimizerKind kind, DType precision) {
+// The log's validation lines (top-1, top-5, loss): evaluation runs uncaptured between replays.
+std::vector<std::string> validations(const std::string& log) {
+  std::vector<std::string> v;
+  std::istringstream in(log);
+  for (std::string line; std::getline(in, line);)
+    if (line.rfind("Validation: epoch", 0) == 0) v.push_back(line.substr(0, line.find(" images")));
+  return v;
+}
+
+void compare(const TrainOptions& o, DType precision) {
+  const OptimizerKind kind = o.optimizer;
   const std::string dir = temp_dir();
-  const TrainOptions o = recipe(kind);
   const Run off = train_once(o, precision, CudaGraph::Off, dir, "off");
   const Run on = train_once(o, precision, CudaGraph::On, dir, "on");
   INFO("graph run's log:\n" << on.log);
@@ -122,6 +131,7 @@ void compare(OptimizerKind kind, DType precision) {
   CHECK_THAT(off.log, Catch::Contains("Step: uncaptured (--cuda-graph off)"));
   CHECK_THAT(on.log, Catch::Contains("Step: one CUDA graph (--cuda-graph on)"));
   CHECK_THAT(on.log, Catch::Contains("Step 2: captured as one CUDA graph"));
+  CHECK(validations(on.log) == validations(off.log));
   std::string where;
   const double d = max_diff(off, on, &where);
   if (d == 0) {
@@ -145,16 +155,23 @@ void compare(OptimizerKind kind, DType precision) {
 
 }  // namespace
 
-TEST_CASE("captured and uncaptured steps train alike: SGD momentum, warm-up + cosine, bf16", "[gpu][train][graph]") {
-  compare(OptimizerKind::Sgd, DType::BF16);
+TEST_CASE("captured and uncaptured steps train alike: SGD momentum, warm-up + cosine, bf16, validation between",
+          "[gpu][train][graph]") {
+  TrainOptions o = recipe(OptimizerKind::Sgd);
+  o.epochs = 2;  // an evaluation (uncaptured) between the replays of epoch 0 and those of epoch 1
+  o.val_samples = 40;  // the last validation batch is partial
+  compare(o, DType::BF16);
 }
 
-TEST_CASE("captured and uncaptured steps train alike: Adam, warm-up + cosine, bf16", "[gpu][train][graph]") {
-  compare(OptimizerKind::Adam, DType::BF16);
+TEST_CASE("captured and uncaptured steps train alike: Adam, warm-up + cosine, bf16, blocks recomputed",
+          "[gpu][train][graph]") {
+  TrainOptions o = recipe(OptimizerKind::Adam);
+  o.recompute = Recompute::Block;
+  compare(o, DType::BF16);
 }
 
 TEST_CASE("captured and uncaptured steps train alike: SGD momentum, fp32", "[gpu][train][graph]") {
-  compare(OptimizerKind::Sgd, DType::F32);
+  compare(recipe(OptimizerKind::Sgd), DType::F32);
 }
 
 TEST_CASE("with the timed convolution engines (the default) the step is captured and replays to the end",
