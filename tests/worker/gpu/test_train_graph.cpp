@@ -131,6 +131,7 @@ void compare(const TrainOptions& o, DType precision) {
   CHECK_THAT(off.log, Catch::Contains("Step: uncaptured (--cuda-graph off)"));
   CHECK_THAT(on.log, Catch::Contains("Step: one CUDA graph (--cuda-graph on)"));
   CHECK_THAT(on.log, Catch::Contains("Step 2: captured as one CUDA graph"));
+  CHECK(validations(on.log).size() == (o.val_samples > 0 ? size_t(o.epochs) : 0));
   CHECK(validations(on.log) == validations(off.log));
   std::string where;
   const double d = max_diff(off, on, &where);
