@@ -232,14 +232,14 @@ ns = sorted({r["gpus"] for r in rows if r.get("what") == "ours-launch"} |
 if ns:
     print()
     print("scaling, ResNet-50 bf16, batch 256 per GPU (ours: launch + train_resnet; torch: torchrun + DDP; eff = per-GPU images/s vs N=1,")
-    print("         ours against N=1 with --cuda-graph off: several ranks run uncaptured)")
+    print("         ours N=1 with --cuda-graph off, as several ranks run; the CUDA graph's N=1 figure is the line below)")
     print(f"{'N':>2s} {'ours':>8s} {'torch':>8s} {'ratio':>6s} {'ours/GPU':>9s} {'torch/GPU':>9s} {'eff ours':>9s} {'eff torch':>9s} "
           f"{'step ms o/t':>12s} {'allreduce ms (exposed)':>23s} {'peak GB':>8s}")
     # Several ranks run uncaptured (step_capture.h): their efficiency is against the uncaptured N = 1.
     o1 = find("ours-launch-graph-off", 1, 50, "bf16") or find("ours-launch", 1, 50, "bf16")
     t1 = find("torch", 1, 50, "bf16")
     for n in ns:
-        o, t = find("ours-launch", n, 50, "bf16"), find("torch", n, 50, "bf16")
+        o, t = (o1 if n == 1 else find("ours-launch", n, 50, "bf16")), find("torch", n, 50, "bf16")
         oi = o["images_per_s"] if ok(o) else None
         ti = t["images_per_s"] if ok(t) else None
         s = lambda v, f="{:.0f}": f.format(v) if v is not None else ("ERR" if v is None else "-")
