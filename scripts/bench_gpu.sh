@@ -8,7 +8,8 @@
 #   mode max-autotune-no-cudagraphs with BENCH_COMPILE_MAX=1).
 #   N GPUs (issue 7): ResNet-50 bf16, batch 256 per GPU, for every N of GPU_COUNTS: ours through
 #   `launch --gpus 0,..,N-1 train_resnet`, PyTorch through `torchrun --nproc_per_node N` + DDP
-#   (N = 1: the single-process PyTorch run above, which has no DDP to pay for).
+#   (N = 1: the single-process PyTorch run above, which has no DDP to pay for). On 1 GPU the
+#   trainer also runs with --cuda-graph off: its step with and without the CUDA graph.
 # Images/s are medians of timed windows after warm-up; peak memory is what each framework's
 # allocator handed out (ours: the pool's high-water mark; torch: max_memory_allocated); time to
 # the first step counts from the command's start (BENCH_T0). For ours on N GPUs the trainer
@@ -90,28 +91,31 @@ torch1() {  # depth precision batch [compile mode]
 # Ours on N GPUs through the launcher and the real trainer: from its metrics file, images/s
 # (windows of 8 steps, the first window dropped as warm-up), the all-reduce time per step and
 # the peak memory (its final record).
-oursN() {  # n depth precision batch
-  local n=$1 d=$2 p=$3 b=$4
-  local gpus tag="launch_g${n}_r${d}_${p}_b${b}" t0 rc t1 t
-  t=$(tmo 90); [ "$t" -eq 0 ] && { skipped ours-launch "$n" "$d" "$p"; return; }
+# A fifth argument, the trainer's --cuda-graph (default auto: captured on one GPU), names the row
+# "ours-launch-graph-<value>" instead.
+oursN() {  # n depth precision batch [cuda-graph]
+  local n=$1 d=$2 p=$3 b=$4 g=${5:-}
+  local what="ours-launch${g:+-graph-$g}"
+  local gpus tag="launch_g${n}_r${d}_${p}_b${b}${g:+_graph_$g}" t0 rc t1 t
+  t=$(tmo 90); [ "$t" -eq 0 ] && { skipped "$what" "$n" "$d" "$p"; return; }
   gpus="$(seq -s, 0 $((n - 1)))"
   t0="$(now)"
   timeout "$t" "$BIN/launch" --gpus "$gpus" "$BIN/train_resnet" --depth "$d" --precision "$p" \
     --batch-size "$b" --optimizer sgd --lr 0.1 --momentum 0.9 --weight-decay 1e-4 --data random \
     --num-samples 1000000 --max-steps 41 --log-every 8 --metrics-file "$log/$tag.metrics.jsonl" \
-    > "$log/$tag.log" 2>&1
+    ${g:+--cuda-graph "$g"} > "$log/$tag.log" 2>&1
   rc=$?
   t1="$(now)"
-  $PY - "$log/$tag.metrics.jsonl" "$rc" "$n" "$d" "$p" "$b" "$t0" "$t1" >> "$results" <<'PY'
+  $PY - "$log/$tag.metrics.jsonl" "$rc" "$n" "$d" "$p" "$b" "$t0" "$t1" "$what" >> "$results" <<'PY'
 import json, statistics, sys
-path, rc, n, d, p, b, t0, t1 = sys.argv[1:]
+path, rc, n, d, p, b, t0, t1, what = sys.argv[1:]
 try:
     rows = [json.loads(l) for l in open(path) if l.strip()]
 except (OSError, ValueError):
     rows = []
 win = [r for r in rows if not r.get("final") and r.get("images_per_s")][1:]
 fin = next((r for r in rows if r.get("final")), {})
-out = {"what": "ours-launch", "gpus": int(n), "depth": int(d), "precision": p, "batch": int(b),
+out = {"what": what, "gpus": int(n), "depth": int(d), "precision": p, "batch": int(b),
        "wall_s": round(float(t1) - float(t0), 1)}
 if rc != "0" or not win:
     out["error"] = f"rc {rc}, {len(win)} timed windows"
@@ -149,6 +153,8 @@ torch1 50 bf16 256
 for b in ${BENCH_BATCHES-512}; do ours1 50 bf16 "$b"; done
 if [ -x "$BIN/launch" ] && [ -x "$BIN/train_resnet" ]; then
   for n in $GPU_COUNTS; do [ "$n" -le "$ngpu" ] && oursN "$n" 50 bf16 256; done
+  # The trainer's own step without its CUDA graph (issue 13), beside the N = 1 row above.
+  oursN 1 50 bf16 256 off
 fi
 for n in $GPU_COUNTS; do [ "$n" -gt 1 ] && [ "$n" -le "$ngpu" ] && torchN "$n" 50 bf16 256; done
 if [ "${BENCH_QUICK:-0}" != 1 ]; then
@@ -225,13 +231,15 @@ ns = sorted({r["gpus"] for r in rows if r.get("what") == "ours-launch"} |
             {r["gpus"] for r in rows if r.get("what") == "torch" and r.get("depth") == 50 and r.get("precision") == "bf16"})
 if ns:
     print()
-    print("scaling, ResNet-50 bf16, batch 256 per GPU (ours: launch + train_resnet; torch: torchrun + DDP; eff = per-GPU images/s vs N=1)")
+    print("scaling, ResNet-50 bf16, batch 256 per GPU (ours: launch + train_resnet; torch: torchrun + DDP; eff = per-GPU images/s vs N=1,")
+    print("         ours N=1 with --cuda-graph off, as several ranks run; the CUDA graph's N=1 figure is the line below)")
     print(f"{'N':>2s} {'ours':>8s} {'torch':>8s} {'ratio':>6s} {'ours/GPU':>9s} {'torch/GPU':>9s} {'eff ours':>9s} {'eff torch':>9s} "
           f"{'step ms o/t':>12s} {'allreduce ms (exposed)':>23s} {'peak GB':>8s}")
-    o1 = find("ours-launch", 1, 50, "bf16")
+    # Several ranks run uncaptured (step_capture.h): their efficiency is against the uncaptured N = 1.
+    o1 = find("ours-launch-graph-off", 1, 50, "bf16") or find("ours-launch", 1, 50, "bf16")
     t1 = find("torch", 1, 50, "bf16")
     for n in ns:
-        o, t = find("ours-launch", n, 50, "bf16"), find("torch", n, 50, "bf16")
+        o, t = (o1 if n == 1 else find("ours-launch", n, 50, "bf16")), find("torch", n, 50, "bf16")
         oi = o["images_per_s"] if ok(o) else None
         ti = t["images_per_s"] if ok(t) else None
         s = lambda v, f="{:.0f}": f.format(v) if v is not None else ("ERR" if v is None else "-")
@@ -243,6 +251,12 @@ if ns:
         pk = f"{o['peak_bytes_max_rank']/1e9:.2f}" if o and "peak_bytes_max_rank" in o else "-"
         print(f"{n:>2d} {s(oi):>8s} {s(ti):>8s} {ratio:>6s} {s(oi / n if oi else None):>9s} {s(ti / n if ti else None):>9s} "
               f"{eo:>9s} {et:>9s} {step:>12s} {ar:>23s} {pk:>8s}")
+# The trainer itself, one GPU, with its step captured as a CUDA graph (auto) and without (off).
+tg, tn = find("ours-launch", 1, 50, "bf16"), find("ours-launch-graph-off", 1, 50, "bf16")
+if ok(tg) and ok(tn):
+    print()
+    print(f"train_resnet ResNet-50 bf16 b256, 1 GPU: CUDA graph {tg['images_per_s']:.0f} images/s, "
+          f"without {tn['images_per_s']:.0f} ({tg['images_per_s'] / tn['images_per_s']:.3f}x)")
 for r in rows:
     if "error" in r:
         print("  error:", json.dumps(r))

@@ -831,6 +831,8 @@ void Model::forward_backward(float grad_scale) {
   impl_->backward();
 }
 
+void Model::count_replayed_forward() { ++impl_->batches_tracked; }
+
 void Model::forward_eval() { impl_->forward(false, 1.0f); }
 
 void Model::set_label_smoothing(float e) { impl_->cfg.label_smoothing = e; }

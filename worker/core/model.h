@@ -86,6 +86,9 @@ class Model {
   // Training step on the current input: forward, loss, backward. Gradients are ADDED to
   // grads() (scaled by grad_scale). Asynchronous on the backend's stream.
   void forward_backward(float grad_scale = 1.0f);
+  // A replay of a captured forward_backward (Ops::replay_step) ran its kernels but not its host
+  // side: this counts its training forward (num_batches_tracked), as forward_backward does.
+  void count_replayed_forward();
   // Loss of the last forward (synchronizes).
   float last_loss();
   // Logits (n, num_classes) of the last forward, downloaded (synchronizes).

@@ -1,4 +1,4 @@
-// dtype helpers shared by every backend.
+// dtype helpers shared by every backend, and the defaults of a backend without step capture.
 #include "worker/core/ops.h"
 
 #include <stdexcept>
@@ -30,6 +30,17 @@ ParamView optimizer_range(const ParamView& range, size_t bound) {
     throw std::out_of_range("optimizer range [" + std::to_string(range.offset) + ", +" + std::to_string(range.count) +
                             ") outside the " + std::to_string(bound) + " parameters");
   return range;
+}
+
+// --- Step capture: unsupported unless a backend says otherwise (the trainer asks
+// step_capture_unsupported() first, so reaching these is a bug of the caller).
+
+void Ops::capture_step(const std::function<void()>&) {
+  throw std::logic_error("capture_step on a backend that cannot capture: " + step_capture_unsupported());
+}
+
+void Ops::replay_step(const StepValues&) {
+  throw std::logic_error("replay_step on a backend that cannot capture: " + step_capture_unsupported());
 }
 
 }  // namespace worker

@@ -18,6 +18,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -65,6 +66,19 @@ struct PoolDesc {  // max-pool (ResNet stem: 3x3, stride 2, pad 1)
   int n = 0, h = 0, w = 0, c = 0;
   int k = 3, stride = 2, pad = 1;
   int ho = 0, wo = 0;
+};
+
+// What an optimizer step takes that changes from one step to the next. A captured step (see
+// Ops::capture_step) has its other arguments frozen and reads these from backend memory.
+struct StepValues {
+  float lr = 0.0f;
+  int64_t step = 0;  // Adam: the 1-based step count of the bias corrections (SGD: unused)
+};
+
+// What a captured step holds, for the start-up log and the benchmark.
+struct CaptureInfo {
+  size_t kernels = 0;  // kernels per replay
+  size_t nodes = 0;    // kernels, memsets, copies, ...
 };
 
 // Synthetic data (worker/core/synthetic.h defines the generator, identical on every backend).
@@ -169,6 +183,24 @@ class Ops {
                          ParamView range = {}) = 0;
 
   virtual void synchronize() = 0;
+
+  // --- A captured step (the GPU: one CUDA graph, worker/gpu/step_graph.h): the work of a whole
+  // training step enqueued once, then replayed with one launch per step. Host reads (a loss,
+  // grads_finite) cannot be inside it, nor anything whose arguments change from step to step but
+  // the optimizer's StepValues.
+  // Why this backend cannot capture a step; empty when it can.
+  virtual std::string step_capture_unsupported() const { return "this backend runs every step as it comes"; }
+  // True while the backend still tunes itself on the steps it runs (the GPU times convolution
+  // engines on its first steps): a step is best captured after that (capture ends it anyway).
+  virtual bool still_tuning() const { return false; }
+  // Captures what `body` enqueues (nothing runs while capturing; everything it touches must be
+  // allocated already, so a step ran before), then runs it once: body must be one whole step,
+  // and its optimizer calls' lr/step are that first run's StepValues. Every optimizer call in body
+  // must take the same StepValues; sgd_step's first_step must be false.
+  virtual void capture_step(const std::function<void()>& body);
+  // Runs the captured step again, its optimizer reading `v`.
+  virtual void replay_step(const StepValues& v);
+  virtual CaptureInfo captured() const { return {}; }
 };
 
 }  // namespace worker

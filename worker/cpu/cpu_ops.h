@@ -20,6 +20,7 @@ class CpuOps final : public Ops {
   DeviceKind device() const override { return DeviceKind::Cpu; }
   DType compute_dtype() const override { return DType::F32; }
   std::string describe() const override;
+  std::string step_capture_unsupported() const override { return "the CPU backend has no graphs"; }
   int threads() const { return threads_; }
   // Upper bound on the im2col buffer per chunk of images, in floats (tests shrink it to force
   // one image per chunk).

@@ -47,9 +47,13 @@ __device__ __forceinline__ bool decays(const uint8_t* __restrict__ mask, size_t 
   return mask == nullptr || mask[i] != 0;
 }
 
+__global__ void set_scalars_kernel(OptScalars* dst, OptScalars v) { *dst = v; }
+
 __global__ void sgd_kernel(float* __restrict__ p, const float* __restrict__ g,
                            float* __restrict__ buf, const uint8_t* __restrict__ mask, size_t n,
-                           float lr, float momentum, float wd, bool first, bool nesterov) {
+                           const OptScalars* __restrict__ sc, float momentum, float wd, bool first,
+                           bool nesterov) {
+  const float lr = sc->lr;
   GRID_STRIDE(i, n) {
     float d = g[i];
     if (wd != 0.f && decays(mask, i)) d += wd * p[i];
@@ -64,9 +68,10 @@ __global__ void sgd_kernel(float* __restrict__ p, const float* __restrict__ g,
 
 __global__ void adam_kernel(float* __restrict__ p, const float* __restrict__ g,
                             float* __restrict__ m, float* __restrict__ v,
-                            const uint8_t* __restrict__ mask, size_t n, float lr, float beta1,
-                            float beta2, float eps, float wd, float bc1, float bc2_sqrt) {
-  const float step_size = lr / bc1;
+                            const uint8_t* __restrict__ mask, size_t n,
+                            const OptScalars* __restrict__ sc, float beta1, float beta2, float eps,
+                            float wd) {
+  const float step_size = sc->lr / sc->bc1, bc2_sqrt = sc->bc2_sqrt;
   GRID_STRIDE(i, n) {
     float d = g[i];
     if (wd != 0.f && decays(mask, i)) d += wd * p[i];
@@ -105,21 +110,27 @@ void find_nonfinite(const float* p, size_t n, int* flag, cudaStream_t s) {
   KERNEL_CHECK();
 }
 
-void sgd_step(float* p, const float* g, float* buf, const uint8_t* decay_mask, size_t n, float lr,
+OptScalars adam_scalars(float lr, float beta1, float beta2, int64_t step) {
+  const double bc1 = 1.0 - std::pow(double(beta1), double(step));
+  const double bc2 = 1.0 - std::pow(double(beta2), double(step));
+  return {lr, float(bc1), float(std::sqrt(bc2))};
+}
+
+void set_opt_scalars(OptScalars* dst, const OptScalars& v, cudaStream_t s) {
+  set_scalars_kernel<<<1, 1, 0, s>>>(dst, v);
+  KERNEL_CHECK();
+}
+
+void sgd_step(float* p, const float* g, float* buf, const uint8_t* decay_mask, size_t n, const OptScalars* sc,
               float momentum, float wd, bool first, bool nesterov, cudaStream_t s) {
-  sgd_kernel<<<grid_for(n), kThreads, 0, s>>>(p, g, buf, decay_mask, n, lr, momentum, wd, first,
+  sgd_kernel<<<grid_for(n), kThreads, 0, s>>>(p, g, buf, decay_mask, n, sc, momentum, wd, first,
                                               nesterov);
   KERNEL_CHECK();
 }
 
 void adam_step(float* p, const float* g, float* m, float* v, const uint8_t* decay_mask, size_t n,
-               float lr, float beta1, float beta2, float eps, float wd, int64_t step,
-               cudaStream_t s) {
-  // Bias corrections in double on the host, as torch.optim.Adam computes them in Python floats.
-  const double bc1 = 1.0 - std::pow(double(beta1), double(step));
-  const double bc2 = 1.0 - std::pow(double(beta2), double(step));
-  adam_kernel<<<grid_for(n), kThreads, 0, s>>>(p, g, m, v, decay_mask, n, lr, beta1, beta2, eps,
-                                                wd, float(bc1), float(std::sqrt(bc2)));
+               const OptScalars* sc, float beta1, float beta2, float eps, float wd, cudaStream_t s) {
+  adam_kernel<<<grid_for(n), kThreads, 0, s>>>(p, g, m, v, decay_mask, n, sc, beta1, beta2, eps, wd);
   KERNEL_CHECK();
 }
 

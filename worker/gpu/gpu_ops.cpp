@@ -15,6 +15,7 @@
 #include "worker/gpu/check.h"
 #include "worker/gpu/conv_engines.h"
 #include "worker/gpu/kernels.h"
+#include "worker/gpu/step_graph.h"
 
 namespace worker {
 namespace gpu {
@@ -158,9 +159,10 @@ struct SearchBuffers {
 // The fastest successful result within the workspace limit; results come sorted by time.
 // With `fma_only` (fp32 without TF32) tensor-core results are refused.
 template <typename Perf>
-const Perf* choose(const Perf* res, int n, size_t limit, bool fma_only) {
+const Perf* choose(const Perf* res, int n, size_t limit, bool fma_only, bool deterministic) {
   for (int i = 0; i < n; ++i) {
     if (res[i].status != CUDNN_STATUS_SUCCESS || res[i].memory > limit) continue;
+    if (deterministic && res[i].determinism != CUDNN_DETERMINISTIC) continue;
     if (fma_only && res[i].mathType != CUDNN_FMA_MATH && res[i].mathType != CUDNN_DEFAULT_MATH)
       continue;
     return &res[i];
@@ -240,9 +242,9 @@ GpuOps::ConvPlan& GpuOps::plan(const ConvDesc& d) {
     CUDNN_CHECK(cudnnGetConvolutionBackwardFilterAlgorithm_v7(
         cudnn_, p->x, p->y, p->cw, p->w, CUDNN_CONVOLUTION_BWD_FILTER_ALGO_COUNT, &nw, wr));
   }
-  const auto* f = choose(fr, nf, limit, fma_only);
-  const auto* bd = choose(dr, nd, limit, fma_only);
-  const auto* bw = choose(wr, nw, limit, fma_only);
+  const auto* f = choose(fr, nf, limit, fma_only, opt_.deterministic);
+  const auto* bd = choose(dr, nd, limit, fma_only, opt_.deterministic);
+  const auto* bw = choose(wr, nw, limit, fma_only, opt_.deterministic);
   if (!f || !bd || !bw)
     throw GpuError(GpuError::Kind::Cudnn,
                    "cuDNN offers no algorithm for convolution " + std::to_string(d.cin) + "->" +
@@ -367,11 +369,13 @@ GpuOps::GpuOps(const GpuOptions& opt) : opt_(opt), pool_(opt.pool_chunk) {
   mem_cublas_ = kCublasWs;
   CUBLAS_CHECK(cublasSetMathMode(cublas_, CUBLAS_DEFAULT_MATH));
   flag_ = static_cast<int*>(pool_.alloc(sizeof(int)));
+  opt_scalars_ = static_cast<OptScalars*>(pool_.alloc(sizeof(OptScalars)));
   timer_ = std::make_unique<OpTimer>(stream_);
 }
 
 GpuOps::~GpuOps() {
   if (stream_) cudaStreamSynchronize(stream_);
+  step_graph_.reset();
   timer_.reset();
   plans_.clear();
   if (cublas_) cublasDestroy(cublas_);
@@ -741,18 +745,90 @@ bool GpuOps::grads_finite() {
   return bad == 0;
 }
 
+namespace {
+
+OptScalars scalars_of(const StepValues& v, bool adam, float beta1, float beta2) {
+  return adam ? adam_scalars(v.lr, beta1, beta2, v.step) : OptScalars{v.lr, 1.f, 1.f};
+}
+
+}  // namespace
+
+const OptScalars* GpuOps::step_scalars(const StepValues& v, bool adam, float beta1, float beta2) {
+  if (!capturing_) {
+    set_opt_scalars(opt_scalars_, scalars_of(v, adam, beta1, beta2), stream_);
+    return opt_scalars_;
+  }
+  const CapturedOptimizer now{true, adam, beta1, beta2, v};
+  const CapturedOptimizer& was = captured_opt_;
+  if (was.present && (was.adam != adam || was.beta1 != beta1 || was.beta2 != beta2 || was.values.lr != v.lr ||
+                      was.values.step != v.step))
+    throw GpuError(GpuError::Kind::Invalid,
+                   "the optimizer calls of a captured step take different per-step values: one slot holds "
+                   "them (" + where() + ")");
+  captured_opt_ = now;
+  return opt_scalars_;
+}
+
 void GpuOps::sgd_step(float lr, float momentum, float weight_decay, float* momentum_buf,
                       bool first_step, bool nesterov, const uint8_t* decay_mask, ParamView range) {
   const ParamView r = worker::optimizer_range(range, count_);
-  gpu::sgd_step(params_ + r.offset, grads_ + r.offset, momentum_buf, decay_mask, r.count, lr, momentum,
+  if (capturing_ && first_step)
+    throw GpuError(GpuError::Kind::Invalid,
+                   "SGD's first step (the momentum buffer starts from the gradient) cannot be captured for "
+                   "replay: capture after an uncaptured step (" + where() + ")");
+  const OptScalars* sc = step_scalars({lr, 0}, false, 0.f, 0.f);
+  gpu::sgd_step(params_ + r.offset, grads_ + r.offset, momentum_buf, decay_mask, r.count, sc, momentum,
                 weight_decay, first_step, nesterov, stream_);
 }
 
 void GpuOps::adam_step(float lr, float beta1, float beta2, float eps, float weight_decay,
                        int64_t step, float* m, float* v, const uint8_t* decay_mask, ParamView range) {
   const ParamView r = worker::optimizer_range(range, count_);
-  gpu::adam_step(params_ + r.offset, grads_ + r.offset, m, v, decay_mask, r.count, lr, beta1, beta2, eps,
-                 weight_decay, step, stream_);
+  const OptScalars* sc = step_scalars({lr, step}, true, beta1, beta2);
+  gpu::adam_step(params_ + r.offset, grads_ + r.offset, m, v, decay_mask, r.count, sc, beta1, beta2, eps,
+                 weight_decay, stream_);
+}
+
+// --- Step capture (one CUDA graph per training step; the trainer decides when)
+
+bool GpuOps::still_tuning() const {
+  for (const auto& kv : plans_)
+    for (const auto& t : kv.second->tune)
+      if (t && !t->settled()) return true;
+  return false;
+}
+
+void GpuOps::capture_step(const std::function<void()>& body) {
+  if (timer_->on())
+    throw GpuError(GpuError::Kind::Invalid, "capture_step while the per-operation profile runs (" + where() + ")");
+  // Replays must not explore: the engine each convolution runs is fixed from here on.
+  settle_conv_engines();
+  step_graph_.reset();
+  auto graph = std::make_unique<StepGraph>(stream_);
+  captured_opt_ = {};
+  capturing_ = true;
+  try {
+    graph->capture(body);
+  } catch (...) {
+    capturing_ = false;
+    throw;
+  }
+  capturing_ = false;
+  step_graph_ = std::move(graph);
+  replay_step(captured_opt_.values);  // the capturing step itself
+}
+
+void GpuOps::replay_step(const StepValues& v) {
+  if (!step_graph_ || !step_graph_->ready())
+    throw GpuError(GpuError::Kind::Invalid, "replay_step before capture_step (" + where() + ")");
+  const CapturedOptimizer& o = captured_opt_;
+  if (o.present) set_opt_scalars(opt_scalars_, scalars_of(v, o.adam, o.beta1, o.beta2), stream_);
+  step_graph_->launch();
+}
+
+CaptureInfo GpuOps::captured() const {
+  if (!step_graph_) return {};
+  return {step_graph_->kernel_nodes(), step_graph_->nodes()};
 }
 
 }  // namespace gpu

@@ -24,6 +24,8 @@
 namespace worker {
 namespace gpu {
 
+class StepGraph;
+
 // How convolution algorithms are chosen, once per shape: cuDNN's heuristics (the default: on
 // an H200, ResNet-50 bf16 batch 256 ran 6,320 images/s with them against 6,018 with the timed
 // search, and reached its first step in 2.4 s instead of 9.6 s) or a timed search
@@ -41,6 +43,8 @@ struct GpuOptions {
   // bf16/fp16: convolutions may run on cuDNN graph-API engines, each chosen by timing on the
   // first calls (conv_engines.h); off: the legacy API's plans only.
   bool graph_engines = true;
+  // Only cuDNN's deterministic algorithms (no split-K atomics): runs that compare bit for bit.
+  bool deterministic = false;
 };
 
 // Reads WORKER_GPU_TF32=1, WORKER_CUDNN_SEARCH=find|heuristic, WORKER_CUDNN_WORKSPACE_MB,
@@ -102,6 +106,12 @@ class GpuOps final : public Ops {
                  float* m, float* v, const uint8_t* decay_mask,
                  ParamView range = {}) override;
   void synchronize() override;
+
+  std::string step_capture_unsupported() const override { return ""; }
+  bool still_tuning() const override;  // a convolution engine still being timed
+  void capture_step(const std::function<void()>& body) override;
+  void replay_step(const StepValues& v) override;
+  CaptureInfo captured() const override;
 
   // For the NCCL communicator.
   cudaStream_t stream() const { return stream_; }
@@ -178,6 +188,21 @@ class GpuOps final : public Ops {
   const void* pool_arg_y_ = nullptr;
   PoolDesc pool_arg_d_{};
   std::unique_ptr<OpTimer> timer_;
+  // --- Step capture. The optimizer kernels read their StepValues from opt_scalars_ (device).
+  // What the captured step's optimizer is, so replay_step can turn StepValues into OptScalars.
+  struct CapturedOptimizer {
+    bool present = false;
+    bool adam = false;
+    float beta1 = 0.f, beta2 = 0.f;
+    StepValues values;  // the capturing step's own
+  };
+  // Uncaptured: writes v's scalars (stream-ordered before the optimizer kernel); capturing:
+  // notes them for replay_step, which writes them before each launch. Returns opt_scalars_.
+  const OptScalars* step_scalars(const StepValues& v, bool adam, float beta1, float beta2);
+  OptScalars* opt_scalars_ = nullptr;
+  std::unique_ptr<StepGraph> step_graph_;
+  bool capturing_ = false;
+  CapturedOptimizer captured_opt_;
   // Bytes carved for each purpose, outgrown carvings included (the pool never frees).
   size_t mem_ws_ = 0, mem_scratch_ = 0, mem_shadow_ = 0, mem_cublas_ = 0, mem_s2d_ = 0;
   double search_seconds_ = 0;

@@ -89,12 +89,22 @@ void add_to_f32(DType t, const void* src, float* dst, size_t n, cudaStream_t s);
 void scale_f32(float* p, float a, size_t n, cudaStream_t s);
 // Sets *flag to 1 when some element is not finite (flag is not cleared here).
 void find_nonfinite(const float* p, size_t n, int* flag, cudaStream_t s);
+// The optimizers' per-step values as their kernels read them, from device memory: a captured
+// step (a CUDA graph) replays with new ones written by set_opt_scalars before each launch, and
+// the uncaptured step goes through the same two kernels, so both compute the same bits.
+struct OptScalars {
+  float lr = 0.f;
+  float bc1 = 1.f;       // Adam: 1 - beta1^step
+  float bc2_sqrt = 1.f;  // Adam: sqrt(1 - beta2^step)
+};
+// Adam's bias corrections in double on the host, as torch.optim.Adam computes them in Python floats.
+OptScalars adam_scalars(float lr, float beta1, float beta2, int64_t step);
+void set_opt_scalars(OptScalars* dst, const OptScalars& v, cudaStream_t s);  // one thread, v as an argument
 // decay_mask (may be null: everywhere): weight decay only where its byte is non-zero.
-void sgd_step(float* p, const float* g, float* buf, const uint8_t* decay_mask, size_t n, float lr,
+void sgd_step(float* p, const float* g, float* buf, const uint8_t* decay_mask, size_t n, const OptScalars* sc,
               float momentum, float wd, bool first, bool nesterov, cudaStream_t s);
 void adam_step(float* p, const float* g, float* m, float* v, const uint8_t* decay_mask, size_t n,
-               float lr, float beta1, float beta2, float eps, float wd, int64_t step,
-               cudaStream_t s);
+               const OptScalars* sc, float beta1, float beta2, float eps, float wd, cudaStream_t s);
 
 // --- Synthetic data (data.cu): the generator of worker/core/synthetic.h on the device.
 void make_batch(DType t, DataKind kind, uint64_t seed, const int64_t* host_indices, int n,

@@ -47,6 +47,10 @@ class Optimizer {
   // range i's update is enqueued (the trainer starts that bucket's all-gather there).
   void step(float lr, const std::function<void(size_t)>& after_range = nullptr);
   int64_t steps_taken() const { return taken_; }
+  // A replayed captured step (Ops::replay_step) runs step()'s kernels without step(): the values
+  // its optimizer reads for learning rate `lr`, and the count it then advances.
+  StepValues next_values(float lr) const { return {lr, taken_ + 1}; }
+  void count_replayed_step() { ++taken_; }
 
   // This rank's state as host vectors by name: the ranges' elements back to back (unsharded:
   // the whole buffer). set_state takes whole-buffer vectors (a checkpoint's) and keeps the

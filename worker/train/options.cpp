@@ -26,6 +26,7 @@ const Choices<DeviceChoice> kDevices = {{"auto", DeviceChoice::Auto}, {"cpu", De
 const Choices<LrScheduleKind> kSchedules = {
     {"constant", LrScheduleKind::Constant}, {"step", LrScheduleKind::Step}, {"cosine", LrScheduleKind::Cosine}};
 const Choices<Recompute> kRecompute = {{"none", Recompute::None}, {"bn", Recompute::Bn}, {"block", Recompute::Block}};
+const Choices<CudaGraph> kCudaGraph = {{"auto", CudaGraph::Auto}, {"on", CudaGraph::On}, {"off", CudaGraph::Off}};
 const Choices<Precision> kPrecisions = {{"fp32", Precision::Fp32}, {"bf16", Precision::Bf16}, {"fp16", Precision::Fp16}};
 const Choices<Loader> kLoaders = {{"auto", Loader::Auto}, {"cpu", Loader::Cpu}, {"gpu", Loader::Gpu}};
 const Choices<Augment> kAugments = {{"standard", Augment::Standard}, {"none", Augment::None}};
@@ -245,6 +246,12 @@ CLI::App& describe(CLI::App& app, TrainOptions& o) {
                  "gradient bucket in MiB of fp32: the unit of the all-reduce (or ZeRO's reduce-scatter and "
                  "all-gather), overlapped with backward on GPUs")
       ->capture_default_str();
+
+  // --- speed (issue 13)
+  add_choice(app, "--cuda-graph", o.cuda_graph, kCudaGraph,
+             "auto, on or off: the training step (forward, backward, optimizer) captured as one CUDA graph "
+             "after warm-up and replayed; auto: where the run allows it (GPU, one rank, bf16/fp32, "
+             "--accum-steps 1), on: refuse a run that does not");
   return app;
 }
 
@@ -275,6 +282,7 @@ const char* to_string(DataSourceKind k) { return name_of(kData, k); }
 const char* to_string(DeviceChoice k) { return name_of(kDevices, k); }
 const char* to_string(LrScheduleKind k) { return name_of(kSchedules, k); }
 const char* to_string(Recompute r) { return name_of(kRecompute, r); }
+const char* to_string(CudaGraph g) { return name_of(kCudaGraph, g); }
 const char* to_string(Precision p) { return p == Precision::Default ? "default" : name_of(kPrecisions, p); }
 
 std::optional<TrainOptions> parse_options(const std::vector<std::string>& args) { return parse_impl(args); }

@@ -27,6 +27,8 @@ enum class OptimizerKind : uint8_t { Adam, Sgd };
 enum class DataSourceKind : uint8_t { Random, Learnable, Images };  // synthetic (worker/core/synthetic.h), or images
 enum class DeviceChoice : uint8_t { Auto, Cpu, Gpu };
 enum class Precision : uint8_t { Default, Fp32, Bf16, Fp16 };  // Default: bf16 on GPU, fp32 on CPU
+// --cuda-graph: the training step captured once and replayed (worker/train/step_capture.h).
+enum class CudaGraph : uint8_t { Auto, On, Off };
 
 // The names the command line and the checkpoints use ("adam", "learnable", "gpu", "bf16").
 const char* to_string(OptimizerKind k);
@@ -35,6 +37,7 @@ const char* to_string(DeviceChoice k);
 const char* to_string(Precision p);
 const char* to_string(LrScheduleKind k);
 const char* to_string(Recompute r);
+const char* to_string(CudaGraph g);
 
 struct TrainOptions {
   // --- model and run (issue 4)
@@ -107,6 +110,9 @@ struct TrainOptions {
   Recompute recompute = Recompute::None;  // activations recomputed in backward instead of kept
   int zero = 0;                        // 1: ZeRO-1, optimizer state sharded over the ranks
   double bucket_mb = 25.0;             // gradient bucket (MiB of fp32): all-reduce / reduce-scatter unit
+
+  // --- speed (issue 13)
+  CudaGraph cuda_graph = CudaGraph::Auto;  // auto: captured where the run allows (step_capture.h)
 };
 
 // Parses argv (argv[0] included). Returns nullopt when --help was printed. Throws UsageError.

@@ -120,6 +120,7 @@ TrainingSession::TrainingSession(const TrainOptions& opt, const DataEnv& data_en
   scaler_.enabled = ops.compute_dtype() == DType::F16;
   // Gradient all-reduce during backward only where the communicator overlaps with compute.
   overlap_ = world_ > 1 && ops.device() == DeviceKind::Gpu;
+  capture_ = plan_step_capture(opt.cuda_graph, {ops.step_capture_unsupported(), world_, scaler_.enabled, opt.accum_steps});
   state_.seed = opt.seed;
   state_.optimizer = opt.optimizer;
   state_.data = data_source_name(opt);
@@ -172,6 +173,7 @@ StepStats TrainingSession::step(bool want_loss) {
   // DDP broadcasts buffers from rank 0 before every forward: running statistics agree.
   if (world_ > 1) comm_.broadcast(model_.buffers(), nb * sizeof(float), 0);
   comm_.wait();
+  if (capture_.capture && (captured_ || capture_due(result_.steps, ops_.still_tuning()))) return replayed_step(want_loss);
   ops_.zero(model_.grads(), np * sizeof(float));
   StepStats s;
   double loss_sum = 0.0;
@@ -199,20 +201,57 @@ StepStats TrainingSession::step(bool want_loss) {
   // Average over ranks and undo the loss scale in one pass.
   if (world_ > 1 || scaler_.enabled) ops_.scale_grads(1.0f / (float(world_) * scaler_.multiplier()));
   s.lr = schedule_.lr(state_.step);
-  if (scaler_.update(!scaler_.enabled || grads_finite_everywhere())) {
-    if (zero_) {
-      // Each rank updates its block of every bucket; the bucket's all-gather starts as soon as
-      // that update is enqueued, overlapping the updates of the buckets after it.
-      optimizer_.step(float(s.lr), [this](size_t k) {
-        const Bucket& b = layout_.buckets[k];
-        comm_.allgather(model_.params() + b.begin, b.size());
-      });
-      comm_.wait();
-    } else {
-      optimizer_.step(float(s.lr));
+  if (scaler_.update(!scaler_.enabled || grads_finite_everywhere())) update(float(s.lr));
+  count_step(s);
+  return s;
+}
+
+// One step as a captured graph (step_capture.h says when): the batch is filled before the replay
+// (its sample indices change), the loss read after it; the graph holds the rest of step() for
+// one rank, one micro-batch and no loss scaling, and its optimizer reads lr from device memory.
+StepStats TrainingSession::replayed_step(bool want_loss) {
+  StepStats s;
+  train_data_->next(model_.input(), model_.labels(), &s.data_wait_ms);
+  s.lr = schedule_.lr(state_.step);
+  if (captured_) {
+    ops_.replay_step(optimizer_.next_values(float(s.lr)));
+    // The host side of what the graph holds: the counts forward_backward and step() keep.
+    model_.count_replayed_forward();
+    optimizer_.count_replayed_step();
+  } else {
+    ops_.capture_step([&] {  // runs this step once, as the replays will
+      ops_.zero(model_.grads(), model_.num_params() * sizeof(float));
+      model_.forward_backward(1.0f);
+      update(float(s.lr));
+    });
+    captured_ = true;
+    if (lead_) {
+      const CaptureInfo c = ops_.captured();
+      out_ << "Step " << state_.step << ": captured as one CUDA graph (" << c.kernels << " kernels, " << c.nodes
+           << " nodes), replayed from now on" << std::endl;
     }
-    ops_.params_updated();
   }
+  if (want_loss) s.loss = model_.last_loss();
+  count_step(s);
+  return s;
+}
+
+void TrainingSession::update(float lr) {
+  if (zero_) {
+    // Each rank updates its block of every bucket; the bucket's all-gather starts as soon as
+    // that update is enqueued, overlapping the updates of the buckets after it.
+    optimizer_.step(lr, [this](size_t k) {
+      const Bucket& b = layout_.buckets[k];
+      comm_.allgather(model_.params() + b.begin, b.size());
+    });
+    comm_.wait();
+  } else {
+    optimizer_.step(lr);
+  }
+  ops_.params_updated();
+}
+
+void TrainingSession::count_step(const StepStats& s) {
   ++state_.step;
   ++result_.steps;
   ++window_steps_;
@@ -223,7 +262,6 @@ StepStats TrainingSession::step(bool want_loss) {
     window_steps_ = 0;
     window_wait_ms_ = 0.0;
   }
-  return s;
 }
 
 // An inf or NaN on any rank survives the all-reduce, so every rank reaches the same verdict.
@@ -319,6 +357,7 @@ void TrainingSession::announce() {
     }
     out_ << std::endl;
   }
+  out_ << describe_capture(opt_.cuda_graph, capture_) << std::endl;
 }
 
 // What the optimizer would keep on every rank without ZeRO: its buffers and decay mask whole.

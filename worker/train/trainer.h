@@ -28,6 +28,7 @@
 #include "worker/train/requests.h"
 #include "worker/train/sampler.h"
 #include "worker/train/shard.h"
+#include "worker/train/step_capture.h"
 #include "worker/train/tensorboard.h"
 
 namespace worker {
@@ -71,6 +72,9 @@ class TrainingSession {
   void resume();                             // --init, --resume or fresh; rank 0's state for all
   void announce();                           // the start-up lines: model, data, recipe
   StepStats step(bool want_loss);            // one optimizer step at the current position
+  StepStats replayed_step(bool want_loss);   // the same as one captured graph (captured on its first call)
+  void update(float lr);                     // the optimizer step and the weights' working copies
+  void count_step(const StepStats& s);       // step counters and the throughput window
   EvalCounts evaluate();                     // the whole validation split, summed over ranks
   void validate(int64_t epoch);              // evaluate, log, record, keep the best
   void log(const Position& at, const StepStats& s);
@@ -107,6 +111,8 @@ class TrainingSession {
   LossScaler scaler_;
   GradReducer reducer_;
   bool overlap_ = false;     // reduce buckets during backward (NCCL's own stream)
+  CapturePlan capture_;      // --cuda-graph: whether steps replay one captured graph
+  bool captured_ = false;    // the graph exists: every step from here on replays it
 
   LrSchedule schedule_;
   int64_t total_steps_ = 0;  // what this run will reach: --epochs, or --max-steps when sooner

@@ -31,7 +31,6 @@
 #include "worker/core/model.h"
 #include "worker/core/safetensors.h"
 #include "worker/gpu/gpu_ops.h"
-#include "worker/gpu/step_graph.h"
 #include "tests/worker/reference_step.h"
 
 namespace {
@@ -141,9 +140,9 @@ int bench(const std::map<std::string, std::string>& a, Clock::time_point t_start
     extra += "]";
   }
   if (geti(a, "graph", 0) && gops) {
-    // The batch stays outside the graph (its sample indices are kernel arguments).
-    gpu::StepGraph graph(gops->stream());
-    graph.capture([&] {
+    // The batch stays outside the graph (its sample indices are kernel arguments); capturing
+    // runs one step.
+    ops->capture_step([&] {
       ops->zero(m.grads(), m.num_params() * 4);
       m.forward_backward();
       ops->sgd_step(0.1f, 0.9f, 1e-4f, mom, false, false, nullptr);
@@ -154,12 +153,13 @@ int bench(const std::map<std::string, std::string>& a, Clock::time_point t_start
       for (auto& i : idx) i = next++;
       ops->make_batch(DataKind::Random, 1, idx.data(), cfg.batch, cfg.image_size, cfg.num_classes,
                       m.input(), m.labels());
-      graph.launch();
+      ops->replay_step({0.1f, 0});
     });
+    const CaptureInfo graph = ops->captured();
     extra += ", \"graph\": true, \"images_per_s_stream\": " +
              std::to_string(stream_rates[stream_rates.size() / 2]) +
-             ", \"kernels_per_step\": " + std::to_string(graph.kernel_nodes()) +
-             ", \"graph_nodes\": " + std::to_string(graph.nodes());
+             ", \"kernels_per_step\": " + std::to_string(graph.kernels) +
+             ", \"graph_nodes\": " + std::to_string(graph.nodes);
   }
   if (geti(a, "profile", 0) && gops) {
     // In an NVTX range, so that Nsight Compute can time this one step's kernels:

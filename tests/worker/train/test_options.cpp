@@ -218,3 +218,12 @@ TEST_CASE("--loader, --augment, --decode-scaling: names in, enums out, readable 
     CHECK(line.find(def) != std::string::npos);
   }
 }
+
+TEST_CASE("--cuda-graph: auto by default, on or off (issue 13)", "[train][options][graph]") {
+  using worker::CudaGraph;
+  CHECK(parse_options(std::vector<std::string>{})->cuda_graph == CudaGraph::Auto);
+  CHECK(parse_options(std::vector<std::string>{"--cuda-graph", "on"})->cuda_graph == CudaGraph::On);
+  CHECK(parse_options(std::vector<std::string>{"--cuda-graph", "off"})->cuda_graph == CudaGraph::Off);
+  CHECK(std::string(worker::to_string(CudaGraph::Auto)) == "auto");
+  CHECK_THAT(usage_error({"--cuda-graph", "yes"}), Catch::Contains("--cuda-graph must be auto, on or off, got 'yes'"));
+}

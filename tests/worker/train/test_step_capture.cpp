@@ -1,0 +1,65 @@
+#include <catch2/catch.hpp>
+
+#include <string>
+
+#include "worker/train/step_capture.h"
+
+using worker::capture_due;
+using worker::CaptureFacts;
+using worker::CudaGraph;
+using worker::plan_step_capture;
+using worker::UsageError;
+
+namespace {
+
+CaptureFacts gpu_one_rank() { return {"", 1, false, 1}; }
+
+std::string refusal(const CaptureFacts& f) {
+  try {
+    plan_step_capture(CudaGraph::On, f);
+  } catch (const UsageError& e) {
+    return e.what();
+  }
+  return "";
+}
+
+}  // namespace
+
+TEST_CASE("auto captures one GPU rank's bf16/fp32 step of one micro-batch", "[train][graph]") {
+  CHECK(plan_step_capture(CudaGraph::Auto, gpu_one_rank()).capture);
+  CHECK(plan_step_capture(CudaGraph::On, gpu_one_rank()).capture);
+  const auto off = plan_step_capture(CudaGraph::Off, gpu_one_rank());
+  CHECK_FALSE(off.capture);
+  CHECK(off.why == "--cuda-graph off");
+}
+
+TEST_CASE("auto stays uncaptured, and says why, where a graph cannot hold the step", "[train][graph]") {
+  CaptureFacts cpu = gpu_one_rank();
+  cpu.backend_unsupported = "the CPU backend has no graphs";
+  CaptureFacts ranks = gpu_one_rank();
+  ranks.world = 2;
+  CaptureFacts fp16 = gpu_one_rank();
+  fp16.loss_scaling = true;
+  CaptureFacts accum = gpu_one_rank();
+  accum.accum_steps = 4;
+  const std::pair<CaptureFacts, const char*> cases[] = {
+      {cpu, "the CPU backend has no graphs"}, {ranks, "2 ranks"}, {fp16, "fp16 loss scaling"}, {accum, "--accum-steps 4"}};
+  for (const auto& [facts, reason] : cases) {
+    const auto plan = plan_step_capture(CudaGraph::Auto, facts);
+    CHECK_FALSE(plan.capture);
+    CHECK_THAT(plan.why, Catch::Contains(reason));
+    CHECK_THAT(worker::describe_capture(CudaGraph::Auto, plan), Catch::Contains("uncaptured") && Catch::Contains(reason));
+    // on: refused at start-up, naming the obstacle and the way out.
+    CHECK_THAT(refusal(facts), Catch::Contains("--cuda-graph on") && Catch::Contains(reason) &&
+                                   Catch::Contains("--cuda-graph auto or off"));
+  }
+}
+
+TEST_CASE("the capture waits for the warm-up and for the backend's tuning, within a bound", "[train][graph]") {
+  CHECK_FALSE(capture_due(0, false));
+  CHECK_FALSE(capture_due(worker::kMinWarmupSteps - 1, false));
+  CHECK(capture_due(worker::kMinWarmupSteps, false));
+  CHECK_FALSE(capture_due(worker::kMinWarmupSteps, true));
+  CHECK_FALSE(capture_due(worker::kMaxWarmupSteps - 1, true));
+  CHECK(capture_due(worker::kMaxWarmupSteps, true));
+}
