@@ -347,8 +347,8 @@ void apply_paddle_env(const proto::EnvMap& env, Options& o, std::vector<std::str
 CliResult parse_cli(int argc, const char* const* argv, const proto::EnvMap& env) {
   std::vector<std::string> args(argv + 1, argv + argc);
   Parsed p = parse_args(args);
-  if (p.help_asked) return {std::nullopt, p.help, {}};
-  if (p.raw.version) return {std::nullopt, std::string("launch ") + LAUNCH_VERSION + "\n", {}};
+  if (p.help_asked) return {std::nullopt, p.help, {}, {}};
+  if (p.raw.version) return {std::nullopt, std::string("launch ") + LAUNCH_VERSION + "\n", {}, {}};
 
   // torchrun's PET_<OPTION> fill what the command line did not give: parse again with them first.
   std::vector<std::string> from_env;

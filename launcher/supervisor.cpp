@@ -103,6 +103,7 @@ class Loop {
  public:
   Loop(const std::vector<WorkerPlan>& plans, const SupervisorConfig& cfg) : cfg_(cfg) {
     if (!cfg.containment) throw std::logic_error("supervise: no containment");
+    if (!cfg.console) throw std::logic_error("supervise: no console");
     workers_.resize(plans.size());
     for (size_t i = 0; i < plans.size(); ++i) {
       workers_[i].rec.rank = plans[i].rank;
@@ -132,7 +133,7 @@ class Loop {
   void drain(size_t i);
   void emit(Worker& w, const char* data, size_t n);
   void console_write(std::string_view data);
-  void watch_console();
+  void watch_consoles();
   void signal_everyone(int sig);
   void signal_members();
   void begin_stop(int sig);
@@ -156,8 +157,7 @@ class Loop {
   size_t live_ = 0;
   bool have_children_ = true;
   int stragglers_ = 0;
-  std::unique_ptr<Console> console_;
-  bool console_watched_ = false;
+  Console* console_ = cfg_.console;
   // Teardown: the signal of this phase, the workers' process groups (signalled as groups) and
   // the processes outside them signalled since the phase began (each gets it once).
   int stop_sig_ = 0;
@@ -166,7 +166,8 @@ class Loop {
 };
 
 constexpr uint64_t kSignalTag = ~uint64_t{0}, kTimerTag = kSignalTag - 1, kRemoteTag = kSignalTag - 2,
-                   kRescanTag = kSignalTag - 3, kAwaitTag = kSignalTag - 4, kConsoleTag = kSignalTag - 5;
+                   kRescanTag = kSignalTag - 3, kAwaitTag = kSignalTag - 4, kConsoleTag = kSignalTag - 5,
+                   kLogConsoleTag = kSignalTag - 6;
 
 // ---------------------------------------------------------------------------------------------
 // Setup
@@ -391,18 +392,23 @@ void Loop::fail_now() {
 
 void Loop::console_write(std::string_view data) {
   console_->write(data);
-  watch_console();
+  console_->report();
 }
 
-// EPOLLOUT on the console only while it holds queued output.
-void Loop::watch_console() {
-  const bool want = console_->pending();
-  if (want == console_watched_) return;
-  epoll_event ev{};
-  ev.events = EPOLLOUT;
-  ev.data.u64 = kConsoleTag;
-  if (epoll_ctl(epoll_fd_, want ? EPOLL_CTL_ADD : EPOLL_CTL_DEL, console_->poll_fd(), &ev) == 0 || !want)
-    console_watched_ = want;
+// EPOLLOUT on the console streams, edge-triggered for the whole run: an event each time a full
+// stream's reader makes room, so that whatever is queued there -- by us, or by the store's thread
+// logging meanwhile -- is written then, and no event while nothing changes. A stream epoll
+// refuses (a regular file, /dev/null) never makes a writer wait.
+void Loop::watch_consoles() {
+  auto watch = [&](Console* c, uint64_t tag) {
+    if (!c || c->poll_fd() < 0) return;
+    epoll_event ev{};
+    ev.events = EPOLLOUT | EPOLLET;
+    ev.data.u64 = tag;
+    epoll_ctl(epoll_fd_, EPOLL_CTL_ADD, c->poll_fd(), &ev);
+  };
+  watch(console_, kConsoleTag);
+  if (cfg_.log_console != console_) watch(cfg_.log_console, kLogConsoleTag);
 }
 
 void Loop::emit(Worker& w, const char* data, size_t n) {
@@ -556,7 +562,6 @@ bool Loop::finished() {
 
 JobOutcome Loop::run(const std::vector<WorkerPlan>& plans) {
   open_logs();
-  console_ = std::make_unique<Console>(STDOUT_FILENO);
   epoll_fd_ = epoll_create1(EPOLL_CLOEXEC);
   SYS_CHECK(epoll_fd_);
   for (int* fd : {&timer_fd_, &rescan_fd_, &await_fd_}) {
@@ -574,6 +579,7 @@ JobOutcome Loop::run(const std::vector<WorkerPlan>& plans) {
   watch(rescan_fd_, kRescanTag);
   watch(await_fd_, kAwaitTag);
   if (cfg_.remote_fd >= 0) watch(cfg_.remote_fd, kRemoteTag);
+  watch_consoles();
 
   start_all(plans);
   on_signals();  // anything that arrived while we were spawning
@@ -595,8 +601,9 @@ JobOutcome Loop::run(const std::vector<WorkerPlan>& plans) {
         case kAwaitTag: on_await(); break;
         case kConsoleTag:
           console_->flush();
-          watch_console();
+          console_->report();
           break;
+        case kLogConsoleTag: cfg_.log_console->flush(); break;
         default: break;
       }
     }
@@ -617,6 +624,7 @@ JobOutcome Loop::run(const std::vector<WorkerPlan>& plans) {
     out.records.push_back(w.rec);
   }
   console_->finish(kConsoleFinish);
+  console_->report();
   out.policy = policy_;
   out.stragglers = stragglers_;
   return out;

@@ -121,6 +121,24 @@ result=FAIL
 [ "$rc" = 5 ] && grep -q 'root cause: rank 1 exited with code 5' err && [ "$lines" = 1000000 ] && [ "$ms" -le 2000 ] && result=PASS
 row "stalled console (nobody reads stdout)" "$result" "failure -> exit $ms ms, exit $rc, rank 0's log $lines/1000000 lines"
 
+# --- the same with 2>&1: the launcher's own messages meet the stalled pipe too (the root cause
+# is read from --summary: nobody can read the console)
+fresh
+mkfifo console
+exec 3<>console
+"$launch" --devices cpu --nproc_per_node 2 --grace 2 --summary summary.json sh -c \
+  'if [ $RANK = 1 ]; then while [ ! -e flooded ]; do sleep 0.01; done; date +%s%3N > failed; exit 5; fi
+   seq 1 1000000; touch flooded; sleep 60' >console 2>&1 &
+pid=$!
+wait_exit "$pid" 60; t1=$(now_ms)
+exec 3>&-
+ms=$(( t1 - $(cat failed 2>/dev/null || echo "$t1") ))
+lines=$(wc -l < log/workerlog.0)
+result=FAIL
+[ "$rc" = 5 ] && grep -q '"description": *"rank 1 exited with code 5"' summary.json && [ "$lines" = 1000000 ] &&
+  [ "$ms" -le 2000 ] && result=PASS
+row "stalled console, 2>&1 (nobody reads either)" "$result" "failure -> exit $ms ms, exit $rc, rank 0's log $lines/1000000 lines"
+
 # --- hostile store clients: 1,000 at once, before any HELLO
 fresh
 "$launch" --devices cpu --nproc_per_node 1 sh -c \
