@@ -1,7 +1,8 @@
 // The supervisor: ONE epoll loop over a signalfd (SIGCHLD and the stop signals, blocked by the
 // caller), the workers' output pipes, the console (when it cannot take output at once) and
-// timerfds for the grace period, for finding what teardown has not reached yet, and for a
-// verdict awaited from another node. It spawns the workers into the job's containment, streams
+// timerfds for the grace period, for finding what teardown has not reached yet, for a verdict
+// held a moment after a worker lost a peer (blame.h), and for a verdict awaited from another
+// node. It spawns the workers into the job's containment, streams
 // their output (logs complete, console never blocking), detects the first failure and the rank
 // at fault, tears the job down and reaps everything.
 #pragma once

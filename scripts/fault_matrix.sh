@@ -189,23 +189,29 @@ result=FAIL; [ "$rc" = 0 ] && [ "$said" = 1 ] && [ "$lines" = 100000 ] && result
 row "full disk: console file ($where)" "$result" "exit $rc, ENOSPC said $said time(s), log $lines/100000 lines"
 [ -n "$mounted" ] && umount "$mounted" && mounted=""
 
-# --- a stopped rank, a killed peer: signal rank 1 of a 2-rank train_resnet once it trains
-# signal_rank1 SIG: sets rc and ms (signal -> launch's exit).
-signal_rank1() {
+# --- a stopped rank, a killed peer: signal one rank of a train_resnet ring once it trains
+# signal_rank NPROC RANK SIG: sets rc and ms (signal -> launch's exit).
+signal_rank() {
   fresh
-  "$launch" --devices cpu --nproc_per_node 2 --grace 5 "$train" "${TA[@]}" --num-samples 100000 --epochs 1 \
-    --log-every 1 --comm-timeout 2 >out 2>err &
+  "$launch" --devices cpu --nproc_per_node "$1" --grace 5 "$train" "${TA[@]}" --num-samples 100000 --epochs 1 \
+    --log-every 1 --comm-timeout 3 >out 2>err &
   local pid=$!
   wait_for 'grep -q "Batch\[2\]" log/workerlog.0 2>/dev/null' 60
-  local r1; r1=$(worker_pid "$pid" 1)
-  local t0; t0=$(now_ms); kill -"$1" "$r1"; wait_exit "$pid" 30; ms=$(( $(now_ms) - t0 ))
+  local victim; victim=$(worker_pid "$pid" "$2")
+  local t0; t0=$(now_ms); kill -"$3" "$victim"; wait_exit "$pid" 30; ms=$(( $(now_ms) - t0 ))
 }
-signal_rank1 STOP
+signal_rank 2 1 STOP
 result=FAIL; [ "$rc" = 86 ] && grep -q 'root cause: rank 1 stopped responding' err && result=PASS
-row "SIGSTOP of one train_resnet rank" "$result" "root cause rank 1 after $ms ms (--comm-timeout 2), exit $rc"
-signal_rank1 KILL
+row "SIGSTOP of one train_resnet rank" "$result" "root cause rank 1 after $ms ms (--comm-timeout 3), exit $rc"
+signal_rank 4 2 STOP
+result=FAIL; [ "$rc" = 86 ] && grep -q 'root cause: rank 2 stopped responding' err && result=PASS
+row "SIGSTOP of rank 2 of 4 (a ring of noticers)" "$result" "root cause rank 2 after $ms ms (--comm-timeout 3), exit $rc"
+signal_rank 2 1 KILL
 result=FAIL; [ "$rc" = 137 ] && grep -q 'root cause: rank 1 killed by SIGKILL' err && result=PASS
 row "SIGKILL of one train_resnet rank" "$result" "root cause rank 1 after $ms ms, exit $rc"
+signal_rank 4 2 KILL
+result=FAIL; [ "$rc" = 137 ] && grep -q 'root cause: rank 2 killed by SIGKILL' err && result=PASS
+row "SIGKILL of rank 2 of 4" "$result" "root cause rank 2 after $ms ms, exit $rc"
 
 # --- one node's launcher killed: two launchers on loopback, train_resnet across them
 fresh
@@ -240,11 +246,11 @@ row "checkpoint signal before any handler" "$result" "exit $rc$(grep -q 'killed 
 # --- a missing peer: rank 1 stops before it joins the ring
 fresh
 "$launch" --devices cpu --nproc_per_node 2 --grace 5 sh -c \
-  '[ $RANK = 1 ] && kill -STOP $$; exec '"$train ${TA[*]}"' --num-samples 64 --epochs 1 --comm-timeout 2' >out 2>err &
+  '[ $RANK = 1 ] && kill -STOP $$; exec '"$train ${TA[*]}"' --num-samples 64 --epochs 1 --comm-timeout 3' >out 2>err &
 pid=$!
 t0=$(now_ms); wait_exit "$pid" 30; ms=$(( $(now_ms) - t0 ))
 result=FAIL; [ "$rc" = 86 ] && grep -q 'root cause: rank 1 stopped responding' err && result=PASS
-row "a peer that never joins the ring" "$result" "root cause rank 1 after $ms ms (--comm-timeout 2), exit $rc"
+row "a peer that never joins the ring" "$result" "root cause rank 1 after $ms ms (--comm-timeout 3), exit $rc"
 
 # --- (h10-launcher's) a --summary that cannot be written keeps the job's exit code
 fresh
