@@ -133,12 +133,17 @@ int run_job(const Plan& p, const ConsoleStreams& console) {
 
 int run_or_throw(int argc, char** argv, const ConsoleStreams& console) {
   const EnvMap parent = proto::process_env();
-  CliResult cli = parse_cli(argc, argv, parent);
+  const LauncherEnv own = launcher_env(parent);
+  CliResult cli = parse_cli(argc, argv, own.env);
   if (!cli.options) {
     std::cout << cli.text;
     return 0;
   }
   log::init(cli.options->log_level);
+  if (own.outer)
+    log::info("inside another launcher's worker (" + *own.outer +
+              " is set): the outer job's PADDLE_*, PET_*, SLURM_* and worker variables are ignored here, and "
+              "this launch's workers get their own");
   for (const auto& w : cli.warnings) log::warn(w);
   for (const auto& d : cli.debug) log::debug(d);
   const Plan plan = make_plan(*cli.options, parent);
