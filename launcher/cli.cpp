@@ -7,6 +7,7 @@
 
 #include "launcher/errors.h"
 #include "launcher/exit_policy.h"
+#include "launcher/seconds.h"
 
 #ifndef LAUNCH_VERSION
 #define LAUNCH_VERSION "unknown"
@@ -419,9 +420,9 @@ CliResult parse_cli(int argc, const char* const* argv, const proto::EnvMap& env)
     throw UsageError("--log_level '" + o.log_level + "' must be debug, info, warning or error");
   if (o.rank < -1 || o.rank > 65535) throw UsageError("--rank " + std::to_string(o.rank) + " must be -1..65535");
   if (!(o.elastic_timeout_s >= 1 && o.elastic_timeout_s <= 86400))
-    throw UsageError("--elastic_timeout " + std::to_string(o.elastic_timeout_s) + " must be 1 to 86400 seconds");
+    throw UsageError("--elastic_timeout " + seconds_text(o.elastic_timeout_s) + " must be 1 to 86400 seconds");
   if (!(o.grace_s >= 0 && o.grace_s <= 86400))
-    throw UsageError("--grace " + std::to_string(o.grace_s) + " must be 0 to 86400 seconds");
+    throw UsageError("--grace " + seconds_text(o.grace_s) + " must be 0 to 86400 seconds");
   if (o.max_restart < 0 || o.max_restart > 1000000)
     throw UsageError("--max_restart " + std::to_string(o.max_restart) + " must be 0 to 1000000");
   if (o.start_port && (*o.start_port < 1 || *o.start_port > 65535))

@@ -21,6 +21,7 @@
 #include "launcher/line_buffer.h"
 #include "launcher/log.h"
 #include "launcher/output.h"
+#include "launcher/seconds.h"
 #include "launcher/spawn.h"
 #include "proto/peer_lost.h"
 
@@ -46,12 +47,6 @@ double now_unix() {
   timespec ts;
   clock_gettime(CLOCK_REALTIME, &ts);
   return static_cast<double>(ts.tv_sec) + static_cast<double>(ts.tv_nsec) * 1e-9;
-}
-
-std::string secs(double s) {
-  char buf[32];
-  std::snprintf(buf, sizeof buf, "%g", s);
-  return buf;
 }
 
 // The state letter of /proc/<pid>/stat ('R', 'S', 'D', 'T', 't', 'Z', ...); 0 when gone.
@@ -252,7 +247,7 @@ void Loop::on_signals() {
       if (phase_ == Phase::Running) {
         policy_.on_launcher_signal(sig);
         log::warn("received " + signal_name(sig) + ": forwarding it to every worker, SIGKILL in " +
-                  secs(cfg_.grace_s) + " s");
+                  seconds_text(cfg_.grace_s) + " s");
         begin_stop(sig);
       } else if (phase_ == Phase::Stopping) {
         log::warn("received " + signal_name(sig) + " again: killing every worker now");
@@ -321,7 +316,7 @@ void Loop::handle_end(size_t i) {
     // Most likely a consequence: wait a moment for what explains it.
     if (failed_.size() == 1) arm(hold_fd_, kHoldS);
     log::debug(describe(w.rec.rank, t) + " (lost a peer: " + (w.peer_lost ? w.peer_lost->what : "it did not say") +
-               "): holding the verdict " + secs(kHoldS) + " s");
+               "): holding the verdict " + seconds_text(kHoldS) + " s");
     return;
   }
   settle();  // a failure of its own: the cause, whatever lost-peer reports came before it
@@ -364,7 +359,7 @@ void Loop::act_on(const LostPeerReport& r) {
       }
       log::error(describe(r.noticer, r.end) + " after losing rank " + std::to_string(r.peer.value_or(-1)) +
                  ", which runs on another node (" + r.what + "): stopping the workers here; waiting up to " +
-                 secs(std::chrono::duration<double>(cfg_.remote_wait).count()) + " s for that node's report");
+                 seconds_text(std::chrono::duration<double>(cfg_.remote_wait).count()) + " s for that node's report");
       begin_stop(SIGTERM);
       arm(await_fd_, std::chrono::duration<double>(cfg_.remote_wait).count());
       break;
@@ -380,7 +375,7 @@ void Loop::fail_now() {
   const RootCause& root = *policy_.root();
   if (cfg_.on_failure) cfg_.on_failure(root);
   log::error("rank " + std::to_string(root.rank) + " " + root.description +
-             ": stopping the other workers (SIGTERM, SIGKILL after " + secs(cfg_.grace_s) + " s)");
+             ": stopping the other workers (SIGTERM, SIGKILL after " + seconds_text(cfg_.grace_s) + " s)");
   if (phase_ == Phase::Running) begin_stop(SIGTERM);
 }
 
@@ -486,13 +481,13 @@ void Loop::begin_stop(int sig) {
 void Loop::on_timer() {
   if (!consume(timer_fd_)) return;
   if (phase_ == Phase::Stopping) {
-    log::warn("grace period of " + secs(cfg_.grace_s) + " s is over: SIGKILL");
+    log::warn("grace period of " + seconds_text(cfg_.grace_s) + " s is over: SIGKILL");
     signal_everyone(SIGKILL);
     phase_ = Phase::Killing;
     arm(timer_fd_, kKillBoundS);
   } else if (phase_ == Phase::Killing) {
     stragglers_ = static_cast<int>(box_.members().size());
-    log::error(std::to_string(stragglers_) + " process(es) still alive " + secs(kKillBoundS) +
+    log::error(std::to_string(stragglers_) + " process(es) still alive " + seconds_text(kKillBoundS) +
                " s after SIGKILL (uninterruptible sleep?); giving up waiting for them");
     phase_ = Phase::Done;
   }
@@ -518,7 +513,7 @@ void Loop::on_remote() {
     return;  // our workers are being stopped already
   }
   log::error("the job failed on another node (" + what + "): stopping the workers (SIGTERM, SIGKILL after " +
-             secs(cfg_.grace_s) + " s)");
+             seconds_text(cfg_.grace_s) + " s)");
   if (phase_ == Phase::Running) begin_stop(SIGTERM);
 }
 
@@ -526,7 +521,7 @@ void Loop::on_await() {
   if (!consume(await_fd_)) return;
   if (!policy_.settle_remote()) return;
   log::error("no node reported a failure within " +
-             secs(std::chrono::duration<double>(cfg_.remote_wait).count()) + " s");
+             seconds_text(std::chrono::duration<double>(cfg_.remote_wait).count()) + " s");
   fail_now();
 }
 
