@@ -105,35 +105,28 @@ for kind in wrapped setsid; do
   pkill -KILL -f "^sleep 1000 $tag\$" 2>/dev/null
 done
 
-# --- a stalled console: rank 1 exits 5 while rank 0 floods a stdout nobody reads
-fresh
-mkfifo console
-exec 3<>console  # held open, never read: the launcher's writes fill it and stop
-"$launch" --devices cpu --nproc_per_node 2 --grace 2 sh -c \
-  'if [ $RANK = 1 ]; then while [ ! -e flooded ]; do sleep 0.01; done; date +%s%3N > failed; exit 5; fi
-   seq 1 1000000; touch flooded; sleep 60' >console 2>err &
-pid=$!
-wait_exit "$pid" 60; t1=$(now_ms)
-exec 3>&-
-ms=$(( t1 - $(cat failed 2>/dev/null || echo "$t1") ))
-lines=$(wc -l < log/workerlog.0)
+# --- a stalled console: rank 1 exits 5 while rank 0 floods a stdout nobody reads; then the same
+# with 2>&1, where the launcher's own messages meet the stalled pipe too (the root cause is read
+# from --summary: nobody can read the console). stalled_console [merged]: sets rc, ms, lines.
+stalled_console() {
+  fresh
+  mkfifo console
+  exec 3<>console  # held open, never read: the launcher's writes fill it and stop
+  (if [ "${1:-}" = merged ]; then exec 2>&1; else exec 2>err; fi
+   exec "$launch" --devices cpu --nproc_per_node 2 --grace 2 --summary summary.json sh -c \
+     'if [ $RANK = 1 ]; then while [ ! -e flooded ]; do sleep 0.01; done; date +%s%3N > failed; exit 5; fi
+      seq 1 1000000; touch flooded; sleep 60') >console &
+  local pid=$!
+  wait_exit "$pid" 60; local t1; t1=$(now_ms)
+  exec 3>&-
+  ms=$(( t1 - $(cat failed 2>/dev/null || echo "$t1") ))
+  lines=$(wc -l < log/workerlog.0)
+}
+stalled_console
 result=FAIL
 [ "$rc" = 5 ] && grep -q 'root cause: rank 1 exited with code 5' err && [ "$lines" = 1000000 ] && [ "$ms" -le 2000 ] && result=PASS
 row "stalled console (nobody reads stdout)" "$result" "failure -> exit $ms ms, exit $rc, rank 0's log $lines/1000000 lines"
-
-# --- the same with 2>&1: the launcher's own messages meet the stalled pipe too (the root cause
-# is read from --summary: nobody can read the console)
-fresh
-mkfifo console
-exec 3<>console
-"$launch" --devices cpu --nproc_per_node 2 --grace 2 --summary summary.json sh -c \
-  'if [ $RANK = 1 ]; then while [ ! -e flooded ]; do sleep 0.01; done; date +%s%3N > failed; exit 5; fi
-   seq 1 1000000; touch flooded; sleep 60' >console 2>&1 &
-pid=$!
-wait_exit "$pid" 60; t1=$(now_ms)
-exec 3>&-
-ms=$(( t1 - $(cat failed 2>/dev/null || echo "$t1") ))
-lines=$(wc -l < log/workerlog.0)
+stalled_console merged
 result=FAIL
 [ "$rc" = 5 ] && grep -q '"description": *"rank 1 exited with code 5"' summary.json && [ "$lines" = 1000000 ] &&
   [ "$ms" -le 2000 ] && result=PASS
