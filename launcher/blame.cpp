@@ -15,7 +15,7 @@ std::optional<size_t> index_of(const std::vector<RankView>& ranks, int rank) {
   return std::nullopt;
 }
 
-// Worker `i` (ended with the peer-lost code) as the noticer: what it said it lost.
+// A worker that ended with the peer-lost code, as the noticer: what it said it lost.
 LostPeerReport noticed_by(const RankView& v) {
   LostPeerReport r;
   r.noticer = v.rank;
