@@ -7,6 +7,7 @@
 
 #include "launcher/errors.h"
 #include "launcher/exit_policy.h"
+#include "launcher/seconds.h"
 
 #ifndef LAUNCH_VERSION
 #define LAUNCH_VERSION "unknown"
@@ -347,8 +348,8 @@ void apply_paddle_env(const proto::EnvMap& env, Options& o, std::vector<std::str
 CliResult parse_cli(int argc, const char* const* argv, const proto::EnvMap& env) {
   std::vector<std::string> args(argv + 1, argv + argc);
   Parsed p = parse_args(args);
-  if (p.help_asked) return {std::nullopt, p.help, {}};
-  if (p.raw.version) return {std::nullopt, std::string("launch ") + LAUNCH_VERSION + "\n", {}};
+  if (p.help_asked) return {std::nullopt, p.help, {}, {}};
+  if (p.raw.version) return {std::nullopt, std::string("launch ") + LAUNCH_VERSION + "\n", {}, {}};
 
   // torchrun's PET_<OPTION> fill what the command line did not give: parse again with them first.
   std::vector<std::string> from_env;
@@ -419,9 +420,9 @@ CliResult parse_cli(int argc, const char* const* argv, const proto::EnvMap& env)
     throw UsageError("--log_level '" + o.log_level + "' must be debug, info, warning or error");
   if (o.rank < -1 || o.rank > 65535) throw UsageError("--rank " + std::to_string(o.rank) + " must be -1..65535");
   if (!(o.elastic_timeout_s >= 1 && o.elastic_timeout_s <= 86400))
-    throw UsageError("--elastic_timeout " + std::to_string(o.elastic_timeout_s) + " must be 1 to 86400 seconds");
+    throw UsageError("--elastic_timeout " + seconds_text(o.elastic_timeout_s) + " must be 1 to 86400 seconds");
   if (!(o.grace_s >= 0 && o.grace_s <= 86400))
-    throw UsageError("--grace " + std::to_string(o.grace_s) + " must be 0 to 86400 seconds");
+    throw UsageError("--grace " + seconds_text(o.grace_s) + " must be 0 to 86400 seconds");
   if (o.max_restart < 0 || o.max_restart > 1000000)
     throw UsageError("--max_restart " + std::to_string(o.max_restart) + " must be 0 to 1000000");
   if (o.start_port && (*o.start_port < 1 || *o.start_port > 65535))

@@ -22,6 +22,7 @@
 
 #include "launcher/errors.h"
 #include "launcher/log.h"
+#include "launcher/write_all.h"
 
 namespace launch {
 
@@ -45,17 +46,7 @@ std::vector<pid_t> my_children() {
 
 bool pid_alive(pid_t pid) { return kill(pid, 0) == 0 || errno == EPERM; }
 
-// --- Async-signal-safe pieces for the forked helpers (no allocation, no locks).
-void say(const char* s) {
-  size_t n = std::strlen(s);
-  while (n > 0) {
-    ssize_t w = write(STDERR_FILENO, s, n);
-    if (w <= 0) return;
-    s += w;
-    n -= static_cast<size_t>(w);
-  }
-}
-
+// --- Async-signal-safe pieces for the forked helpers (no allocation, no locks; write_all.h).
 void sleep_ms(long ms) {
   timespec ts{ms / 1000, (ms % 1000) * 1000000L};
   while (nanosleep(&ts, &ts) < 0 && errno == EINTR) {
@@ -253,7 +244,7 @@ class CgroupContainment final : public Containment {
       if (cgroup_populated(events_path)) {
         int fd = open(kill_path, O_WRONLY);
         if (fd >= 0 && write(fd, "1", 1) == 1)
-          say("launch: the launcher ended before its job: killed the job's remaining processes (cgroup.kill)\n");
+          write_all(STDERR_FILENO, "launch: the launcher ended before its job: killed the job's remaining processes (cgroup.kill)\n");
         if (fd >= 0) close(fd);
         for (int i = 0; i < 500 && cgroup_populated(events_path); ++i) sleep_ms(10);
       }

@@ -41,13 +41,21 @@ void print_failure_report(const JobOutcome& o, const std::string& log_dir) {
     const WorkerRecord* rec = nullptr;
     for (const auto& w : o.records)
       if (w.rank == r) rec = &w;
+    // A rank with no record (none of this launcher's workers) is named all the same, without
+    // the details only a record holds.
+    const std::string where =
+        rec ? " (pid " + std::to_string(rec->pid) + ", " + launch::describe(rec->device) + ")" : "";
     log::error("==================== failure report ====================");
-    log::error("root cause: rank " + std::to_string(r) + " " + root->description + " (pid " + std::to_string(rec->pid) +
-               ", " + launch::describe(rec->device) + "); launch exits with " + std::to_string(p.exit_code()));
+    log::error("root cause: rank " + std::to_string(r) + " " + root->description + where + "; launch exits with " +
+               std::to_string(p.exit_code()));
     const std::string error_file = worker_error_file(log_dir, r);
     if (auto e = read_error_file(error_file)) print_python_error(error_file, *e);
-    log::error("log: " + rec->log_path + "; its last " + std::to_string(rec->tail.size()) + " line(s) of this run:");
-    for (const auto& line : rec->tail) log::error("  | " + line);
+    if (rec) {
+      log::error("log: " + rec->log_path + "; its last " + std::to_string(rec->tail.size()) + " line(s) of this run:");
+      for (const auto& line : rec->tail) log::error("  | " + line);
+    } else {
+      log::error("rank " + std::to_string(r) + " is not one of this launcher's workers: no log of it here");
+    }
     log::error("========================================================");
   } else if (auto remote = p.remote_failure()) {
     log::error("==================== failure report ====================");

@@ -23,7 +23,7 @@ std::string bytes_text(uint64_t n) { return std::to_string(n) + " byte" + (n == 
 // ---------------------------------------------------------------------------------------------
 // Console
 
-Console::Console(int fd, size_t capacity) : fd_(fd), capacity_(capacity) {
+Console::Console(int fd, ConsoleRole role, size_t capacity) : fd_(fd), role_(role), capacity_(capacity) {
   struct stat st;
   if (fstat(fd, &st) < 0) {
     mode_ = Mode::Plain;
@@ -51,6 +51,17 @@ Console::~Console() {
   if (own_fd_) close(fd_);
 }
 
+const char* Console::stream_name() const {
+  switch (role_) {
+    case ConsoleRole::Output: return "stdout";
+    case ConsoleRole::Messages: return "stderr";
+    case ConsoleRole::Both: break;
+  }
+  return "stdout and stderr";
+}
+
+void Console::note(bool warning, std::string text) { notices_.emplace_back(warning, std::move(text)); }
+
 ssize_t Console::put(const char* p, size_t n) {
   switch (mode_) {
     case Mode::Socket: return send(fd_, p, n, MSG_DONTWAIT | MSG_NOSIGNAL);
@@ -75,12 +86,13 @@ void Console::drop(size_t n) {
 }
 
 void Console::failed(int err) {
+  const std::string keeps = role_ == ConsoleRole::Messages ? "" : " (the workers' logs have all of their output)";
   if (err == EPIPE) {
-    log::info("console: stdout was closed; console output stops here (the workers' logs have all of it)");
+    note(false, std::string("console: ") + stream_name() + " was closed; console output stops here" + keeps);
     closed_ = true;
   } else if (err != last_error_) {
-    log::warn(std::string("console: cannot write stdout: ") + std::strerror(err) +
-              "; console output is dropped until it can be written again (the workers' logs have all of it)");
+    note(true, std::string("console: cannot write ") + stream_name() + ": " + std::strerror(err) +
+                   "; what it cannot take is dropped until it can be written again" + keeps);
   }
   last_error_ = err;
   drop(buf_.size() - pos_);
@@ -88,8 +100,24 @@ void Console::failed(int err) {
   pos_ = 0;
 }
 
+void Console::set_blocking(bool blocking) {
+  std::lock_guard<std::mutex> lock(mu_);
+  blocking_ = blocking;
+}
+
+bool Console::pending() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return pos_ < buf_.size();
+}
+
+uint64_t Console::dropped_bytes() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return dropped_bytes_;
+}
+
 void Console::write(std::string_view data) {
   if (data.empty()) return;
+  std::lock_guard<std::mutex> lock(mu_);
   if (closed_) {
     dropped_bytes_ += data.size();
     return;
@@ -101,7 +129,9 @@ void Console::write(std::string_view data) {
   if (gap_) {
     std::string marker = last_char_ == '\n' ? "" : "\n";
     marker += "[launch] " + bytes_text(gap_bytes_) +
-              " of output dropped here: the console did not keep up (the workers' logs have all of it)\n";
+              (role_ == ConsoleRole::Output     ? " of output dropped here: the console did not keep up (the workers' logs have all of it)\n"
+               : role_ == ConsoleRole::Messages ? " of launch's messages dropped here: stderr did not keep up\n"
+                                                : " dropped here: the console did not keep up (the workers' logs have all of their output)\n");
     buf_ += marker;
     gap_ = false;
     gap_bytes_ = 0;
@@ -112,16 +142,26 @@ void Console::write(std::string_view data) {
   }
   buf_.append(data.data(), data.size());
   last_char_ = data.back();
-  flush();
+  flush_locked();
+  while (blocking_ && pos_ < buf_.size() && !closed_) {
+    pollfd pf{fd_, POLLOUT, 0};
+    if (poll(&pf, 1, -1) < 0 && errno != EINTR) break;
+    flush_locked();
+  }
 }
 
 void Console::flush() {
+  std::lock_guard<std::mutex> lock(mu_);
+  flush_locked();
+}
+
+void Console::flush_locked() {
   while (pos_ < buf_.size()) {
     const ssize_t n = put(buf_.data() + pos_, buf_.size() - pos_);
     if (n > 0) {
       pos_ += static_cast<size_t>(n);
       if (last_error_ != 0) {
-        log::info("console: stdout can be written again");
+        note(false, std::string("console: ") + stream_name() + " can be written again");
         last_error_ = 0;
       }
       continue;
@@ -142,22 +182,52 @@ void Console::flush() {
 }
 
 void Console::finish(std::chrono::milliseconds stall) {
-  while (pending() && !closed_) {
+  std::unique_lock<std::mutex> lock(mu_);
+  while (pos_ < buf_.size() && !closed_) {
     const size_t before = pos_;
-    flush();
-    if (!pending()) break;
+    flush_locked();
+    if (pos_ >= buf_.size()) break;
     if (pos_ != before) continue;
+    // Others may log meanwhile (the store's thread): the wait holds no lock.
+    lock.unlock();
     pollfd pf{fd_, POLLOUT, 0};
-    if (poll(&pf, 1, static_cast<int>(stall.count())) <= 0) break;
+    const int ready = poll(&pf, 1, static_cast<int>(stall.count()));
+    lock.lock();
+    if (ready <= 0) break;
   }
-  if (pending()) {
+  if (pos_ < buf_.size()) {
     drop(buf_.size() - pos_);
     buf_.clear();
     pos_ = 0;
   }
-  if (dropped_bytes_ > 0)
-    log::warn("console: " + bytes_text(dropped_bytes_) +
-              " of the workers' output did not reach the console (too slow or failing); the logs have all of it");
+  if (dropped_bytes_ > dropped_noted_) {
+    const std::string n = bytes_text(dropped_bytes_ - dropped_noted_);
+    note(true, role_ == ConsoleRole::Output ? "console: " + n + " of the workers' output did not reach the console (too "
+                                              "slow or failing); the logs have all of it"
+               : role_ == ConsoleRole::Both ? "console: " + n + " of the workers' output and launch's messages did not "
+                                              "reach the console (too slow or failing); the logs have all of the output"
+                                            : "console: " + n + " of launch's messages did not reach stderr (too slow "
+                                              "or failing)");
+    dropped_noted_ = dropped_bytes_;
+  }
+}
+
+void Console::report() {
+  std::vector<std::pair<bool, std::string>> notices;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    notices.swap(notices_);
+  }
+  for (const auto& [warning, text] : notices) warning ? log::warn(text) : log::info(text);
+}
+
+ConsoleStreams open_console_streams(int out_fd, int err_fd) {
+  struct stat o, e;
+  if (fstat(out_fd, &o) == 0 && fstat(err_fd, &e) == 0 && o.st_dev == e.st_dev && o.st_ino == e.st_ino) {
+    auto both = std::make_shared<Console>(out_fd, ConsoleRole::Both);
+    return {both, both};
+  }
+  return {std::make_shared<Console>(out_fd, ConsoleRole::Output), std::make_shared<Console>(err_fd, ConsoleRole::Messages)};
 }
 
 // ---------------------------------------------------------------------------------------------

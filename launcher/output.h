@@ -1,60 +1,97 @@
-// Where the workers' output goes: their log files (complete) and the console (best effort).
-// Neither ever blocks the supervisor on a reader: a console nobody reads (a stopped pager, a
-// slow pipe, `| sleep 20`) must not delay failure handling or signals (issue 14).
+// Where the workers' output goes: their log files (complete) and the console (best effort); and
+// where the launcher's own messages go (stderr, the same kind of console). None of them ever
+// blocks the supervisor on a reader: a console nobody reads (a stopped pager, a slow pipe,
+// `| sleep 20`, `2>&1 | sleep 20`) must not delay failure handling or signals (issue 14).
 #pragma once
 
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
+#include <memory>
+#include <mutex>
 #include <string>
 #include <string_view>
+#include <utility>
+#include <vector>
 
 namespace launch {
 
-// The console: stdout, written without ever blocking. A pipe, FIFO or terminal is reopened
-// (/proc/self/fd/1) as a description of our own with O_NONBLOCK -- setting the flag on the
-// inherited one would change it for the shell and everyone else sharing it. A socket is sent
+// What a Console carries: the workers' output (stdout), the launcher's own messages (stderr,
+// through log.h), or both when stdout and stderr are the same file.
+enum class ConsoleRole { Output, Messages, Both };
+
+// A console stream, written without ever blocking the supervisor. A pipe, FIFO or terminal is
+// reopened (/proc/self/fd/N) as a description of our own with O_NONBLOCK -- setting the flag on
+// the inherited one would change it for the shell and everyone else sharing it. A socket is sent
 // to with MSG_DONTWAIT. A regular file is written directly (its writes do not wait for a
-// reader). What the console does not take at once waits in a bounded buffer; what does not
-// fit is dropped entire (a chunk, or one line of --stream all) and counted, and a marker line
-// says so where the gap is. The logs are written separately and keep everything.
+// reader). What the stream does not take at once waits in a bounded buffer; what does not fit is
+// dropped entire (a chunk, one line of --stream all, one log line) and counted, and a marker line
+// says so where the gap is. The workers' logs are written separately and keep everything.
+//
+// Thread-safe: the supervisor writes the workers' output, and the launcher's messages come from
+// it, the store's thread and the multi-node monitor. A Console never logs itself (it may be the
+// log's own stream): what it has to say (a failing stdout, the bytes it dropped) waits as notices
+// until its owner calls report(), outside every lock.
 class Console {
  public:
-  explicit Console(int fd, size_t capacity = size_t(4) << 20);
+  Console(int fd, ConsoleRole role, size_t capacity = size_t(4) << 20);
   ~Console();
   Console(const Console&) = delete;
   Console& operator=(const Console&) = delete;
 
-  // Queues `data` and writes what the console takes now. Never blocks.
+  // Queues `data` and writes what the stream takes now. Never blocks, unless set_blocking(true).
   void write(std::string_view data);
-  // While pending(), the supervisor watches poll_fd() for EPOLLOUT and calls flush().
-  bool pending() const { return pos_ < buf_.size(); }
-  int poll_fd() const { return fd_; }
+  // Until something depends on the launcher (its store, its workers), a stalled reader may hold it
+  // up: every write then waits until the stream has taken it or failed, and nothing is dropped.
+  void set_blocking(bool blocking);
+  bool pending() const;
+  // What the supervisor's epoll watches for EPOLLOUT (edge-triggered: a write this Console could
+  // not finish, from whichever thread, is retried when the reader makes room). -1: a stream that
+  // never makes us wait (a regular file).
+  int poll_fd() const { return mode_ == Mode::Plain ? -1 : fd_; }
   void flush();
   // At the end: writes what is queued for as long as the reader makes progress (giving up after
-  // `stall` without any), then logs how much was dropped in all, if anything.
+  // `stall` without any), then notes how much was dropped since the last finish(), if anything.
   void finish(std::chrono::milliseconds stall);
-  uint64_t dropped_bytes() const { return dropped_bytes_; }
+  // Logs the notices (log.h), from the thread that owns this console, holding none of its locks.
+  void report();
+  uint64_t dropped_bytes() const;
 
  private:
   enum class Mode { NonBlocking, Socket, Plain, Guarded };
   ssize_t put(const char* p, size_t n);
   void drop(size_t n);
   void failed(int err);
+  void flush_locked();
+  void note(bool warning, std::string text);
+  const char* stream_name() const;
 
+  mutable std::mutex mu_;
   int fd_ = -1;
   bool own_fd_ = false;
   Mode mode_ = Mode::Plain;
+  ConsoleRole role_;
   size_t capacity_;
+  bool blocking_ = false;
   std::string buf_;
   size_t pos_ = 0;
   bool closed_ = false;      // the reader is gone (EPIPE): nothing more is tried
   bool gap_ = false;         // something was dropped since the last byte queued
   uint64_t gap_bytes_ = 0;   // ... this much
   uint64_t dropped_bytes_ = 0;
+  uint64_t dropped_noted_ = 0;  // ... of which finish() has told already
   int last_error_ = 0;       // the error being reported (ENOSPC...), 0 when writes work
   char last_char_ = '\n';
+  std::vector<std::pair<bool, std::string>> notices_;  // (warning?, text)
 };
+
+// The launcher's two console streams: stdout for the workers' output, stderr for its messages.
+// When fds 1 and 2 are the same file (`2>&1`, `&>`, one terminal: the same st_dev and st_ino),
+// `out` and `err` are one Console, so that output and messages keep their order.
+struct ConsoleStreams {
+  std::shared_ptr<Console> out, err;
+};
+ConsoleStreams open_console_streams(int out_fd = 1, int err_fd = 2);
 
 // One worker's log file: every byte, whatever the console does. A failing write (ENOSPC) is
 // said once, the bytes it loses are counted, and writing resumes when the disk allows it, with

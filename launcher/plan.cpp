@@ -91,14 +91,16 @@ Plan make_plan(const Options& given, const EnvMap& parent) {
   Plan p;
   p.opt = given;
   Options& opt = p.opt;
-  p.parent = parent;
+  p.parent = parent;  // the workers' environment starts from it (build_worker_env)
+  // The launcher's own decisions: not from an outer launch's job (launcher_env).
+  const EnvMap env = launcher_env(parent).env;
 
   // --- Slurm fills in what the user did not say
   const bool cpu_asked = opt.devices && (*opt.devices == "cpu" || *opt.devices == "CPU");
-  int visible = cpu_asked ? 0 : detect_visible_gpus(parent);
+  int visible = cpu_asked ? 0 : detect_visible_gpus(env);
   std::optional<slurm::SlurmLayout> layout;
   try {
-    layout = slurm::derive_slurm_layout(parent);
+    layout = slurm::derive_slurm_layout(env);
   } catch (const slurm::SlurmEnvError& e) {
     throw UsageError(std::string("inside Slurm: ") + e.what());
   }
@@ -117,10 +119,10 @@ Plan make_plan(const Options& given, const EnvMap& parent) {
   ensure_open_files(p.n());
 
   // --- the program and its interpreter: --python, else PYTHON_EXEC (torchrun's), else python3
-  std::string python = opt.python.value_or(env_or(parent, "PYTHON_EXEC", ""));
+  std::string python = opt.python.value_or(env_or(env, "PYTHON_EXEC", ""));
   const std::string python_source = opt.python ? "--python" : "PYTHON_EXEC";
   p.command = resolve_command(opt.command,
-                              real_lookup_context(env_or(parent, "PATH", "/usr/local/bin:/usr/bin:/bin"), python,
+                              real_lookup_context(env_or(env, "PATH", "/usr/local/bin:/usr/bin:/bin"), python,
                                                   python_source),
                               opt.program_kind);
 
@@ -143,7 +145,7 @@ Plan make_plan(const Options& given, const EnvMap& parent) {
     p.master = check_master(*opt.master, from_slurm);
     p.master_origin = from_slurm ? "--master, derived from " + std::string(proto::env::kSlurmStepNodelist)
                                  : std::string("--master");
-    p.token = resolve_multinode_token(opt.token_file, parent);
+    p.token = resolve_multinode_token(opt.token_file, env);
   }
 
   JobSpec& job = p.job;

@@ -4,7 +4,6 @@
 #include <unistd.h>
 
 #include <csignal>
-#include <cstdio>
 #include <iostream>
 
 #include "launcher/cli.h"
@@ -15,6 +14,7 @@
 #include "launcher/failure_report.h"
 #include "launcher/job_mode.h"
 #include "launcher/log.h"
+#include "launcher/output.h"
 #include "launcher/plan.h"
 #include "launcher/program.h"
 #include "launcher/stop_signals.h"
@@ -78,9 +78,12 @@ bool restart_follows(const JobOutcome& o, int generation, int max_restart, StopS
 }
 
 // The job itself: the mode, the log directory, then one generation of workers per run.
-int run_job(const Plan& p) {
+int run_job(const Plan& p, const ConsoleStreams& console) {
   // From here on signals are read from one signalfd only; blocked before any thread exists.
   StopSignals stops(p.opt.checkpoint_signal.value_or(0));
+  // The store, the other nodes and the workers depend on us from here on: a stalled stderr must
+  // not hold up a message, let alone the supervisor or the store's thread.
+  log::never_block();
   std::signal(SIGPIPE, SIG_IGN);  // a closed console (launch | head) must not kill the launcher
   std::unique_ptr<JobMode> mode = make_job_mode(p, stops);  // a bad --start_port fails before the log dir
   make_dirs(p.job.log_dir);
@@ -93,6 +96,8 @@ int run_job(const Plan& p) {
   cfg.signal_fd = stops.fd();
   cfg.containment = containment.get();
   cfg.checkpoint_signal = p.opt.checkpoint_signal.value_or(0);
+  cfg.console = console.out.get();
+  cfg.log_console = console.err.get();
 
   JobOutcome outcome;
   for (int gen = 0;; ++gen) {
@@ -106,7 +111,6 @@ int run_job(const Plan& p) {
               (gen > 0 ? "; restart " + std::to_string(gen) + " of " + std::to_string(p.opt.max_restart) : ""));
     outcome = supervise(plans, cfg);
     outcome.restart_count = gen;
-    std::cout.flush();
     print_failure_report(outcome, p.job.log_dir);
     const bool again = restart_follows(outcome, gen, p.opt.max_restart, stops);
     mode->finish(outcome.policy.exit_code(), !again);
@@ -127,35 +131,49 @@ int run_job(const Plan& p) {
   return code;
 }
 
-int run_or_throw(int argc, char** argv) {
+int run_or_throw(int argc, char** argv, const ConsoleStreams& console) {
   const EnvMap parent = proto::process_env();
-  CliResult cli = parse_cli(argc, argv, parent);
+  const LauncherEnv own = launcher_env(parent);
+  CliResult cli = parse_cli(argc, argv, own.env);
   if (!cli.options) {
     std::cout << cli.text;
     return 0;
   }
   log::init(cli.options->log_level);
+  if (own.outer)
+    log::info("inside another launcher's worker (" + *own.outer +
+              " is set): the outer job's PADDLE_*, PET_*, SLURM_* and worker variables are ignored here, and "
+              "this launch's workers get their own");
   for (const auto& w : cli.warnings) log::warn(w);
+  for (const auto& d : cli.debug) log::debug(d);
   const Plan plan = make_plan(*cli.options, parent);
-  return plan.opt.dry_run ? dry_run(plan) : run_job(plan);
+  return plan.opt.dry_run ? dry_run(plan) : run_job(plan, console);
 }
 
 }  // namespace
 
 int run(int argc, char** argv) {
+  // stdout and stderr as the launcher's console streams (one stream when they are one file).
+  const ConsoleStreams console = open_console_streams();
+  log::attach(console.err);
+  int code = 1;
+  std::string last_words;
   try {
-    return run_or_throw(argc, argv);
+    code = run_or_throw(argc, argv, console);
   } catch (const UsageError& e) {
-    std::fprintf(stderr, "launch: error: %s\n", e.what());
-    return 2;
+    last_words = std::string("launch: error: ") + e.what() + "\n";
+    code = 2;
   } catch (const StopRequested& e) {
-    std::fprintf(stderr, "launch: stopped by %s while %s (no worker was running)\n", signal_name(e.sig()).c_str(),
-                 e.doing().c_str());
-    return exit_code_for_signal(e.sig());
+    last_words = "launch: stopped by " + signal_name(e.sig()) + " while " + e.doing() + " (no worker was running)\n";
+    code = exit_code_for_signal(e.sig());
   } catch (const std::exception& e) {
-    std::fprintf(stderr, "launch: error: %s\n", e.what());
-    return 1;
+    last_words = std::string("launch: error: ") + e.what() + "\n";
+    code = 1;
   }
+  // After what is queued: written at once before the job began, bounded once it had.
+  if (!last_words.empty()) log::raw(last_words);
+  log::finish();
+  return code;
 }
 
 }  // namespace launch

@@ -7,22 +7,9 @@
 #include <cstring>
 
 #include "launcher/errors.h"
+#include "launcher/write_all.h"
 
 namespace launch {
-
-namespace {
-
-void write_all(int fd, const char* s) {
-  size_t n = std::strlen(s);
-  while (n > 0) {
-    ssize_t w = write(fd, s, n);
-    if (w <= 0) return;
-    s += w;
-    n -= static_cast<size_t>(w);
-  }
-}
-
-}  // namespace
 
 pid_t spawn_worker(const SpawnRequest& req) {
   // Everything the child touches is prepared here: between fork and exec only async-signal-safe

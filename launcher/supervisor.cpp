@@ -16,10 +16,12 @@
 #include <memory>
 #include <set>
 
+#include "launcher/blame.h"
 #include "launcher/errors.h"
 #include "launcher/line_buffer.h"
 #include "launcher/log.h"
 #include "launcher/output.h"
+#include "launcher/seconds.h"
 #include "launcher/spawn.h"
 #include "proto/peer_lost.h"
 
@@ -35,17 +37,16 @@ constexpr double kKillBoundS = 5.0;
 constexpr long kRescanNs = 10'000'000;
 // At the end: how long the console may make no progress before its queued output is dropped.
 constexpr std::chrono::milliseconds kConsoleFinish{250};
+// A worker that lost a peer is most likely a consequence: the verdict waits this long after it
+// for the end that explains it (the culprit's own exit, or the report of the worker that lost
+// the culprit itself). Long enough for the neighbours of a ring to time out in turn; short
+// beside any communication timeout.
+constexpr double kHoldS = 0.25;
 
 double now_unix() {
   timespec ts;
   clock_gettime(CLOCK_REALTIME, &ts);
   return static_cast<double>(ts.tv_sec) + static_cast<double>(ts.tv_nsec) * 1e-9;
-}
-
-std::string secs(double s) {
-  char buf[32];
-  std::snprintf(buf, sizeof buf, "%g", s);
-  return buf;
 }
 
 // The state letter of /proc/<pid>/stat ('R', 'S', 'D', 'T', 't', 'Z', ...); 0 when gone.
@@ -55,17 +56,6 @@ char process_state(pid_t pid) {
   const size_t paren = stat.rfind(')');
   return paren != std::string::npos && paren + 2 < stat.size() ? stat[paren + 2] : 0;
 }
-
-std::string describe_state(char s) {
-  switch (s) {
-    case 'T': return "is stopped: SIGSTOP or SIGTSTP";
-    case 't': return "is stopped by a debugger";
-    case 'D': return "is stuck in the kernel: uninterruptible sleep, e.g. in a driver or a file system";
-    default: return "is alive but silent: hung, deadlocked or far behind";
-  }
-}
-
-bool looks_stuck(char s) { return s == 'T' || s == 't' || s == 'D'; }
 
 void arm(int fd, double seconds, bool periodic = false) {
   itimerspec its{};
@@ -103,6 +93,7 @@ class Loop {
  public:
   Loop(const std::vector<WorkerPlan>& plans, const SupervisorConfig& cfg) : cfg_(cfg) {
     if (!cfg.containment) throw std::logic_error("supervise: no containment");
+    if (!cfg.console) throw std::logic_error("supervise: no console");
     workers_.resize(plans.size());
     for (size_t i = 0; i < plans.size(); ++i) {
       workers_[i].rec.rank = plans[i].rank;
@@ -113,7 +104,7 @@ class Loop {
   ~Loop() {
     for (auto& w : workers_)
       if (w.pipe_fd >= 0) close(w.pipe_fd);
-    for (int fd : {timer_fd_, rescan_fd_, await_fd_, epoll_fd_})
+    for (int fd : {timer_fd_, rescan_fd_, await_fd_, hold_fd_, epoll_fd_})
       if (fd >= 0) close(fd);
   }
 
@@ -124,15 +115,17 @@ class Loop {
   void start_all(const std::vector<WorkerPlan>& plans);
   void on_signals();
   void reap();
+  void collect_all(std::vector<size_t>& ended);
   bool collect(pid_t pid, int status, std::vector<size_t>& ended);
   void handle_end(size_t i);
-  void handle_peer_lost(size_t i);
+  void settle();
+  void act_on(const LostPeerReport& r);
   void fail_now();
   void on_output(size_t i);
   void drain(size_t i);
   void emit(Worker& w, const char* data, size_t n);
   void console_write(std::string_view data);
-  void watch_console();
+  void watch_consoles();
   void signal_everyone(int sig);
   void signal_members();
   void begin_stop(int sig);
@@ -140,8 +133,8 @@ class Loop {
   void on_rescan();
   void on_remote();
   void on_await();
+  void on_hold();
   bool finished();
-  Worker* by_rank(int rank);
 
   const SupervisorConfig& cfg_;
   Containment& box_ = *cfg_.containment;
@@ -153,11 +146,13 @@ class Loop {
   int timer_fd_ = -1;   // grace, then the bound after SIGKILL
   int rescan_fd_ = -1;  // while stopping: reach what the stop signal has not reached yet
   int await_fd_ = -1;   // a lost peer on another node: the wait for that node's report
+  int hold_fd_ = -1;    // a worker lost a peer: the verdict waits kHoldS (settle)
+  // The workers that failed while the verdict is held, in the order their ends arrived.
+  std::vector<size_t> failed_;
   size_t live_ = 0;
   bool have_children_ = true;
   int stragglers_ = 0;
-  std::unique_ptr<Console> console_;
-  bool console_watched_ = false;
+  Console* console_ = cfg_.console;
   // Teardown: the signal of this phase, the workers' process groups (signalled as groups) and
   // the processes outside them signalled since the phase began (each gets it once).
   int stop_sig_ = 0;
@@ -166,7 +161,8 @@ class Loop {
 };
 
 constexpr uint64_t kSignalTag = ~uint64_t{0}, kTimerTag = kSignalTag - 1, kRemoteTag = kSignalTag - 2,
-                   kRescanTag = kSignalTag - 3, kAwaitTag = kSignalTag - 4, kConsoleTag = kSignalTag - 5;
+                   kRescanTag = kSignalTag - 3, kAwaitTag = kSignalTag - 4, kConsoleTag = kSignalTag - 5,
+                   kLogConsoleTag = kSignalTag - 6, kHoldTag = kSignalTag - 7;
 
 // ---------------------------------------------------------------------------------------------
 // Setup
@@ -247,10 +243,11 @@ void Loop::on_signals() {
                   " worker(s) (checkpoint; the job goes on)");
         continue;
       }
+      settle();  // a failure held before this signal came first
       if (phase_ == Phase::Running) {
         policy_.on_launcher_signal(sig);
         log::warn("received " + signal_name(sig) + ": forwarding it to every worker, SIGKILL in " +
-                  secs(cfg_.grace_s) + " s");
+                  seconds_text(cfg_.grace_s) + " s");
         begin_stop(sig);
       } else if (phase_ == Phase::Stopping) {
         log::warn("received " + signal_name(sig) + " again: killing every worker now");
@@ -281,27 +278,27 @@ bool Loop::collect(pid_t pid, int status, std::vector<size_t>& ended) {
   return true;
 }
 
-void Loop::reap() {
-  std::vector<size_t> ended;
+// Collects every worker (and adopted orphan) that has ended, without acting on it.
+void Loop::collect_all(std::vector<size_t>& ended) {
   while (true) {
     int st = 0;
     pid_t pid = waitpid(-1, &st, WNOHANG);
     if (pid == 0) {
       have_children_ = true;
-      break;
+      return;
     }
     if (pid < 0) {
       if (errno == EINTR) continue;
       have_children_ = false;  // ECHILD: no child is left anywhere (adopted orphans included)
-      break;
+      return;
     }
     collect(pid, st, ended);
   }
-  // Ends of their own first, then the reports of a lost peer: in one batch, the peer's own
-  // failure is the cause and the noticer's exit its consequence.
-  std::stable_partition(ended.begin(), ended.end(), [&](size_t i) {
-    return exit_code_of(*workers_[i].rec.end) != proto::kPeerLostExitCode || !workers_[i].peer_lost;
-  });
+}
+
+void Loop::reap() {
+  std::vector<size_t> ended;
+  collect_all(ended);
   for (size_t i : ended) handle_end(i);
   // A worker's death hands its orphans to us (or to the namespace's init): reach them now.
   if (phase_ == Phase::Stopping || phase_ == Phase::Killing) signal_members();
@@ -310,52 +307,45 @@ void Loop::reap() {
 void Loop::handle_end(size_t i) {
   Worker& w = workers_[i];
   const Termination t = *w.rec.end;
-  if (exit_code_of(t) == proto::kPeerLostExitCode && w.peer_lost) {
-    handle_peer_lost(i);
-  } else if (policy_.on_worker_end(w.rec.rank, t)) {
-    fail_now();
+  if (!is_failure(t) || policy_.stopping()) {
+    log::debug(describe(w.rec.rank, t) + (w.peer_lost ? " (lost a peer: " + w.peer_lost->what + ")" : ""));
+    return;
+  }
+  failed_.push_back(i);
+  if (exit_code_of(t) == proto::kPeerLostExitCode) {
+    // Most likely a consequence: wait a moment for what explains it.
+    if (failed_.size() == 1) arm(hold_fd_, kHoldS);
+    log::debug(describe(w.rec.rank, t) + " (lost a peer: " + (w.peer_lost ? w.peer_lost->what : "it did not say") +
+               "): holding the verdict " + seconds_text(kHoldS) + " s");
+    return;
+  }
+  settle();  // a failure of its own: the cause, whatever lost-peer reports came before it
+}
+
+// The verdict on the failures held in failed_ (blame.h), from what is known now.
+void Loop::settle() {
+  if (failed_.empty()) return;
+  disarm(hold_fd_);
+  // Ends not collected yet are part of the picture (a culprit that has just died).
+  std::vector<size_t> ended;
+  collect_all(ended);
+  for (size_t i : ended)
+    if (is_failure(*workers_[i].rec.end)) failed_.push_back(i);
+  std::vector<RankView> views;
+  for (const auto& w : workers_)
+    views.push_back({w.rec.rank, w.rec.end, w.peer_lost,
+                     w.reaped || w.rec.pid <= 0 ? char(0) : process_state(w.rec.pid)});
+  const Blame b = blame(views, failed_);
+  failed_.clear();
+  if (b.own_failure) {
+    const Worker& w = workers_[*b.own_failure];
+    if (policy_.on_worker_end(w.rec.rank, *w.rec.end)) fail_now();
   } else {
-    log::debug(describe(w.rec.rank, t));
+    act_on(b.lost);
   }
 }
 
-Worker* Loop::by_rank(int rank) {
-  for (auto& w : workers_)
-    if (w.rec.rank == rank) return &w;
-  return nullptr;
-}
-
-void Loop::handle_peer_lost(size_t i) {
-  Worker& w = workers_[i];
-  const proto::PeerLost lost = *w.peer_lost;
-  LostPeerReport r;
-  r.noticer = w.rec.rank;
-  r.end = *w.rec.end;
-  r.peer = lost.peer;
-  r.what = lost.what;
-  Worker* peer = lost.peer ? by_rank(*lost.peer) : nullptr;
-  if (!lost.peer) {
-    // It could not tell which: a worker of ours that cannot run is the suspect.
-    for (auto& o : workers_)
-      if (!o.reaped && o.rec.pid > 0 && looks_stuck(process_state(o.rec.pid))) {
-        peer = &o;
-        r.peer = o.rec.rank;
-        break;
-      }
-  }
-  if (peer && !peer->reaped && process_state(peer->rec.pid) == 'Z') {
-    // It has just ended itself: its own end is the better explanation; take it first.
-    int st = 0;
-    std::vector<size_t> ended;
-    if (waitpid(peer->rec.pid, &st, WNOHANG) == peer->rec.pid && collect(peer->rec.pid, st, ended))
-      for (size_t k : ended) handle_end(k);
-  }
-  if (peer) {
-    r.peer_is = peer->reaped ? LostPeerReport::Peer::Ended : LostPeerReport::Peer::Alive;
-    if (!peer->reaped) r.peer_state = describe_state(process_state(peer->rec.pid));
-  } else if (lost.peer) {
-    r.peer_is = LostPeerReport::Peer::Remote;
-  }
+void Loop::act_on(const LostPeerReport& r) {
   switch (policy_.on_peer_lost(r)) {
     case ExitPolicy::Verdict::RootCause:
       fail_now();
@@ -367,14 +357,14 @@ void Loop::handle_peer_lost(size_t i) {
         fail_now();
         break;
       }
-      log::error(describe(w.rec.rank, r.end) + " after losing rank " + std::to_string(*lost.peer) +
-                 ", which runs on another node (" + lost.what + "): stopping the workers here; waiting up to " +
-                 secs(std::chrono::duration<double>(cfg_.remote_wait).count()) + " s for that node's report");
+      log::error(describe(r.noticer, r.end) + " after losing rank " + std::to_string(r.peer.value_or(-1)) +
+                 ", which runs on another node (" + r.what + "): stopping the workers here; waiting up to " +
+                 seconds_text(std::chrono::duration<double>(cfg_.remote_wait).count()) + " s for that node's report");
       begin_stop(SIGTERM);
       arm(await_fd_, std::chrono::duration<double>(cfg_.remote_wait).count());
       break;
     case ExitPolicy::Verdict::Consequence:
-      log::debug(describe(w.rec.rank, r.end) + " (lost a peer: " + lost.what + ")");
+      log::debug(describe(r.noticer, r.end) + " (lost a peer: " + r.what + ")");
       break;
   }
 }
@@ -385,24 +375,29 @@ void Loop::fail_now() {
   const RootCause& root = *policy_.root();
   if (cfg_.on_failure) cfg_.on_failure(root);
   log::error("rank " + std::to_string(root.rank) + " " + root.description +
-             ": stopping the other workers (SIGTERM, SIGKILL after " + secs(cfg_.grace_s) + " s)");
+             ": stopping the other workers (SIGTERM, SIGKILL after " + seconds_text(cfg_.grace_s) + " s)");
   if (phase_ == Phase::Running) begin_stop(SIGTERM);
 }
 
 void Loop::console_write(std::string_view data) {
   console_->write(data);
-  watch_console();
+  console_->report();
 }
 
-// EPOLLOUT on the console only while it holds queued output.
-void Loop::watch_console() {
-  const bool want = console_->pending();
-  if (want == console_watched_) return;
-  epoll_event ev{};
-  ev.events = EPOLLOUT;
-  ev.data.u64 = kConsoleTag;
-  if (epoll_ctl(epoll_fd_, want ? EPOLL_CTL_ADD : EPOLL_CTL_DEL, console_->poll_fd(), &ev) == 0 || !want)
-    console_watched_ = want;
+// EPOLLOUT on the console streams, edge-triggered for the whole run: an event each time a full
+// stream's reader makes room, so that whatever is queued there -- by us, or by the store's thread
+// logging meanwhile -- is written then, and no event while nothing changes. A stream epoll
+// refuses (a regular file, /dev/null) never makes a writer wait.
+void Loop::watch_consoles() {
+  auto watch = [&](Console* c, uint64_t tag) {
+    if (!c || c->poll_fd() < 0) return;
+    epoll_event ev{};
+    ev.events = EPOLLOUT | EPOLLET;
+    ev.data.u64 = tag;
+    epoll_ctl(epoll_fd_, EPOLL_CTL_ADD, c->poll_fd(), &ev);
+  };
+  watch(console_, kConsoleTag);
+  if (cfg_.log_console != console_) watch(cfg_.log_console, kLogConsoleTag);
 }
 
 void Loop::emit(Worker& w, const char* data, size_t n) {
@@ -486,13 +481,13 @@ void Loop::begin_stop(int sig) {
 void Loop::on_timer() {
   if (!consume(timer_fd_)) return;
   if (phase_ == Phase::Stopping) {
-    log::warn("grace period of " + secs(cfg_.grace_s) + " s is over: SIGKILL");
+    log::warn("grace period of " + seconds_text(cfg_.grace_s) + " s is over: SIGKILL");
     signal_everyone(SIGKILL);
     phase_ = Phase::Killing;
     arm(timer_fd_, kKillBoundS);
   } else if (phase_ == Phase::Killing) {
     stragglers_ = static_cast<int>(box_.members().size());
-    log::error(std::to_string(stragglers_) + " process(es) still alive " + secs(kKillBoundS) +
+    log::error(std::to_string(stragglers_) + " process(es) still alive " + seconds_text(kKillBoundS) +
                " s after SIGKILL (uninterruptible sleep?); giving up waiting for them");
     phase_ = Phase::Done;
   }
@@ -508,6 +503,7 @@ void Loop::on_remote() {
   uint64_t count;
   if (read(cfg_.remote_fd, &count, sizeof count) < 0) return;
   if (!cfg_.remote_failure) return;
+  settle();  // a verdict held here goes first: it may be what the other node is reporting
   const bool awaited = policy_.awaiting_remote();
   auto [code, what] = cfg_.remote_failure();
   if (!policy_.on_remote_failure(code, what)) return;
@@ -517,7 +513,7 @@ void Loop::on_remote() {
     return;  // our workers are being stopped already
   }
   log::error("the job failed on another node (" + what + "): stopping the workers (SIGTERM, SIGKILL after " +
-             secs(cfg_.grace_s) + " s)");
+             seconds_text(cfg_.grace_s) + " s)");
   if (phase_ == Phase::Running) begin_stop(SIGTERM);
 }
 
@@ -525,12 +521,17 @@ void Loop::on_await() {
   if (!consume(await_fd_)) return;
   if (!policy_.settle_remote()) return;
   log::error("no node reported a failure within " +
-             secs(std::chrono::duration<double>(cfg_.remote_wait).count()) + " s");
+             seconds_text(std::chrono::duration<double>(cfg_.remote_wait).count()) + " s");
   fail_now();
+}
+
+void Loop::on_hold() {
+  if (consume(hold_fd_)) settle();
 }
 
 bool Loop::finished() {
   if (phase_ == Phase::Done) return true;
+  if (live_ == 0) settle();  // nothing more can arrive to explain a lost peer
   if (live_ > 0) return false;
   if (policy_.awaiting_remote()) return false;  // bounded by the await timer
   if (phase_ == Phase::Running) {
@@ -556,10 +557,9 @@ bool Loop::finished() {
 
 JobOutcome Loop::run(const std::vector<WorkerPlan>& plans) {
   open_logs();
-  console_ = std::make_unique<Console>(STDOUT_FILENO);
   epoll_fd_ = epoll_create1(EPOLL_CLOEXEC);
   SYS_CHECK(epoll_fd_);
-  for (int* fd : {&timer_fd_, &rescan_fd_, &await_fd_}) {
+  for (int* fd : {&timer_fd_, &rescan_fd_, &await_fd_, &hold_fd_}) {
     *fd = timerfd_create(CLOCK_MONOTONIC, TFD_CLOEXEC | TFD_NONBLOCK);
     SYS_CHECK(*fd);
   }
@@ -573,7 +573,9 @@ JobOutcome Loop::run(const std::vector<WorkerPlan>& plans) {
   watch(timer_fd_, kTimerTag);
   watch(rescan_fd_, kRescanTag);
   watch(await_fd_, kAwaitTag);
+  watch(hold_fd_, kHoldTag);
   if (cfg_.remote_fd >= 0) watch(cfg_.remote_fd, kRemoteTag);
+  watch_consoles();
 
   start_all(plans);
   on_signals();  // anything that arrived while we were spawning
@@ -593,10 +595,12 @@ JobOutcome Loop::run(const std::vector<WorkerPlan>& plans) {
         case kRescanTag: on_rescan(); break;
         case kRemoteTag: on_remote(); break;
         case kAwaitTag: on_await(); break;
+        case kHoldTag: on_hold(); break;
         case kConsoleTag:
           console_->flush();
-          watch_console();
+          console_->report();
           break;
+        case kLogConsoleTag: cfg_.log_console->flush(); break;
         default: break;
       }
     }
@@ -617,6 +621,7 @@ JobOutcome Loop::run(const std::vector<WorkerPlan>& plans) {
     out.records.push_back(w.rec);
   }
   console_->finish(kConsoleFinish);
+  console_->report();
   out.policy = policy_;
   out.stragglers = stragglers_;
   return out;

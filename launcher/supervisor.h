@@ -1,7 +1,8 @@
 // The supervisor: ONE epoll loop over a signalfd (SIGCHLD and the stop signals, blocked by the
 // caller), the workers' output pipes, the console (when it cannot take output at once) and
-// timerfds for the grace period, for finding what teardown has not reached yet, and for a
-// verdict awaited from another node. It spawns the workers into the job's containment, streams
+// timerfds for the grace period, for finding what teardown has not reached yet, for a verdict
+// held a moment after a worker lost a peer (blame.h), and for a verdict awaited from another
+// node. It spawns the workers into the job's containment, streams
 // their output (logs complete, console never blocking), detects the first failure and the rank
 // at fault, tears the job down and reaps everything.
 #pragma once
@@ -20,6 +21,7 @@
 #include "launcher/devices.h"
 #include "launcher/exit_policy.h"
 #include "launcher/options.h"
+#include "launcher/output.h"
 
 namespace launch {
 
@@ -49,6 +51,11 @@ struct SupervisorConfig {
   int signal_fd = -1;    // signalfd for SIGCHLD, SIGINT, SIGTERM, SIGHUP, SIGQUIT (blocked)
   // Where the workers are born and how teardown reaches all their descendants (required).
   Containment* containment = nullptr;
+  // The console streams (output.h): the workers' output goes to `console` (required), the
+  // launcher's messages to `log_console` (log.h; the same object when stdout and stderr are one
+  // file; null: none to flush). The loop writes what they queued when their reader makes room.
+  Console* console = nullptr;
+  Console* log_console = nullptr;
   // --checkpoint-signal (also in the signalfd's set): forwarded to every live worker process (not
   // its group), and the job goes on. 0: none. Workers start with it ignored, so that a process
   // without a handler (a wrapper shell, a program not yet ready) is not killed by it.

@@ -49,10 +49,7 @@ WorkerEnv build_worker_env(const JobSpec& job, const RankLayout& l, int index, i
   e[kPaddleJobId] = job.job_id;
   e[kPaddleLogDir] = job.log_dir;
   e[kPaddleDistriBackend] = gpu ? "nccl" : "gloo";
-  if (gpu)
-    e[kSelectedGpus] = std::to_string(dev.gpu);
-  else if (parent.count(kSelectedGpus))
-    env.unset.push_back(kSelectedGpus);
+  if (gpu) e[kSelectedGpus] = std::to_string(dev.gpu);
   e[kPodName] = pod_name(job.job_id, l.node_rank);
   e[kPaddleAutoCluster] = "0";          // paddle launch's default (--auto_cluster_config 0)
   e[kPaddleTrainingRole] = "TRAINER";   // what fleet's role maker assumes in collective mode
@@ -83,7 +80,33 @@ WorkerEnv build_worker_env(const JobSpec& job, const RankLayout& l, int index, i
   if (l.local_size > 1) keep_or(e, kOmpNumThreads, "1");
   // A Python worker's last prints must not die in its buffer at teardown.
   keep_or(e, kPythonUnbuffered, "1");
+  // The contract is ours alone: what an outer launch (or a shell) set and we do not, goes.
+  for (const char* name : kWorkerContract)
+    if (parent.count(name) && !e.count(name)) env.unset.push_back(name);
   return env;
+}
+
+LauncherEnv launcher_env(const EnvMap& parent) {
+  LauncherEnv out;
+  for (const char* mark : kWorkerMarks)
+    if (parent.count(mark)) {
+      out.outer = mark;
+      break;
+    }
+  if (!out.outer) {
+    out.env = parent;
+    return out;
+  }
+  auto outer_job = [](const std::string& k) {
+    for (const char* name : kWorkerContract)
+      if (k == name) return true;
+    for (const char* prefix : {"PADDLE_", "PET_", "SLURM_"})
+      if (k.rfind(prefix, 0) == 0) return true;
+    return k == "POD_IP";
+  };
+  for (const auto& [k, v] : parent)
+    if (!outer_job(k)) out.env.emplace(k, v);
+  return out;
 }
 
 std::vector<std::string> merge_env(const EnvMap& parent, const WorkerEnv& env) {

@@ -4,6 +4,7 @@
 #pragma once
 
 #include <map>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -50,6 +51,18 @@ struct WorkerEnv {
 // PYTHONUNBUFFERED, TORCH_NCCL_ASYNC_ERROR_HANDLING) are left as they are.
 WorkerEnv build_worker_env(const JobSpec& job, const RankLayout& layout, int index, int restart_count,
                            const EnvMap& parent);
+
+// The environment the launcher takes its own options and job mode from. Inside another
+// launcher's worker (a proto::env::kWorkerMarks variable is set; `outer` names it) the variables
+// that describe the outer job are not this launch's and are left out: the worker contract
+// (PADDLE_MASTER, PADDLE_LOG_DIR, LAUNCH_STORE_TOKEN, ...), paddle launch's other overrides
+// (PADDLE_*, POD_IP), torchrun's PET_* and Slurm's SLURM_* (the step is the outer launcher's).
+// Elsewhere: `parent` as it is. The workers' environment still starts from `parent`.
+struct LauncherEnv {
+  EnvMap env;
+  std::optional<std::string> outer;
+};
+LauncherEnv launcher_env(const EnvMap& parent);
 
 // parent + env.set - env.unset, as the "K=V" strings execve() wants.
 std::vector<std::string> merge_env(const EnvMap& parent, const WorkerEnv& env);

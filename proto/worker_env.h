@@ -75,6 +75,27 @@ inline constexpr const char* kStoreToken = "LAUNCH_STORE_TOKEN";  // its token (
 // "SIGUSR2" (--checkpoint-signal): that signal means "save at the next step boundary, go on".
 inline constexpr const char* kCheckpointSignal = "LAUNCH_CHECKPOINT_SIGNAL";
 
+// --- the contract as a whole
+// Every variable above that the launcher sets for its workers. A launcher gives its workers all
+// of them afresh: what it does not set itself (FLAGS_selected_gpus on a CPU rank, the store
+// without one, LAUNCH_CHECKPOINT_SIGNAL without --checkpoint-signal) it removes, so that nothing
+// of an outer launch's job (a launch inside another launcher's worker) leaks through. The
+// defaults it fills in only when unset (OMP_NUM_THREADS, PYTHONUNBUFFERED,
+// TORCH_NCCL_ASYNC_ERROR_HANDLING) are the user's, not part of it.
+inline constexpr const char* kWorkerContract[] = {
+    kPaddleTrainerId, kPaddleGlobalRank, kPaddleTrainersNum, kPaddleGlobalSize, kPaddleLocalRank,
+    kPaddleRankInNode, kPaddleLocalSize, kPaddleNnodes, kPaddleTrainerEndpoints, kPaddleCurrentEndpoint,
+    kPaddleMaster, kPaddleJobId, kPaddleLogDir, kPaddleDistriBackend, kSelectedGpus, kPaddleRestartCount,
+    kPodName, kPaddleAutoCluster, kPaddleTrainingRole,
+    kRank, kWorldSize, kLocalRank, kLocalWorldSize, kGroupRank, kGroupWorldSize, kRoleRank, kRoleName,
+    kRoleWorldSize, kMasterAddr, kMasterPort, kTorchRestartCount, kTorchMaxRestarts, kTorchRunId,
+    kTorchUseAgentStore, kTorchErrorFile,
+    kStoreAddr, kStoreToken, kCheckpointSignal};
+// Variables only a launcher gives its workers (ours, torchrun's, paddle's; nobody sets them for
+// a launcher): in a launcher's own environment they mean it runs inside another's worker.
+inline constexpr const char* kWorkerMarks[] = {kPaddleTrainerId, kPaddleCurrentEndpoint, kLocalRank, kTorchRunId,
+                                               kStoreAddr};
+
 // --- the process's surroundings
 inline constexpr const char* kPythonUnbuffered = "PYTHONUNBUFFERED";  // "1" when unset: no lost prints
 inline constexpr const char* kCudaVisibleDevices = "CUDA_VISIBLE_DEVICES";  // read, never changed

@@ -105,21 +105,32 @@ for kind in wrapped setsid; do
   pkill -KILL -f "^sleep 1000 $tag\$" 2>/dev/null
 done
 
-# --- a stalled console: rank 1 exits 5 while rank 0 floods a stdout nobody reads
-fresh
-mkfifo console
-exec 3<>console  # held open, never read: the launcher's writes fill it and stop
-"$launch" --devices cpu --nproc_per_node 2 --grace 2 sh -c \
-  'if [ $RANK = 1 ]; then while [ ! -e flooded ]; do sleep 0.01; done; date +%s%3N > failed; exit 5; fi
-   seq 1 1000000; touch flooded; sleep 60' >console 2>err &
-pid=$!
-wait_exit "$pid" 60; t1=$(now_ms)
-exec 3>&-
-ms=$(( t1 - $(cat failed 2>/dev/null || echo "$t1") ))
-lines=$(wc -l < log/workerlog.0)
+# --- a stalled console: rank 1 exits 5 while rank 0 floods a stdout nobody reads; then the same
+# with 2>&1, where the launcher's own messages meet the stalled pipe too (the root cause is read
+# from --summary: nobody can read the console). stalled_console [merged]: sets rc, ms, lines.
+stalled_console() {
+  fresh
+  mkfifo console
+  exec 3<>console  # held open, never read: the launcher's writes fill it and stop
+  (if [ "${1:-}" = merged ]; then exec 2>&1; else exec 2>err; fi
+   exec "$launch" --devices cpu --nproc_per_node 2 --grace 2 --summary summary.json sh -c \
+     'if [ $RANK = 1 ]; then while [ ! -e flooded ]; do sleep 0.01; done; date +%s%3N > failed; exit 5; fi
+      seq 1 1000000; touch flooded; sleep 60') >console &
+  local pid=$!
+  wait_exit "$pid" 60; local t1; t1=$(now_ms)
+  exec 3>&-
+  ms=$(( t1 - $(cat failed 2>/dev/null || echo "$t1") ))
+  lines=$(wc -l < log/workerlog.0)
+}
+stalled_console
 result=FAIL
 [ "$rc" = 5 ] && grep -q 'root cause: rank 1 exited with code 5' err && [ "$lines" = 1000000 ] && [ "$ms" -le 2000 ] && result=PASS
 row "stalled console (nobody reads stdout)" "$result" "failure -> exit $ms ms, exit $rc, rank 0's log $lines/1000000 lines"
+stalled_console merged
+result=FAIL
+[ "$rc" = 5 ] && grep -q '"description": *"rank 1 exited with code 5"' summary.json && [ "$lines" = 1000000 ] &&
+  [ "$ms" -le 2000 ] && result=PASS
+row "stalled console, 2>&1 (nobody reads either)" "$result" "failure -> exit $ms ms, exit $rc, rank 0's log $lines/1000000 lines"
 
 # --- hostile store clients: 1,000 at once, before any HELLO
 fresh
@@ -171,23 +182,29 @@ result=FAIL; [ "$rc" = 0 ] && [ "$said" = 1 ] && [ "$lines" = 100000 ] && result
 row "full disk: console file ($where)" "$result" "exit $rc, ENOSPC said $said time(s), log $lines/100000 lines"
 [ -n "$mounted" ] && umount "$mounted" && mounted=""
 
-# --- a stopped rank, a killed peer: signal rank 1 of a 2-rank train_resnet once it trains
-# signal_rank1 SIG: sets rc and ms (signal -> launch's exit).
-signal_rank1() {
+# --- a stopped rank, a killed peer: signal one rank of a train_resnet ring once it trains
+# signal_rank NPROC RANK SIG: sets rc and ms (signal -> launch's exit).
+signal_rank() {
   fresh
-  "$launch" --devices cpu --nproc_per_node 2 --grace 5 "$train" "${TA[@]}" --num-samples 100000 --epochs 1 \
-    --log-every 1 --comm-timeout 2 >out 2>err &
+  "$launch" --devices cpu --nproc_per_node "$1" --grace 5 "$train" "${TA[@]}" --num-samples 100000 --epochs 1 \
+    --log-every 1 --comm-timeout 3 >out 2>err &
   local pid=$!
   wait_for 'grep -q "Batch\[2\]" log/workerlog.0 2>/dev/null' 60
-  local r1; r1=$(worker_pid "$pid" 1)
-  local t0; t0=$(now_ms); kill -"$1" "$r1"; wait_exit "$pid" 30; ms=$(( $(now_ms) - t0 ))
+  local victim; victim=$(worker_pid "$pid" "$2")
+  local t0; t0=$(now_ms); kill -"$3" "$victim"; wait_exit "$pid" 30; ms=$(( $(now_ms) - t0 ))
 }
-signal_rank1 STOP
+signal_rank 2 1 STOP
 result=FAIL; [ "$rc" = 86 ] && grep -q 'root cause: rank 1 stopped responding' err && result=PASS
-row "SIGSTOP of one train_resnet rank" "$result" "root cause rank 1 after $ms ms (--comm-timeout 2), exit $rc"
-signal_rank1 KILL
+row "SIGSTOP of one train_resnet rank" "$result" "root cause rank 1 after $ms ms (--comm-timeout 3), exit $rc"
+signal_rank 4 2 STOP
+result=FAIL; [ "$rc" = 86 ] && grep -q 'root cause: rank 2 stopped responding' err && result=PASS
+row "SIGSTOP of rank 2 of 4 (a ring of noticers)" "$result" "root cause rank 2 after $ms ms (--comm-timeout 3), exit $rc"
+signal_rank 2 1 KILL
 result=FAIL; [ "$rc" = 137 ] && grep -q 'root cause: rank 1 killed by SIGKILL' err && result=PASS
 row "SIGKILL of one train_resnet rank" "$result" "root cause rank 1 after $ms ms, exit $rc"
+signal_rank 4 2 KILL
+result=FAIL; [ "$rc" = 137 ] && grep -q 'root cause: rank 2 killed by SIGKILL' err && result=PASS
+row "SIGKILL of rank 2 of 4" "$result" "root cause rank 2 after $ms ms, exit $rc"
 
 # --- one node's launcher killed: two launchers on loopback, train_resnet across them
 fresh
@@ -222,11 +239,11 @@ row "checkpoint signal before any handler" "$result" "exit $rc$(grep -q 'killed 
 # --- a missing peer: rank 1 stops before it joins the ring
 fresh
 "$launch" --devices cpu --nproc_per_node 2 --grace 5 sh -c \
-  '[ $RANK = 1 ] && kill -STOP $$; exec '"$train ${TA[*]}"' --num-samples 64 --epochs 1 --comm-timeout 2' >out 2>err &
+  '[ $RANK = 1 ] && kill -STOP $$; exec '"$train ${TA[*]}"' --num-samples 64 --epochs 1 --comm-timeout 3' >out 2>err &
 pid=$!
 t0=$(now_ms); wait_exit "$pid" 30; ms=$(( $(now_ms) - t0 ))
 result=FAIL; [ "$rc" = 86 ] && grep -q 'root cause: rank 1 stopped responding' err && result=PASS
-row "a peer that never joins the ring" "$result" "root cause rank 1 after $ms ms (--comm-timeout 2), exit $rc"
+row "a peer that never joins the ring" "$result" "root cause rank 1 after $ms ms (--comm-timeout 3), exit $rc"
 
 # --- (h10-launcher's) a --summary that cannot be written keeps the job's exit code
 fresh

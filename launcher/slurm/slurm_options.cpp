@@ -2,6 +2,7 @@
 
 #include "launcher/devices.h"
 #include "launcher/errors.h"
+#include "launcher/seconds.h"
 
 namespace launch {
 
@@ -56,10 +57,10 @@ SlurmDerived apply_slurm(const Options& given, const slurm::SlurmLayout& l, int 
   }
   // --- grace: Slurm SIGKILLs KillWait seconds after its SIGTERM; our SIGKILL must come first.
   if (!given.grace_given) {
-    note("grace = " + std::to_string(int(o.grace_s)) + " s (below Slurm's default KillWait of " +
+    note("grace = " + seconds_text(o.grace_s) + " s (below Slurm's default KillWait of " +
          std::to_string(int(kSlurmDefaultKillWait)) + " s; --grace to change)");
   } else if (given.grace_s >= kSlurmDefaultKillWait) {
-    note("warning: --grace " + std::to_string(given.grace_s) + " is not below Slurm's default "
+    note("warning: --grace " + seconds_text(given.grace_s) + " is not below Slurm's default "
          "KillWait of 30 s: Slurm may SIGKILL the workers before they are done");
   }
 

@@ -1,5 +1,5 @@
-// Helpers of the integration tests: run the real `launch` binary with its output in files, wait
-// for things with deadlines (never a fixed sleep), and tell whether a process is gone.
+// Helpers of the integration tests (Catch2): run the real `launch` binary with its output in
+// files, wait for things with deadlines (never a fixed sleep), and tell whether a process is gone.
 #pragma once
 
 #include <arpa/inet.h>
@@ -12,8 +12,12 @@
 #include <time.h>
 #include <unistd.h>
 
+#include <catch2/catch.hpp>
+
+#include <cerrno>
 #include <chrono>
 #include <cstdlib>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <functional>
@@ -89,13 +93,14 @@ struct Proc {
 };
 
 // Starts `argv` in `dir` with stdout/stderr in dir/<tag>.out and dir/<tag>.err (stdout on
-// `stdout_fd` instead when one is given: a pipe nobody reads, /dev/full).
+// `stdout_fd` instead when one is given: a pipe nobody reads, /dev/full; stderr on `stderr_fd`
+// when one is given: the same pipe for `2>&1`).
 inline Proc start(const std::vector<std::string>& argv, const std::string& dir,
                   const std::map<std::string, std::string>& env = {}, const std::string& tag = "launch",
-                  int stdout_fd = -1) {
+                  int stdout_fd = -1, int stderr_fd = -1) {
   Proc p;
   p.out_path = stdout_fd >= 0 ? "" : dir + "/" + tag + ".out";
-  p.err_path = dir + "/" + tag + ".err";
+  p.err_path = stderr_fd >= 0 ? "" : dir + "/" + tag + ".err";
   std::vector<char*> av;
   for (const auto& a : argv) av.push_back(const_cast<char*>(a.c_str()));
   av.push_back(nullptr);
@@ -104,21 +109,35 @@ inline Proc start(const std::vector<std::string>& argv, const std::string& dir,
     for (const auto& [k, v] : env) setenv(k.c_str(), v.c_str(), 1);
     if (chdir(dir.c_str()) < 0) _exit(126);
     int o = stdout_fd >= 0 ? stdout_fd : open(p.out_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
-    int e = open(p.err_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    int e = stderr_fd >= 0 ? stderr_fd : open(p.err_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
     dup2(o, 1);
     dup2(e, 2);
     execv(av[0], av.data());
     _exit(127);
   }
+  // A failed fork must not go on as pid -1: waitpid(-1) would wait for any child at all.
+  const int fork_errno = errno;
+  INFO("fork() for " << argv.front() << ": " << std::strerror(fork_errno));
+  REQUIRE(p.pid > 0);
   return p;
 }
 
-// Exit code (128+signal for a signal), or nullopt when it did not exit in time.
+// Exit code (128+signal for a signal), or nullopt when it did not exit in time. A waitpid error
+// (ECHILD: not our child, or reaped by someone else) fails the test, naming it: it is no timeout.
 inline std::optional<int> wait_exit(pid_t pid, double timeout_s) {
   int st = 0;
   pid_t r = 0;
-  bool done = wait_until([&] { return (r = waitpid(pid, &st, WNOHANG)) != 0; }, timeout_s);
-  if (!done || r < 0) return std::nullopt;
+  int err = 0;
+  bool done = wait_until(
+      [&] {
+        r = waitpid(pid, &st, WNOHANG);
+        if (r < 0 && errno == EINTR) return false;
+        err = errno;
+        return r != 0;
+      },
+      timeout_s);
+  if (done && r < 0) FAIL("waitpid(" << pid << "): " << std::strerror(err) << " (not a timeout)");
+  if (!done) return std::nullopt;
   return WIFSIGNALED(st) ? 128 + WTERMSIG(st) : WEXITSTATUS(st);
 }
 

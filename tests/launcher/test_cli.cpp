@@ -74,6 +74,9 @@ TEST_CASE("cli: bad input is a one-line usage error", "[launcher][cli]") {
   CHECK_THAT(err({"--nproc_per_node", "x", "env"}), Catch::Contains("--nproc_per_node"));
   CHECK_THAT(err({"--stream", "some", "env"}), Catch::Contains("--stream"));
   CHECK_THAT(err({"--grace", "-1", "env"}), Catch::Contains("--grace"));
+  // Seconds as the user wrote them, not std::to_string's "-2.500000".
+  CHECK_THAT(err({"--grace", "-2.5", "env"}), Catch::Contains("--grace -2.5 must be 0 to 86400 seconds"));
+  CHECK_THAT(err({"--elastic_timeout", "0.5", "env"}), Catch::Contains("--elastic_timeout 0.5 must be"));
   CHECK_THAT(err({"--nnodes", "2", "env"}), Catch::Contains("needs --master IP:PORT"));
   CHECK_THAT(err({"--nnodes", "2", "--master", "10.0.0.1:29400", "--rank", "2", "env"}), Catch::Contains("--rank 2 is not below"));
   CHECK_THAT(err({"--bogus", "env"}), Catch::Contains("unknown option --bogus"));

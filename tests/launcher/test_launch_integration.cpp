@@ -410,3 +410,81 @@ TEST_CASE("launch: small things a new user meets", "[launcher][integration]") {
   CHECK(wait_exit(version.pid, 10) == 0);
   CHECK_THAT(version.out(), Catch::StartsWith("launch "));
 }
+
+// --- a launch inside another launcher's worker --------------------------------------------------
+
+namespace {
+
+// The inner job's ranks, each as its own launcher set it up: its rank among `n`, its log
+// directory, no checkpoint signal, a store that is not `outer_store`.
+void check_inner_ranks(const std::string& d, const std::string& log_dir, int n, const std::string& outer_store) {
+  for (int r = 0; r < n; ++r) {
+    auto e = parse_env_file(d + "/env." + std::to_string(r));
+    const std::string R = std::to_string(r);
+    INFO("inner rank " << r);
+    CHECK(e["RANK"] == R);
+    CHECK(e["PADDLE_TRAINER_ID"] == R);
+    CHECK(e["LOCAL_RANK"] == R);
+    CHECK(e["WORLD_SIZE"] == std::to_string(n));
+    CHECK(e["PADDLE_TRAINERS_NUM"] == std::to_string(n));
+    CHECK(e["PADDLE_NNODES"] == "1");
+    CHECK(e["GROUP_RANK"] == "0");
+    CHECK(e["PADDLE_JOB_ID"] == "default");
+    CHECK(e["PADDLE_LOG_DIR"] == log_dir);
+    CHECK(e["TORCHELASTIC_ERROR_FILE"] == log_dir + "/workererror." + R + ".json");
+    CHECK(e["PADDLE_RESTART_COUNT"] == "0");
+    CHECK(e.count("LAUNCH_CHECKPOINT_SIGNAL") == 0);
+    CHECK(e.count("FLAGS_selected_gpus") == 0);
+    CHECK(e["MASTER_ADDR"] == "127.0.0.1");
+    CHECK(std::regex_match(e["LAUNCH_STORE_ADDR"], std::regex(R"(127\.0\.0\.1:\d+)")));
+    CHECK(e["LAUNCH_STORE_ADDR"] != outer_store);
+    CHECK(exists(log_dir + "/workerlog." + R));
+  }
+}
+
+}  // namespace
+
+TEST_CASE("launch inside launch: the inner ranks get the inner job's environment", "[launcher][integration][nested]") {
+  TempDir td;
+  const std::string& d = td.path;
+  // Outer rank 1 of 2 (with --checkpoint-signal, a job id and a restart budget of its own)
+  // runs a 3-rank launch of its own, with no option but the essentials.
+  const std::string script = "if [ $RANK = 1 ]; then env > " + d + "/outer.1; exec " + kLaunch + " --log_dir " + d +
+                             "/inner --devices cpu --nproc_per_node 3 sh -c 'env > " + d + "/env.$RANK'; fi";
+  Proc p = launch_sh(d, {"--log_dir", d + "/outer", "--devices", "cpu", "--nproc_per_node", "2", "--job_id", "outerjob",
+                         "--checkpoint-signal", "USR2", "--max_restart", "0"},
+                     script);
+  Reaper guard(p.pid);
+  REQUIRE(wait_exit(p.pid, 30) == 0);
+  INFO(p.err() << slurp(d + "/outer/workerlog.1"));
+  auto outer = parse_env_file(d + "/outer.1");
+  REQUIRE(outer["LAUNCH_CHECKPOINT_SIGNAL"] == "SIGUSR2");
+  REQUIRE(outer["PADDLE_JOB_ID"] == "outerjob");
+  check_inner_ranks(d, d + "/inner", 3, outer["LAUNCH_STORE_ADDR"]);
+  // The inner launcher said why it ignored the outer job's variables; its logs are its own.
+  CHECK_THAT(slurp(d + "/outer/workerlog.1"), Catch::Contains("inside another launcher's worker (PADDLE_TRAINER_ID is set)"));
+  CHECK_FALSE(exists(d + "/outer/workerlog.2"));
+}
+
+TEST_CASE("launch inside launch: a shell that exported a worker's and Slurm's variables fools nothing", "[launcher][integration][nested]") {
+  TempDir td;
+  const std::string& d = td.path;
+  // What `export $(cat /proc/<worker>/environ)` in a Slurm job leaves: a torchrun worker's
+  // variables (rank 5 of 8 on 2 nodes), a paddle launcher's overrides, an outer store, Slurm's step.
+  const std::map<std::string, std::string> outer = {
+      {"RANK", "5"}, {"WORLD_SIZE", "8"}, {"LOCAL_RANK", "1"}, {"TORCHELASTIC_RUN_ID", "outer"},
+      {"MASTER_ADDR", "10.255.0.1"}, {"MASTER_PORT", "6000"}, {"PADDLE_MASTER", "10.255.0.1:6000"},
+      {"PADDLE_NNODES", "2"}, {"PADDLE_JOB_ID", "outer"}, {"PADDLE_LOG_DIR", "/nonexistent/outer"},
+      {"PADDLE_NPROC_PER_NODE", "8"}, {"PET_NNODES", "2"}, {"LAUNCH_STORE_ADDR", "127.0.0.1:9"},
+      {"LAUNCH_STORE_TOKEN", "0123456789abcdef0123456789abcdef-outer"}, {"LAUNCH_CHECKPOINT_SIGNAL", "SIGUSR1"},
+      {"TORCHELASTIC_ERROR_FILE", "/nonexistent/error.json"}, {"SLURM_JOB_ID", "77"}, {"SLURM_STEP_ID", "0"},
+      {"SLURM_NNODES", "2"}, {"SLURM_NODEID", "1"}, {"SLURM_NTASKS", "2"}, {"SLURM_PROCID", "1"},
+      {"SLURM_LOCALID", "0"}, {"SLURM_JOB_NODELIST", "node[1-2]"}, {"SLURM_STEP_NODELIST", "node[1-2]"}};
+  Proc p = launch_sh(d, {"--devices", "cpu", "--nproc_per_node", "2"}, "env > " + d + "/env.$RANK", outer);
+  Reaper guard(p.pid);
+  REQUIRE(wait_exit(p.pid, 30) == 0);
+  INFO(p.err());
+  check_inner_ranks(d, d + "/log", 2, "127.0.0.1:9");
+  CHECK_THAT(p.err(), Catch::Contains("inside another launcher's worker (LOCAL_RANK is set)"));
+  CHECK(parse_env_file(d + "/env.0")["SLURM_JOB_ID"] == "77");  // not the contract: passed on
+}

@@ -81,7 +81,7 @@ TEST_CASE("slurm: options given by the user win", "[launcher][slurm]") {
   CHECK(d.options.grace_s == Approx(3));
   CHECK_FALSE(has_note(d, "job id ="));
   CHECK_FALSE(has_note(d, "nnodes ="));
-  CHECK(has_note(derive(one_task_step(), opts({"--grace", "45"})), "warning: --grace"));
+  CHECK(has_note(derive(one_task_step(), opts({"--grace", "45.5"})), "warning: --grace 45.5 is not below"));
 }
 
 TEST_CASE("slurm: the step's GPUs", "[launcher][slurm]") {

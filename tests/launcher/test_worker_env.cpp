@@ -3,6 +3,7 @@
 #include <catch2/catch.hpp>
 
 #include <algorithm>
+#include <set>
 
 #include "launcher/devices.h"
 #include "launcher/exit_policy.h"
@@ -164,6 +165,87 @@ TEST_CASE("worker env: the checkpoint signal is exported only when asked for", "
   CHECK(build_worker_env(job, one_node(2), 0, 0, {}).set.count("LAUNCH_CHECKPOINT_SIGNAL") == 0);
   job.checkpoint_signal = "SIGUSR2";
   CHECK(build_worker_env(job, one_node(2), 1, 0, {}).set.at("LAUNCH_CHECKPOINT_SIGNAL") == "SIGUSR2");
+}
+
+// --- a launch inside another launcher's worker ----------------------------------------------------
+
+namespace {
+
+// What an outer launch gives its worker 3 of 8 (with --checkpoint-signal), on top of the user's
+// and Slurm's variables.
+EnvMap outer_worker_env() {
+  EnvMap e = {{"PATH", "/bin"}, {"OMP_NUM_THREADS", "1"}, {"SLURM_JOB_ID", "77"}, {"SLURM_NNODES", "2"},
+              {"PET_NNODES", "2"}, {"PADDLE_NPROC_PER_NODE", "8"}, {"POD_IP", "10.0.0.9"}};
+  JobSpec outer = two_gpu_job();
+  outer.checkpoint_signal = "SIGUSR1";
+  RankLayout l = one_node(8);
+  l.first_rank = 2;
+  for (const auto& [k, v] : build_worker_env(outer, l, 1, 4, e).set) e[k] = v;
+  return e;
+}
+
+}  // namespace
+
+TEST_CASE("worker env: the contract is rebuilt whole; an outer launch's variables we do not set go", "[launcher][env][nested]") {
+  const EnvMap parent = outer_worker_env();
+  REQUIRE(parent.at("LAUNCH_CHECKPOINT_SIGNAL") == "SIGUSR1");
+  JobSpec inner;
+  inner.log_dir = "/tmp/inner";
+  inner.devices = {{DeviceKind::Cpu, -1}, {DeviceKind::Cpu, -1}};
+  RankLayout l = one_node(2);
+  l.store_addr.clear();  // no store: its variables must not be the outer one's
+  const WorkerEnv e = build_worker_env(inner, l, 1, 0, parent);
+  EnvMap all;
+  for (const auto& kv : merge_env(parent, e)) all[kv.substr(0, kv.find('='))] = kv.substr(kv.find('=') + 1);
+  for (const char* gone : {"LAUNCH_CHECKPOINT_SIGNAL", "LAUNCH_STORE_ADDR", "LAUNCH_STORE_TOKEN", "FLAGS_selected_gpus"})
+    CHECK(all.count(gone) == 0);
+  CHECK(all.at("RANK") == "1");
+  CHECK(all.at("WORLD_SIZE") == "2");
+  CHECK(all.at("PADDLE_RESTART_COUNT") == "0");
+  CHECK(all.at("PADDLE_LOG_DIR") == "/tmp/inner");
+  CHECK(all.at("PADDLE_JOB_ID") == "default");
+  // Not the contract: the user's and Slurm's stay.
+  CHECK(all.at("SLURM_JOB_ID") == "77");
+  CHECK(all.at("OMP_NUM_THREADS") == "1");
+  const proto::WorkerEnv w = proto::read_worker_env(all);
+  CHECK(w.rank == 1);
+  CHECK(w.world == 2);
+  CHECK(w.checkpoint_signal == 0);
+  CHECK_FALSE(w.store_addr);
+}
+
+TEST_CASE("worker env: kWorkerContract names every variable build_worker_env may set", "[launcher][env][nested]") {
+  // A GPU rank with a store and a checkpoint signal: the fullest set there is.
+  JobSpec job = two_gpu_job();
+  job.checkpoint_signal = "SIGUSR2";
+  const WorkerEnv e = build_worker_env(job, one_node(2), 1, 0, {});
+  const std::set<std::string> user_defaults = {"OMP_NUM_THREADS", "PYTHONUNBUFFERED", "TORCH_NCCL_ASYNC_ERROR_HANDLING"};
+  std::set<std::string> contract(std::begin(proto::env::kWorkerContract), std::end(proto::env::kWorkerContract));
+  for (const auto& [k, v] : e.set) {
+    INFO(k);
+    CHECK((contract.count(k) == 1 || user_defaults.count(k) == 1));
+  }
+  for (const char* mark : proto::env::kWorkerMarks) CHECK(e.set.count(mark) == 1);
+}
+
+TEST_CASE("launcher env: inside another launcher's worker, the outer job's variables are not ours", "[launcher][env][nested]") {
+  const LauncherEnv in = launcher_env(outer_worker_env());
+  REQUIRE(in.outer);
+  CHECK(*in.outer == "PADDLE_TRAINER_ID");
+  // Left: the user's (and the outer launch's defaults for what the user did not set).
+  CHECK(in.env == EnvMap{{"PATH", "/bin"}, {"OMP_NUM_THREADS", "1"}, {"PYTHONUNBUFFERED", "1"},
+                         {"TORCH_NCCL_ASYNC_ERROR_HANDLING", "1"}});
+  // Each mark alone is enough (a shell that exported a torchrun or a paddle worker's variables).
+  for (const char* mark : proto::env::kWorkerMarks) {
+    const LauncherEnv one = launcher_env({{mark, "1"}, {"PADDLE_MASTER", "10.0.0.1:6000"}, {"HOME", "/root"}});
+    CHECK(one.outer == std::optional<std::string>(mark));
+    CHECK(one.env == EnvMap{{"HOME", "/root"}});
+  }
+  // Elsewhere, paddle's overrides, torchrun's PET_* and Slurm's variables are the launcher's own.
+  const EnvMap plain = {{"PADDLE_MASTER", "10.0.0.1:6000"}, {"PET_NNODES", "2"}, {"SLURM_JOB_ID", "7"}, {"RANK", "1"}};
+  const LauncherEnv out = launcher_env(plain);
+  CHECK_FALSE(out.outer);
+  CHECK(out.env == plain);
 }
 
 // --- the round trip: what the launcher writes, the worker reads -----------------------------------
