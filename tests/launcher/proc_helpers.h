@@ -28,6 +28,8 @@
 #include <thread>
 #include <vector>
 
+#include "tests/temp_dir.h"
+
 namespace testutil {
 
 inline double now_s() {
@@ -59,19 +61,8 @@ inline bool exists(const std::string& path) {
 }
 
 // A fresh directory under /tmp, removed with everything in it at the end of the test.
-struct TempDir {
-  TempDir() {
-    char tmpl[] = "/tmp/launch-test-XXXXXX";
-    if (!mkdtemp(tmpl)) std::abort();
-    path = tmpl;
-  }
-  ~TempDir() {
-    std::error_code ec;
-    std::filesystem::remove_all(path, ec);
-  }
-  TempDir(const TempDir&) = delete;
-  TempDir& operator=(const TempDir&) = delete;
-  std::string path;
+struct TempDir : testing_support::TempDir {
+  TempDir() : testing_support::TempDir("launch-test") {}
 };
 
 // Gone, or a zombie that nobody has reaped yet (it holds nothing any more).

@@ -13,6 +13,7 @@
 #include <thread>
 #include <vector>
 
+#include "tests/temp_dir.h"
 #include "worker/data/data_error.h"
 #include "worker/data/dataset_cache.h"
 #include "worker/data/dataset_index.h"
@@ -21,14 +22,7 @@ using namespace worker;
 
 namespace {
 
-struct TempDir {
-  std::string path;
-  TempDir() {
-    char t[] = "/tmp/test_dataset_XXXXXX";
-    path = ::mkdtemp(t);
-  }
-  ~TempDir() { std::system(("rm -rf '" + path + "'").c_str()); }
-};
+using testing_support::TempDir;
 
 void touch(const std::string& p) {
   std::system(("mkdir -p \"$(dirname '" + p + "')\"").c_str());

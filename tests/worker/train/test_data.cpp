@@ -10,6 +10,7 @@
 #include <thread>
 #include <vector>
 
+#include "tests/temp_dir.h"
 #include "worker/core/backend.h"
 #include "worker/core/synthetic.h"
 #include "worker/train/data.h"
@@ -60,14 +61,7 @@ TEST_CASE("make_batch_source: a training source from the options", "[train][data
 
 namespace {
 
-struct TempDir {
-  std::string path;
-  TempDir() {
-    char t[] = "/tmp/test_data_XXXXXX";
-    path = ::mkdtemp(t);
-  }
-  ~TempDir() { std::system(("rm -rf '" + path + "'").c_str()); }
-};
+using testing_support::TempDir;
 
 void write_png(const std::string& path) {
   png_image img{};
