@@ -91,19 +91,28 @@ Blame blame(const std::vector<RankView>& ranks, const std::vector<size_t>& faile
   // 2. A worker that cannot run beats wherever the chain led, unless the chain led to it.
   const auto chain_end = r.peer ? index_of(ranks, *r.peer) : std::nullopt;
   if (r.peer_is == LostPeerReport::Peer::Alive && chain_end && looks_stuck(ranks[*chain_end].state)) return b;
-  for (const RankView& v : ranks) {
-    if (v.end || !looks_stuck(v.state)) continue;
-    size_t noticer = failed.front();
-    for (size_t i : failed)
-      if (ranks[i].lost && ranks[i].lost->peer == v.rank) {
-        noticer = i;
-        break;
-      }
+  // The one the reports name first (with its noticer); else the first in rank order, noticed
+  // by the first report: a rank in 'D' for a moment (reading a file) must not take the place of
+  // the stopped one a report names.
+  auto stuck = [&](size_t i) { return !ranks[i].end && looks_stuck(ranks[i].state); };
+  std::optional<size_t> culprit;
+  size_t noticer = failed.front();
+  for (size_t i : failed) {
+    if (!ranks[i].lost || !ranks[i].lost->peer) continue;
+    const std::optional<size_t> p = index_of(ranks, *ranks[i].lost->peer);
+    if (p && stuck(*p)) {
+      culprit = p;
+      noticer = i;
+      break;
+    }
+  }
+  for (size_t i = 0; !culprit && i < ranks.size(); ++i)
+    if (stuck(i)) culprit = i;
+  if (culprit) {
     r = noticed_by(ranks[noticer]);
-    r.peer = v.rank;
+    r.peer = ranks[*culprit].rank;
     r.peer_is = LostPeerReport::Peer::Alive;
-    r.peer_state = describe_state(v.state);
-    break;
+    r.peer_state = describe_state(ranks[*culprit].state);
   }
   return b;
 }

@@ -5,6 +5,8 @@
 #include <unistd.h>
 
 #include <climits>
+#include <filesystem>
+#include <system_error>
 
 #include "launcher/devices.h"
 #include "launcher/errors.h"
@@ -83,6 +85,31 @@ void resolve_nproc_word(Options& o, int visible) {
   }
 }
 
+// Whether two directory names are one directory ("log", "./log/", a symlink to it).
+bool same_dir(const std::string& a, const std::string& b) {
+  namespace fs = std::filesystem;
+  std::error_code ea, eb;
+  const fs::path x = fs::weakly_canonical(fs::path(a), ea), y = fs::weakly_canonical(fs::path(b), eb);
+  const auto norm = [](const fs::path& q) { return q.lexically_normal().string(); };
+  std::string u = norm(ea ? fs::path(a) : x), v = norm(eb ? fs::path(b) : y);
+  while (u.size() > 1 && u.back() == '/') u.pop_back();
+  while (v.size() > 1 && v.back() == '/') v.pop_back();
+  return u == v;
+}
+
+// Inside another launcher's worker, that launcher's log directory (PADDLE_LOG_DIR) is not ours:
+// its workerlog.N are the outer job's, this launch's own console output among them, and the
+// inner launches of its other ranks would write the same names.
+void check_own_log_dir(const std::string& log_dir, const EnvMap& parent) {
+  const LauncherEnv nested = launcher_env(parent);
+  const auto outer = parent.find(proto::env::kPaddleLogDir);
+  if (!nested.outer || outer == parent.end() || !same_dir(log_dir, outer->second)) return;
+  const auto rank = parent.find(proto::env::kPaddleTrainerId);
+  throw UsageError("--log_dir " + log_dir + " is the log directory of the launcher this launch runs inside (" +
+                   proto::env::kPaddleLogDir + "): both would write its workerlog.N; give this launch its own, e.g. " +
+                   "--log_dir " + outer->second + "/inner." + (rank != parent.end() ? rank->second : "RANK"));
+}
+
 }  // namespace
 
 // ---------------------------------------------------------------------------------------------
@@ -151,6 +178,7 @@ Plan make_plan(const Options& given, const EnvMap& parent) {
   JobSpec& job = p.job;
   job.job_id = opt.job_id;
   job.log_dir = absolute(opt.log_dir);
+  check_own_log_dir(job.log_dir, parent);
   job.max_restarts = opt.max_restart;
   if (opt.checkpoint_signal) job.checkpoint_signal = signal_name(*opt.checkpoint_signal);
   return p;

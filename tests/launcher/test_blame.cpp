@@ -70,6 +70,13 @@ TEST_CASE("blame: a stopped or stuck worker beats wherever the chain led", "[lau
   // ... and it beats a lost peer on another node, or one nobody could name.
   CHECK(blame({lost(0, 9), alive(1, 't')}, {0}).lost.peer == 1);
   CHECK(blame({lost(0, std::nullopt), alive(1, 'T')}, {0}).lost.peer == 1);
+  // Of two stuck ranks, the one a report names: rank 3 is SIGSTOPped and rank 4 lost it; rank 1
+  // sits in 'D' for a moment (a healthy rank reading a file), named by nobody.
+  const Blame n = blame({lost(0, 2), alive(1, 'D'), alive(2), alive(3, 'T'), lost(4, 3)}, {0, 4});
+  CHECK(n.lost.peer == 3);
+  CHECK(n.lost.noticer == 4);
+  CHECK(n.lost.what == "no progress for 3000 ms waiting for rank 3");
+  CHECK(n.lost.peer_state == "is stopped: SIGSTOP or SIGTSTP");
   // A stuck rank the chain reached is kept with its own noticer.
   const Blame k = blame({lost(0, 1), alive(1, 'T'), alive(2, 'D')}, {0});
   CHECK(k.lost.peer == 1);

@@ -488,3 +488,24 @@ TEST_CASE("launch inside launch: a shell that exported a worker's and Slurm's va
   CHECK_THAT(p.err(), Catch::Contains("inside another launcher's worker (LOCAL_RANK is set)"));
   CHECK(parse_env_file(d + "/env.0")["SLURM_JOB_ID"] == "77");  // not the contract: passed on
 }
+
+TEST_CASE("launch inside launch: the outer launcher's log directory is refused", "[launcher][integration][nested]") {
+  // An outer rank runs a launch of its own in the outer's folder: by default (log, the outer's
+  // too) or by another name of it. It would write the outer's workerlog.0 (holding its own
+  // output), as would the inner launch of every other outer rank.
+  for (const std::string inner_args : {"", "--log_dir ./log/ "}) {
+    TempDir td;
+    const std::string& d = td.path;
+    INFO("inner launch " << inner_args);
+    Proc p = launch_sh(d, {"--devices", "cpu", "--nproc_per_node", "1"},
+                       "exec " + kLaunch + " " + inner_args + "--devices cpu --nproc_per_node 1 true");
+    Reaper guard(p.pid);
+    CHECK(wait_exit(p.pid, 30) == 2);
+    const std::string log = slurp(d + "/log/workerlog.0");
+    INFO(log);
+    CHECK_THAT(log, Catch::Contains("launch: error: --log_dir " + d + "/") &&
+                        Catch::Contains("is the log directory of the launcher this launch runs inside (PADDLE_LOG_DIR)") &&
+                        Catch::Contains("--log_dir " + d + "/log/inner.0"));
+    CHECK_THAT(log, !Catch::Contains("worker(s) of /usr/bin/true"));  // the inner job never started
+  }
+}

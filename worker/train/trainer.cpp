@@ -150,6 +150,10 @@ TrainResult TrainingSession::run() {
       pos_ = {epoch + (b + 1) / steps_per_epoch_, (b + 1) % steps_per_epoch_};
       if (log_now) log({epoch, b}, s);
       const Verdict asked = requests_.at_boundary();  // what the ranks had received a step ago
+      // An epoch's validation comes before its last step's save, so that the checkpoint holds the
+      // best top-1 so far (resumed from it, a worse epoch would take the best weights' place). A
+      // stop leaves without it: it must be quick (launch's --grace).
+      if (pos_.batch == 0 && !asked.stop_signal && validation_due(epoch)) validate(epoch);
       const bool scheduled = opt_.save_every > 0 && state_.step % opt_.save_every == 0;
       if (scheduled || asked.save) save(pos_);
       if (lead_ && asked.save && !scheduled) {
@@ -157,7 +161,6 @@ TrainResult TrainingSession::run() {
       }
       if (asked.stop_signal) return stop(asked.stop_signal);
     }
-    if (val_data_ && pos_.batch == 0 && (epoch + 1) % opt_.eval_every == 0) validate(epoch);
   }
   // A stop asked for in the last step; a save asked for then is the final save's.
   if (const Verdict asked = requests_.drain(); asked.stop_signal) return stop(asked.stop_signal);

@@ -77,6 +77,7 @@ class TrainingSession {
   void count_step(const StepStats& s);       // step counters and the throughput window
   EvalCounts evaluate();                     // the whole validation split, summed over ranks
   void validate(int64_t epoch);              // evaluate, log, record, keep the best
+  bool validation_due(int64_t epoch) const { return val_data_ && (epoch + 1) % opt_.eval_every == 0; }
   void log(const Position& at, const StepStats& s);
   void save(const Position& next);           // rank 0: weights + training state to --save
   void lead_writes(const std::function<void()>& write);  // rank 0 writes, the others wait (untimed)

@@ -17,7 +17,7 @@ import sys
 import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from test_train_resnet import SKIP, SMALL, Failure, check, launch_run, main, ok, read_st, write_st  # noqa: E402
+from test_train_resnet import SKIP, SMALL, Failure, check, clean_env, launch_run, main, ok, read_st, write_st  # noqa: E402
 
 
 def records(path):
@@ -252,6 +252,36 @@ def case_best(a, tmp):
     if all(r["top1"] <= top for r in ev2):
         check(open(best, "rb").read() == before, "a worse validation after resuming replaced the best weights")
     print(f"--save-best: {best} holds step {best_step} (top-1 {top:.2f} %)")
+    check_epoch_end_checkpoint(a, tmp)
+
+
+def check_epoch_end_checkpoint(a, tmp):
+    """A checkpoint written at an epoch's last step (--save-every one epoch) holds that epoch's
+    validation: a run resumed from it after a crash must know the best top-1 so far, or a worse
+    epoch would overwrite the best weights."""
+    ck = f"{tmp}/epoch.safetensors"
+    steps = 128 // 8  # SMALL: --num-samples 128, --batch-size 8
+    args = SMALL + ["--epochs", "3", "--val-samples", "40", "--save", ck, "--save-best", "--save-every", str(steps),
+                    "--log-every", "1", "--optimizer", "sgd", "--lr", "0.05", "--momentum", "0.9"]
+    p = subprocess.Popen([a.train] + args, env=clean_env(), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    lines = []
+    try:
+        for line in p.stdout:  # the first step of epoch 1 is logged after the save of step `steps`
+            lines.append(line)
+            if line.startswith("Epoch[1], Batch[1]"):
+                break
+    finally:
+        p.kill()
+        p.wait(timeout=30)
+    text = "".join(lines)
+    m = re.search(rf"Validation: epoch 0, step {steps}: top-1 ([0-9.]+) %", text)
+    check(m is not None, f"no validation of epoch 0 before epoch 1's second step:\n{text[-2000:]}")
+    _, meta = read_st(ck.replace(".safetensors", ".train.safetensors"))
+    check(meta["step"] == str(steps), f"the checkpoint is of step {meta['step']}, not {steps}")
+    check(abs(float(meta["best_top1"]) - float(m.group(1))) < 1e-3,
+          f"the checkpoint of step {steps} holds best_top1 {meta['best_top1']}, not epoch 0's {m.group(1)} %: "
+          "it was written before that epoch's validation")
+    print(f"the checkpoint of an epoch's last step holds its validation (best_top1 {meta['best_top1']})")
 
 
 TB_READER = r'''
