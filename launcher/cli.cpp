@@ -301,7 +301,7 @@ const std::vector<PaddleVar>& paddle_vars() {
       {"PADDLE_NPROC_PER_NODE", "--nproc_per_node", [](Options& o, const std::string& s) { apply_nproc(s, o); }},
       {proto::env::kPaddleJobId, "--job_id", [](Options& o, const std::string& s) { o.job_id = s, o.job_id_given = true; }},
       {"PADDLE_RANK", "--rank", [](Options& o, const std::string& s) { o.rank = to_int("PADDLE_RANK", s, 0, 65535); }},
-      {proto::env::kPaddleLogDir, "--log_dir", [](Options& o, const std::string& s) { o.log_dir = s; }},
+      {proto::env::kPaddleLogDir, "--log_dir", [](Options& o, const std::string& s) { o.log_dir = s, o.log_dir_given = true; }},
       {"PADDLE_MAX_RESTART", "--max_restart",
        [](Options& o, const std::string& s) { o.max_restart = to_int("PADDLE_MAX_RESTART", s, 0, 1000000); }},
       {"PADDLE_ELASTIC_TIMEOUT", "--elastic_timeout",
@@ -390,6 +390,7 @@ CliResult parse_cli(int argc, const char* const* argv, const proto::EnvMap& env)
   o.job_id = r.job_id;
   o.job_id_given = r.given.at("--job_id");
   o.log_dir = r.log_dir;
+  o.log_dir_given = r.given.at("--log_dir");
   o.log_level = lower(r.log_level);
   o.log_overwrite = r.log_overwrite;
   o.host = r.host;

@@ -50,6 +50,7 @@ struct Options {
   // Which of the options above were given, so that Slurm's values fill only the others.
   bool nnodes_given = false;
   bool job_id_given = false;
+  bool log_dir_given = false;  // --log_dir (or PADDLE_LOG_DIR) given, not the default
   bool grace_given = false;
   bool host_given = false;
   std::vector<std::string> command;  // PROGRAM ARGS... (MODULE ARGS... with -m)

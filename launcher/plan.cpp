@@ -99,15 +99,24 @@ bool same_dir(const std::string& a, const std::string& b) {
 
 // Inside another launcher's worker, that launcher's log directory (PADDLE_LOG_DIR) is not ours:
 // its workerlog.N are the outer job's, this launch's own console output among them, and the
-// inner launches of its other ranks would write the same names.
-void check_own_log_dir(const std::string& log_dir, const EnvMap& parent) {
+// inner launches of its other ranks would write the same names. The default (log, the outer's
+// too when both start in one folder) moves to OUTER/inner.RANK; a --log_dir naming the outer's
+// is refused. Returns the directory, and sets *note when it moved.
+std::string own_log_dir(const Options& opt, const EnvMap& parent, std::string* note) {
+  const std::string dir = absolute(opt.log_dir);
   const LauncherEnv nested = launcher_env(parent);
   const auto outer = parent.find(proto::env::kPaddleLogDir);
-  if (!nested.outer || outer == parent.end() || !same_dir(log_dir, outer->second)) return;
+  if (!nested.outer || outer == parent.end() || !same_dir(dir, outer->second)) return dir;
   const auto rank = parent.find(proto::env::kPaddleTrainerId);
-  throw UsageError("--log_dir " + log_dir + " is the log directory of the launcher this launch runs inside (" +
-                   proto::env::kPaddleLogDir + "): both would write its workerlog.N; give this launch its own, e.g. " +
-                   "--log_dir " + outer->second + "/inner." + (rank != parent.end() ? rank->second : "RANK"));
+  const std::string own =
+      outer->second + "/inner." + (rank != parent.end() ? rank->second : "pid" + std::to_string(::getpid()));
+  if (opt.log_dir_given) {
+    throw UsageError("--log_dir " + dir + " is the log directory of the launcher this launch runs inside (" +
+                     proto::env::kPaddleLogDir + "): both would write its workerlog.N; give this launch its own, e.g. " +
+                     "--log_dir " + own);
+  }
+  *note = "log directory " + own + ": the default, " + dir + ", is the log directory of the launcher this launch runs inside";
+  return own;
 }
 
 }  // namespace
@@ -177,8 +186,7 @@ Plan make_plan(const Options& given, const EnvMap& parent) {
 
   JobSpec& job = p.job;
   job.job_id = opt.job_id;
-  job.log_dir = absolute(opt.log_dir);
-  check_own_log_dir(job.log_dir, parent);
+  job.log_dir = own_log_dir(opt, parent, &p.log_dir_note);
   job.max_restarts = opt.max_restart;
   if (opt.checkpoint_signal) job.checkpoint_signal = signal_name(*opt.checkpoint_signal);
   return p;

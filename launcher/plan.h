@@ -28,6 +28,7 @@ struct Plan {
   std::string token;          // multi-node: the job's shared token
   std::vector<std::string> slurm_hosts;  // the step's host names, to name those missing
   std::vector<std::string> slurm_notes;  // for --dry-run: what Slurm decided, and from what
+  std::string log_dir_note;  // inside another launcher's worker: why the log directory moved
 
   int n() const { return static_cast<int>(job.devices.size()); }
   std::chrono::milliseconds elastic_timeout() const {

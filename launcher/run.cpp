@@ -147,6 +147,7 @@ int run_or_throw(int argc, char** argv, const ConsoleStreams& console) {
   for (const auto& w : cli.warnings) log::warn(w);
   for (const auto& d : cli.debug) log::debug(d);
   const Plan plan = make_plan(*cli.options, parent);
+  if (!plan.log_dir_note.empty()) log::info(plan.log_dir_note);
   return plan.opt.dry_run ? dry_run(plan) : run_job(plan, console);
 }
 

@@ -489,16 +489,30 @@ TEST_CASE("launch inside launch: a shell that exported a worker's and Slurm's va
   CHECK(parse_env_file(d + "/env.0")["SLURM_JOB_ID"] == "77");  // not the contract: passed on
 }
 
-TEST_CASE("launch inside launch: the outer launcher's log directory is refused", "[launcher][integration][nested]") {
-  // An outer rank runs a launch of its own in the outer's folder: by default (log, the outer's
-  // too) or by another name of it. It would write the outer's workerlog.0 (holding its own
-  // output), as would the inner launch of every other outer rank.
-  for (const std::string inner_args : {"", "--log_dir ./log/ "}) {
+TEST_CASE("launch inside launch: never the outer launcher's log directory", "[launcher][integration][nested]") {
+  // An outer rank runs a launch of its own in the outer's folder. Its default log directory (log)
+  // is the outer's: it would write the outer's workerlog.0 (holding its own output), as would
+  // the inner launch of every other outer rank. The default moves to log/inner.RANK; naming the
+  // outer's directory (here by another spelling) is refused.
+  {
     TempDir td;
     const std::string& d = td.path;
-    INFO("inner launch " << inner_args);
+    Proc p = launch_sh(d, {"--devices", "cpu", "--nproc_per_node", "2"},
+                       "exec " + kLaunch + " --devices cpu --nproc_per_node 1 sh -c 'echo inner of $PADDLE_TRAINER_ID'");
+    Reaper guard(p.pid);
+    REQUIRE(wait_exit(p.pid, 30) == 0);
+    for (const std::string r : {"0", "1"}) {
+      INFO("outer rank " << r);
+      const std::string outer = slurp(d + "/log/workerlog." + r);
+      CHECK_THAT(outer, Catch::Contains("log directory " + d + "/log/inner." + r + ": the default"));
+      CHECK(slurp(d + "/log/inner." + r + "/workerlog.0") == "inner of 0\n");
+    }
+  }
+  {
+    TempDir td;
+    const std::string& d = td.path;
     Proc p = launch_sh(d, {"--devices", "cpu", "--nproc_per_node", "1"},
-                       "exec " + kLaunch + " " + inner_args + "--devices cpu --nproc_per_node 1 true");
+                       "exec " + kLaunch + " --log_dir ./log/ --devices cpu --nproc_per_node 1 true");
     Reaper guard(p.pid);
     CHECK(wait_exit(p.pid, 30) == 2);
     const std::string log = slurp(d + "/log/workerlog.0");
