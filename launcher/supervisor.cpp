@@ -600,7 +600,10 @@ JobOutcome Loop::run(const std::vector<WorkerPlan>& plans) {
           console_->flush();
           console_->report();
           break;
-        case kLogConsoleTag: cfg_.log_console->flush(); break;
+        case kLogConsoleTag:  // its notices ("N bytes of launch's messages did not reach stderr") go to it
+          cfg_.log_console->flush();
+          cfg_.log_console->report();
+          break;
         default: break;
       }
     }
@@ -622,6 +625,7 @@ JobOutcome Loop::run(const std::vector<WorkerPlan>& plans) {
   }
   console_->finish(kConsoleFinish);
   console_->report();
+  if (cfg_.log_console && cfg_.log_console != console_) cfg_.log_console->report();
   out.policy = policy_;
   out.stragglers = stragglers_;
   return out;
