@@ -100,7 +100,11 @@ std::string hms(double seconds) {
 TrainingSession::TrainingSession(const TrainOptions& opt, const DataEnv& data_env, Ops& ops, Comm& comm,
                                  std::ostream& out, const Requests& requests)
     : opt_(opt), ops_(ops), comm_(comm), out_(out), requests_(requests, comm), rank_(comm.rank()),
-      world_(comm.size()), lead_(rank_ == 0), train_data_(train_source(opt, data_env, ops)),
+      world_(comm.size()), lead_(rank_ == 0),
+      // fp16 is the dtype with loss scaling (scaler_.enabled below).
+      capture_(plan_step_capture(opt.cuda_graph, {ops.step_capture_unsupported(), world_,
+                                                  ops.compute_dtype() == DType::F16, opt.accum_steps})),
+      train_data_(train_source(opt, data_env, ops)),
       val_data_(make_batch_source(opt, data_env, Split::Val, ops)),
       sampler_(sampler_config(opt, *train_data_, world_)), steps_per_epoch_(checked_steps_per_epoch(sampler_, opt, world_)),
       global_batch_(int64_t(world_) * opt.batch_size * opt.accum_steps), model_(model_config(opt, *train_data_), ops),
@@ -120,7 +124,6 @@ TrainingSession::TrainingSession(const TrainOptions& opt, const DataEnv& data_en
   scaler_.enabled = ops.compute_dtype() == DType::F16;
   // Gradient all-reduce during backward only where the communicator overlaps with compute.
   overlap_ = world_ > 1 && ops.device() == DeviceKind::Gpu;
-  capture_ = plan_step_capture(opt.cuda_graph, {ops.step_capture_unsupported(), world_, scaler_.enabled, opt.accum_steps});
   state_.seed = opt.seed;
   state_.optimizer = opt.optimizer;
   state_.data = data_source_name(opt);

@@ -99,6 +99,9 @@ class TrainingSession {
   RequestAgreement requests_;  // stop / checkpoint signals, agreed by all ranks one step late
   const int rank_, world_;
   const bool lead_;
+  // --cuda-graph: whether steps replay one captured graph. Before the data: `on` where the step
+  // cannot be captured is refused before an image folder is scanned.
+  const CapturePlan capture_;
 
   std::unique_ptr<BatchSource> train_data_;
   std::unique_ptr<BatchSource> val_data_;    // null: no validation
@@ -112,7 +115,6 @@ class TrainingSession {
   LossScaler scaler_;
   GradReducer reducer_;
   bool overlap_ = false;     // reduce buckets during backward (NCCL's own stream)
-  CapturePlan capture_;      // --cuda-graph: whether steps replay one captured graph
   bool captured_ = false;    // the graph exists: every step from here on replays it
 
   LrSchedule schedule_;

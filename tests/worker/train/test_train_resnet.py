@@ -110,6 +110,8 @@ def case_errors(a, tmp):
     usage(SMALL + ["--num-samples", "4"], "--num-samples 4")
     usage(SMALL, "PADDLE_TRAINER_ID=3", env={"PADDLE_TRAINER_ID": "3", "PADDLE_TRAINERS_NUM": "2"})
     usage(SMALL, "LAUNCH_STORE_ADDR", env={"PADDLE_TRAINER_ID": "0", "PADDLE_TRAINERS_NUM": "2"})
+    # Refused before the data: a folder that is not there is not what the error names.
+    usage(["--cuda-graph", "on", "--data", os.path.join(tmp, "no-such-folder")], "--cuda-graph on")
 
     good = os.path.join(tmp, "good.safetensors")
     ok([a.train] + SMALL + ["--max-steps", "2", "--save", good])
