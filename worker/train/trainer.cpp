@@ -514,6 +514,12 @@ TrainResult TrainingSession::eval_only() {
 
 void TrainingSession::save(const Position& next) {
   if (opt_.save.empty()) return;
+  // The same state twice (a stop or the final save right after a scheduled one) is written once:
+  // every rank decides alike (step, position and best top-1 agree everywhere).
+  if (saved_.step == state_.step && saved_.epoch == next.epoch && saved_.batch == next.batch &&
+      saved_.best_top1 == state_.best_top1) {
+    return;
+  }
   std::map<std::string, std::vector<float>> optimizer_state = whole_optimizer_state();
   lead_writes([&] {
     TrainState s = state_;
@@ -525,6 +531,7 @@ void TrainingSession::save(const Position& next) {
     s.optimizer_state = std::move(optimizer_state);
     save_checkpoint(opt_.save, model_, model_.get_state(), s);
   });
+  saved_ = {state_.step, next.epoch, next.batch, state_.best_top1};
 }
 
 // Rank 0 writes a file while the others wait in a barrier without the communication timeout: a

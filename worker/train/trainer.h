@@ -126,6 +126,10 @@ class TrainingSession {
   MetricsLog metrics_;       // --metrics-file (rank 0)
   EventWriter tensorboard_;  // --tensorboard (rank 0)
   int64_t best_epoch_ = -1, last_eval_step_ = -1;
+  struct {
+    int64_t step = -1, epoch = -1, batch = -1;
+    double best_top1 = -2.0;
+  } saved_;  // what the last save() wrote: the same state is not written again
 
   // Timing: the first step pays for warm-up, throughput counts from its end.
   TrainResult result_;

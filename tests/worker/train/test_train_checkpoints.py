@@ -6,7 +6,8 @@ Usage: test_train_checkpoints.py CASE --train PATH --launch PATH
 Cases: refuse (bad --save, partial checkpoints, another optimizer, --seed -1), interrupted (stale
 temporary files, a save killed between its two renames), stop (SIGINT alone, SIGTERM to `launch`
 with two ranks), one_rank (the checkpoint signal, then SIGTERM, to rank 1 alone: both ranks act at
-one step), slow_save (rank 0's saves far longer than --comm-timeout end no healthy run).
+one step), slow_save (rank 0's saves far longer than --comm-timeout end no healthy run), save_once
+(the same state is written once).
 Exit 0 pass, 1 fail, 77 skipped (`launch` not built).
 """
 import os
@@ -258,6 +259,21 @@ def case_slow_save(a, tmp):
     check(elapsed >= writes * delay_s, f"{elapsed:.1f} s in all: the writes were not slowed")
     check(read_st(ck)[1]["step"] == "4", "the checkpoint is not of step 4")
     print(f"2 ranks, --comm-timeout {timeout_s} s, 3 writes of rank 0 of {delay_s} s each: exit 0 in {elapsed:.1f} s")
+
+
+def case_save_once(a, tmp):
+    # The final save of a step that a scheduled save has just written is not written again
+    # (each write of rank 0 is slowed by delay_s: two writes take at least twice as long).
+    ck = os.path.join(tmp, "once.safetensors")
+    delay_s = 2.5
+    env = {"WORKER_TEST_SAVE_DELAY_MS": str(int(delay_s * 1000))}
+    t0 = time.monotonic()
+    p = run([a.train] + SMALL + ["--max-steps", "4", "--save-every", "4", "--save", ck], env)
+    elapsed = time.monotonic() - t0
+    check(p.returncode == 0, f"exit {p.returncode}: {p.stderr[-2000:]}")
+    check(read_st(ck)[1]["step"] == "4", "the checkpoint is not of step 4")
+    check(delay_s <= elapsed < 2 * delay_s, f"{elapsed:.1f} s: expected one write of {delay_s} s, not two")
+    print(f"--max-steps 4 --save-every 4: one write of step 4 ({elapsed:.1f} s with writes of {delay_s} s)")
 
 
 if __name__ == "__main__":
