@@ -110,6 +110,7 @@ Blame blame(const std::vector<RankView>& ranks, const std::vector<size_t>& faile
     if (stuck(i)) culprit = i;
   if (culprit) {
     r = noticed_by(ranks[noticer]);
+    r.named = r.peer == ranks[*culprit].rank;
     r.peer = ranks[*culprit].rank;
     r.peer_is = LostPeerReport::Peer::Alive;
     r.peer_state = describe_state(ranks[*culprit].state);

@@ -90,7 +90,7 @@ ExitPolicy::Verdict ExitPolicy::on_peer_lost(const LostPeerReport& r) {
     case LostPeerReport::Peer::Alive:
       root_ = RootCause{*r.peer, std::nullopt,
                         "stopped responding (its process " + r.peer_state + "); " + noticer +
-                            " lost it: " + r.what,
+                            (r.named ? " lost it: " : " gave up: ") + r.what,
                         r.noticer, exit_code_of(r.end)};
       return Verdict::RootCause;
     case LostPeerReport::Peer::Ended:

@@ -45,6 +45,7 @@ struct LostPeerReport {
     Unknown,  // no peer named, and none of this node's workers looks stuck
   } peer_is = Peer::Unknown;
   std::string peer_state;  // for Alive: "is stopped (SIGSTOP or SIGTSTP)", ...
+  bool named = true;       // for Alive: the noticer named that peer (else it is only the one stuck)
 };
 
 // The rank at fault and what happened to it, for the report, the store and the summary.

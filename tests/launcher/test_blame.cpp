@@ -62,10 +62,13 @@ TEST_CASE("blame: a stopped or stuck worker beats wherever the chain led", "[lau
   CHECK(b.lost.peer_is == LostPeerReport::Peer::Alive);
   CHECK(b.lost.peer_state == "is stopped: SIGSTOP or SIGTSTP");
   CHECK(b.lost.noticer == 1);
-  // Nobody named it: the first report is the noticer; 'D' counts as stuck too.
+  CHECK(b.lost.named);
+  // Nobody named it: the first report is the noticer (which did not lose it: "gave up"); 'D'
+  // counts as stuck too.
   const Blame d = blame({lost(0, 3), alive(1), alive(2, 'D'), alive(3)}, {0});
   CHECK(d.lost.peer == 2);
   CHECK(d.lost.noticer == 0);
+  CHECK_FALSE(d.lost.named);
   CHECK_THAT(d.lost.peer_state, Catch::StartsWith("is stuck in the kernel"));
   // ... and it beats a lost peer on another node, or one nobody could name.
   CHECK(blame({lost(0, 9), alive(1, 't')}, {0}).lost.peer == 1);

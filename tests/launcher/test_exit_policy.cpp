@@ -127,6 +127,14 @@ TEST_CASE("exit policy: a worker that lost a live peer puts that peer first", "[
   // The stopped rank then dies of our SIGTERM: a consequence.
   CHECK_FALSE(p.on_worker_end(1, term));
   CHECK(p.root_rank() == 1);
+  // Stuck, but named by nobody (the noticer waited for another rank): it gave up, not lost it.
+  ExitPolicy q;
+  LostPeerReport unnamed = lost(0, 2, LostPeerReport::Peer::Alive, "is stopped (SIGSTOP or SIGTSTP)");
+  unnamed.named = false;
+  q.on_peer_lost(unnamed);
+  REQUIRE(q.root());
+  CHECK(q.root()->rank == 2);
+  CHECK_THAT(q.root()->description, Catch::Contains("rank 0 gave up: no progress") && !Catch::Contains("lost it"));
 }
 
 TEST_CASE("exit policy: a peer's own failure first stays the root cause", "[launcher][exit][peer_lost]") {
