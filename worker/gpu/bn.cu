@@ -70,15 +70,17 @@ __device__ __forceinline__ void bn_scale_shift(float gamma, float beta, float me
   shift = __fmaf_rn(-mean, scale, beta);
 }
 
-// Rows r0, r0 + step, ... < m, kUnroll at a time: `load(u, row)` for every row of a batch
-// first, then `use(u, row)`, so the loads are in flight together. `rev` walks the rows from
-// the last (row m - 1 - r): the forward statistics read the convolution's output that way,
-// starting where the convolution finished, in L2 (0.17 ms of a ResNet-50 bf16 b256 step of
-// ~31 ms on an H200, +0.5 % images/s; reversing the other passes gained nothing).
-template <typename Load, typename Use>
-__device__ __forceinline__ void stream_rows(int64_t r0, int64_t step, int64_t m, bool rev,
-                                            Load&& load, Use&& use) {
-  auto row = [&](int64_t r) { return rev ? m - 1 - r : r; };
+// The block's rows of m (r0 = its thread row, step = every thread row of the grid), kUnroll at a
+// time: `load(u, row)` for every row of a batch first, then `use(u, row)`, so the loads are in
+// flight together. kReverse walks them from the last (row m - 1 - r): the forward statistics read
+// the convolution's output that way, starting where the convolution finished, in L2 (0.17 ms of
+// a ResNet-50 bf16 b256 step of ~31 ms on an H200, +0.5 % images/s; reversing the other passes
+// gained nothing).
+template <bool kReverse = false, typename Load, typename Use>
+__device__ __forceinline__ void stream_rows(int64_t m, Load&& load, Use&& use) {
+  const int64_t r0 = int64_t(blockIdx.y) * blockDim.y + threadIdx.y;
+  const int64_t step = int64_t(gridDim.y) * blockDim.y;
+  auto row = [&](int64_t r) { return kReverse ? m - 1 - r : r; };
   int64_t r = r0;
   for (; r + (kUnroll - 1) * step < m; r += kUnroll * step) {
 #pragma unroll
@@ -175,10 +177,8 @@ __global__ void __launch_bounds__(kThreads)
     float k[V];
     load_f<T, V>(p, k);
     Vec<T, V> buf[kUnroll];
-    stream_rows(
-        int64_t(blockIdx.y) * blockDim.y + threadIdx.y, int64_t(gridDim.y) * blockDim.y, m,
-        /*rev=*/true,
-        [&](int u, int64_t r) { buf[u] = load_v<T, V>(p + size_t(r) * c); },
+    stream_rows</*kReverse=*/true>(
+        m, [&](int u, int64_t r) { buf[u] = load_v<T, V>(p + size_t(r) * c); },
         [&](int u, int64_t) {
           float v[V];
           to_f<T, V>(buf[u], v);
@@ -239,8 +239,7 @@ __global__ void __launch_bounds__(kThreads)
   const size_t col = size_t(g) * V;
   Vec<T, V> bx[kUnroll], br[kUnroll];
   stream_rows(
-      int64_t(blockIdx.y) * blockDim.y + threadIdx.y, int64_t(gridDim.y) * blockDim.y, m, false,
-      [&](int u, int64_t r) {
+      m, [&](int u, int64_t r) {
         bx[u] = load_v<T, V>(x + size_t(r) * c + col);
         if (kRes) br[u] = load_v<T, V>(res + size_t(r) * c + col);
       },
@@ -329,8 +328,7 @@ __global__ void __launch_bounds__(kThreads)
     const size_t col = size_t(g) * V;
     Vec<T, V> bx[kUnroll], bd[kUnroll], by[kUnroll]{};
     stream_rows(
-        int64_t(blockIdx.y) * blockDim.y + threadIdx.y, int64_t(gridDim.y) * blockDim.y, m, false,
-        [&](int u, int64_t r) {
+        m, [&](int u, int64_t r) {
           const size_t off = size_t(r) * c + col;
           bx[u] = load_v<T, V>(x + off);
           bd[u] = load_v<T, V>(dy + off);
@@ -383,8 +381,7 @@ __global__ void __launch_bounds__(kThreads)
   const size_t col = size_t(g) * V;
   Vec<T, V> bx[kUnroll], bd[kUnroll], by[kUnroll]{};
   stream_rows(
-      int64_t(blockIdx.y) * blockDim.y + threadIdx.y, int64_t(gridDim.y) * blockDim.y, m, false,
-      [&](int u, int64_t r) {
+      m, [&](int u, int64_t r) {
         const size_t off = size_t(r) * c + col;
         bx[u] = load_v<T, V>(x + off);
         bd[u] = load_v<T, V>((kDres ? dres : dy) + off);
