@@ -4,7 +4,7 @@
 #   GPU (one is enough), ResNet-50 and ResNet-152, bf16, SGD with momentum, synthetic data:
 #     - batch 256 per --recompute none|bn|block: images/s (median of timed windows after warm-up)
 #       and peak memory (the pool's high-water mark), against PyTorch eager and PyTorch with
-#       torch.utils.checkpoint on every block (tests/worker/gpu/bench_torch_memory.py; peak =
+#       torch.utils.checkpoint on every block (tests/worker/gpu/bench_torch.py --checkpoint block; peak =
 #       max_memory_allocated);
 #     - the largest batch per GPU that fits, per mode: predicted from the peaks at batch 128 and
 #       256 (the pool's use is linear in the batch), then run; out of memory steps down by 7 %,
@@ -45,7 +45,7 @@ ngpu="$(nvidia-smi -L 2>/dev/null | grep -c '^GPU' || true)"
 DEPTHS="${BENCH_MEM_DEPTHS:-50 152}"
 MODES="${BENCH_MEM_MODES:-none bn block}"
 BENCH_DEADLINE="${BENCH_DEADLINE:-$(( $(date +%s) + 450 ))}"
-torch_py="$root/tests/worker/gpu/bench_torch_memory.py"
+torch_py="$root/tests/worker/gpu/bench_torch.py"
 
 tmo() {  # wanted seconds -> what the deadline allows (0: skip)
   local left=$(( BENCH_DEADLINE - $(date +%s) - 10 ))
@@ -101,7 +101,8 @@ PY
 torch_row() {  # depth checkpoint
   local t; t=$(tmo 120)
   if [ "$t" -eq 0 ]; then row "{\"tag\": \"torch_r$1_$2\", \"what\": \"torch\", \"depth\": $1, \"checkpoint\": \"$2\", \"error\": \"skipped: out of time\"}"; return; fi
-  if timeout "$t" $PY "$torch_py" --depth "$1" --batch 256 --checkpoint "$2" > "$log/torch_r$1_$2.json" 2> "$log/torch_r$1_$2.err"; then
+  if timeout "$t" $PY "$torch_py" --depth "$1" --batch 256 --checkpoint "$2" \
+      --steps-per-window 6 --windows 3 --warmup 3 --no-kernels > "$log/torch_r$1_$2.json" 2> "$log/torch_r$1_$2.err"; then
     grep '^{' "$log/torch_r$1_$2.json" | tail -1 >> "$results"
   else
     row "{\"tag\": \"torch_r$1_$2\", \"what\": \"torch\", \"depth\": $1, \"checkpoint\": \"$2\", \"error\": \"rc $?, see torch_r$1_$2.err\"}"

@@ -7,6 +7,8 @@ of timed windows after warm-up), peak memory (max_memory_allocated, per GPU), th
 BENCH_T0 (the shell's start time, epoch seconds) to the first finished step, and the CUDA kernels
 of one step (torch.profiler, after the timed windows: they do not perturb the timing).
 --profile N: also the N kernels with the most device time and the time by kind of kernel.
+--checkpoint block: torch.utils.checkpoint on every residual block (scripts/bench_memory.sh's
+recomputation baseline).
 """
 import argparse
 import json
@@ -70,6 +72,17 @@ def profile_step(step, top):
     return out
 
 
+class Checkpointed(torch.nn.Module):
+    """A residual block whose activations are recomputed in backward."""
+
+    def __init__(self, block):
+        super().__init__()
+        self.block = block
+
+    def forward(self, x):
+        return torch.utils.checkpoint.checkpoint(self.block, x, use_reentrant=False)
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--depth", type=int, default=50)
@@ -81,6 +94,8 @@ def main():
     ap.add_argument("--compile", default="", help="torch.compile mode ('default', 'max-autotune-no-cudagraphs', ...); empty: eager")
     ap.add_argument("--profile", type=int, default=0, help="list the N kernels with the most device time")
     ap.add_argument("--no-kernels", action="store_true", help="skip the profiled step (kernels per step)")
+    ap.add_argument("--checkpoint", choices=["none", "block"], default="none",
+                    help="block: torch.utils.checkpoint on every residual block")
     a = ap.parse_args()
     t0 = float(os.environ.get("BENCH_T0", T_IMPORT))
     world = int(os.environ.get("WORLD_SIZE", "1"))
@@ -92,7 +107,11 @@ def main():
         torch.distributed.init_process_group("nccl", device_id=dev)
     torch.backends.cudnn.benchmark = True
     bf16 = a.precision == "bf16"
-    m = getattr(torchvision.models, f"resnet{a.depth}")().to(dev)
+    m = getattr(torchvision.models, f"resnet{a.depth}")()
+    if a.checkpoint == "block":
+        for name in ("layer1", "layer2", "layer3", "layer4"):
+            setattr(m, name, torch.nn.Sequential(*[Checkpointed(b) for b in getattr(m, name)]))
+    m = m.to(dev)
     if bf16:
         m = m.to(memory_format=torch.channels_last)
     if world > 1:
@@ -130,7 +149,7 @@ def main():
         rates.append(a.steps_per_window * a.batch * world / (time.perf_counter() - s))
     peak = torch.cuda.max_memory_allocated(dev)
     out = {"what": "torch", "mode": f"compile:{a.compile}" if a.compile else "eager", "depth": a.depth,
-           "batch": a.batch, "precision": a.precision, "gpus": world, "images_per_s": statistics.median(rates),
+           "batch": a.batch, "precision": a.precision, "checkpoint": a.checkpoint, "gpus": world, "images_per_s": statistics.median(rates),
            "min": min(rates), "max": max(rates), "first_step_s": first, "peak_bytes": peak,
            "torch": torch.__version__}
     if rank == 0 and not a.no_kernels:
