@@ -18,11 +18,11 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
-#include <filesystem>
 #include <sstream>
 #include <string>
 #include <vector>
 
+#include "tests/temp_dir.h"
 #include "worker/core/comm.h"
 #include "worker/core/safetensors.h"
 #include "worker/gpu/gpu_ops.h"
@@ -32,6 +32,7 @@
 namespace {
 
 using namespace worker;
+using testing_support::TempDir;
 
 struct Run {
   std::string log;
@@ -107,12 +108,6 @@ double max_diff(const Run& a, const Run& b, std::string* where) {
   return worst;
 }
 
-std::string temp_dir() {
-  char tmpl[] = "/tmp/test_train_graph.XXXXXX";
-  REQUIRE(mkdtemp(tmpl) != nullptr);
-  return tmpl;
-}
-
 // The log's validation lines (top-1, top-5, loss): evaluation runs uncaptured between replays.
 std::vector<std::string> validations(const std::string& log) {
   std::vector<std::string> v;
@@ -124,7 +119,8 @@ std::vector<std::string> validations(const std::string& log) {
 
 void compare(const TrainOptions& o, DType precision) {
   const OptimizerKind kind = o.optimizer;
-  const std::string dir = temp_dir();
+  const TempDir td("test_train_graph");
+  const std::string& dir = td.path;
   const Run off = train_once(o, precision, CudaGraph::Off, dir, "off");
   const Run on = train_once(o, precision, CudaGraph::On, dir, "on");
   INFO("graph run's log:\n" << on.log);
@@ -139,7 +135,6 @@ void compare(const TrainOptions& o, DType precision) {
   if (d == 0) {
     std::printf("test_train_graph: %s %s: bit-identical (%zu tensors)\n", to_string(kind), dtype_name(precision),
                 on.tensors.size());
-    std::filesystem::remove_all(dir);
     return;
   }
   // Not bit for bit: allowed only as far as two uncaptured runs differ from each other.
@@ -152,7 +147,6 @@ void compare(const TrainOptions& o, DType precision) {
               dtype_name(precision), d, spread);
   CHECK(spread > 0);  // else the graph changed the result
   CHECK(d <= 4 * spread);
-  std::filesystem::remove_all(dir);
 }
 
 }  // namespace
@@ -183,7 +177,8 @@ TEST_CASE("a graph run stopped and resumed equals the uninterrupted graph run: A
   // resumed run warms up again before it captures its own graph.
   TrainOptions o = recipe(OptimizerKind::Adam);
   o.epochs = 2;  // 24 steps
-  const std::string dir = temp_dir();
+  const TempDir td("test_train_graph");
+  const std::string& dir = td.path;
   const Run whole = train_once(o, DType::BF16, CudaGraph::On, dir, "whole");
   TrainOptions first = o;
   first.max_steps = 17;  // in epoch 1, after 14 replays
@@ -209,16 +204,15 @@ TEST_CASE("a graph run stopped and resumed equals the uninterrupted graph run: A
     CHECK(spread > 0);
     CHECK(d <= 4 * spread);
   }
-  std::filesystem::remove_all(dir);
 }
 
 TEST_CASE("with the timed convolution engines (the default) the step is captured and replays to the end",
           "[gpu][train][graph]") {
   TrainOptions o = recipe(OptimizerKind::Sgd);
   o.num_samples = 16 * 50;  // the capture comes within kMaxWarmupSteps (40)
-  const std::string dir = temp_dir();
+  const TempDir td("test_train_graph");
+  const std::string& dir = td.path;
   const Run on = train_once(o, DType::BF16, CudaGraph::On, dir, "engines", false);
-  std::filesystem::remove_all(dir);
   INFO(on.log);
   const size_t at = on.log.find(": captured as one CUDA graph");
   REQUIRE(at != std::string::npos);
