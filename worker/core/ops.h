@@ -136,10 +136,13 @@ class Ops {
   // In place allowed: dx may be x's memory and dresidual y's (every element of x and y is read
   // before the same element of dx or dresidual is written); the model keeps activation
   // gradients in activations that backward is done with (worker/core/model.cpp).
+  // dy2, when non-null (only with dresidual), is a second part of the output gradient: the
+  // gradient is dy + dy2 (the model passes a block input's gradient in its two parts, the
+  // identity's and the first convolution's, instead of adding them in the convolution).
   virtual void bn_backward(const BnDesc& d, const Act& x, const Act& y, const Act& dy,
                            ParamView gamma, const float* save_mean, const float* save_invstd,
                            bool relu, Act& dx, Act* dresidual, ParamView dgamma,
-                           ParamView dbeta) = 0;
+                           ParamView dbeta, const Act* dy2 = nullptr) = 0;
 
   virtual void maxpool_forward(const PoolDesc& d, const Act& x, Act& y) = 0;
   virtual void maxpool_backward(const PoolDesc& d, const Act& x, const Act& y, const Act& dy,

@@ -5,6 +5,8 @@
 
 #include <algorithm>
 #include <cmath>
+#include <stdexcept>
+#include <vector>
 
 #include "worker/cpu/cpu_ops.h"
 
@@ -135,17 +137,23 @@ void CpuOps::bn_forward_eval(const BnDesc& d, const Act& x, ParamView gamma, Par
 //   dx = gamma * invstd * (g - dbeta / m - xhat * dgamma / m),  dresidual = g.
 void CpuOps::bn_backward(const BnDesc& d, const Act& x, const Act& y, const Act& dy,
                          ParamView gamma, const float* save_mean, const float* save_invstd,
-                         bool relu, Act& dx, Act* dresidual, ParamView dgamma, ParamView dbeta) {
+                         bool relu, Act& dx, Act* dresidual, ParamView dgamma, ParamView dbeta,
+                         const Act* dy2) {
   check_act(x, d.n, d.h, d.w, d.c, "bn_backward x");
   check_act(y, d.n, d.h, d.w, d.c, "bn_backward y");
   check_act(dy, d.n, d.h, d.w, d.c, "bn_backward dy");
   check_act(dx, d.n, d.h, d.w, d.c, "bn_backward dx");
   if (dresidual) check_act(*dresidual, d.n, d.h, d.w, d.c, "bn_backward dresidual");
+  if (dy2) {
+    check_act(*dy2, d.n, d.h, d.w, d.c, "bn_backward dy2");
+    if (!dresidual) throw std::invalid_argument("bn_backward: a second output gradient needs dresidual");
+  }
   const long m = long(d.n) * d.h * d.w;
   const int c = d.c, nt = threads_;
   const float* xp = static_cast<const float*>(x.data);
   const float* yp = static_cast<const float*>(y.data);
   const float* dyp = static_cast<const float*>(dy.data);
+  const float* dy2p = dy2 ? static_cast<const float*>(dy2->data) : nullptr;
   std::vector<double>& part = partials(size_t(nt) * c * 2);
   std::vector<double> sdy(size_t(c), 0.0), sdyx(size_t(c), 0.0);
 
@@ -160,7 +168,8 @@ void CpuOps::bn_backward(const BnDesc& d, const Act& x, const Act& y, const Act&
     for (long r = b; r < e; ++r) {
       const size_t o = size_t(r) * c;
       for (int k = 0; k < c; ++k) {
-        const float gv = (relu && !(yp[o + k] > 0.0f)) ? 0.0f : dyp[o + k];
+        const float dv = dy2p ? dyp[o + k] + dy2p[o + k] : dyp[o + k];
+        const float gv = (relu && !(yp[o + k] > 0.0f)) ? 0.0f : dv;
         s1[k] += gv;
         s2[k] += double(gv) * (double(xp[o + k]) - save_mean[k]);
       }
@@ -197,7 +206,8 @@ void CpuOps::bn_backward(const BnDesc& d, const Act& x, const Act& y, const Act&
   for (long r = 0; r < m; ++r) {
     const size_t o = size_t(r) * c;
     for (int k = 0; k < c; ++k) {
-      const float gv = (relu && !(yp[o + k] > 0.0f)) ? 0.0f : dyp[o + k];
+      const float dv = dy2p ? dyp[o + k] + dy2p[o + k] : dyp[o + k];
+      const float gv = (relu && !(yp[o + k] > 0.0f)) ? 0.0f : dv;
       if (drp) drp[o + k] = gv;
       dxp[o + k] = A[k] * gv + B[k] * (xp[o + k] - M[k]) + C[k];
     }

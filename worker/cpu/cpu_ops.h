@@ -47,7 +47,7 @@ class CpuOps final : public Ops {
                        bool relu, Act& y) override;
   void bn_backward(const BnDesc& d, const Act& x, const Act& y, const Act& dy, ParamView gamma,
                    const float* save_mean, const float* save_invstd, bool relu, Act& dx,
-                   Act* dresidual, ParamView dgamma, ParamView dbeta) override;
+                   Act* dresidual, ParamView dgamma, ParamView dbeta, const Act* dy2 = nullptr) override;
   void maxpool_forward(const PoolDesc& d, const Act& x, Act& y) override;
   void maxpool_backward(const PoolDesc& d, const Act& x, const Act& y, const Act& dy,
                         Act& dx) override;

@@ -1,11 +1,11 @@
 // Batch norm over NHWC tensors viewed as (m = N*H*W rows, c channels), fp32 statistics.
 // Each thread owns V consecutive channels (one 16-byte access per row) and walks rows, so a
 // warp reads contiguous memory and the per-channel parameters stay in registers. Every kernel
-// that streams rows issues kUnroll independent 16-byte loads per thread before using them, and
-// the reductions run one wave of blocks (4 per multiprocessor), each over many rows.
+// that streams rows issues several independent 16-byte loads per thread before using them, and
+// the reductions run one wave of blocks, each over many rows.
 //   forward:  stats (+ finalize, by the last block of each column) -> apply
 //   backward: reduce (sum g, sum g*(x-mean); writes dresidual; + finalize) -> dx
-// Each block adds its sums into per-channel double accumulators (atomics); the last block of
+// Each block adds its sums into per-channel double accumulators (atomics, kStripes copies); the last block of
 // a column of blocks to finish reads them, finalizes its channels and zeroes the accumulators
 // and its counter again for the next call (a separate finalize kernel per batch norm cost
 // ~5 us each, 0.5 ms of a ResNet-50 step).
@@ -27,8 +27,20 @@ namespace {
 
 constexpr int kThreads = 256;
 constexpr int kUnroll = 4;          // rows in flight per thread
-constexpr int kReduceBlocksPerSm = 4;  // one resident wave of 256-thread blocks
-constexpr int kApplyBlocksPerSm = 8;
+// Tuned on an H200 (ResNet-50 bf16 b256, CUDA-graph step; 2026-12-01, same-machine A/B):
+// the statistics read one tensor and keep 8 rows in flight per thread over 4 blocks per
+// multiprocessor; the backward's sums read two to four tensors per row and run 2 blocks per
+// multiprocessor (BN forward 5.81 -> under 5.57 ms, backward 9.18 -> 8.92 ms, 8,336 -> 8,447 images/s
+// together with the accumulator stripes below); the element-wise passes run 4 blocks per
+// multiprocessor (8: 8,379, 16: 8,297, 4: 8,408 images/s).
+constexpr int kApplyBlocksPerSm = 4;
+constexpr int kStatsUnroll = 8;
+constexpr int kStatsBlocksPerSm = 4;
+constexpr int kBwdReduceBlocksPerSm = 2;
+// Copies of the per-channel accumulators: block row b adds into copy b % kStripes, so that
+// fewer blocks contend for one address (528 blocks on the 128 accumulators of a 64-channel
+// layer); the finalizing block sums the copies.
+constexpr int kStripes = 8;
 
 int sm_count() {
   static const int n = [] {
@@ -55,8 +67,8 @@ Grid make_grid(int64_t m, int groups, int64_t blocks) {
   return {dim3(cg, by), dim3(gx, unsigned(gy))};
 }
 
-Grid reduce_grid(int64_t m, int groups) {
-  return make_grid(m, groups, int64_t(kReduceBlocksPerSm) * sm_count());
+Grid reduce_grid(int64_t m, int groups, int blocks_per_sm) {
+  return make_grid(m, groups, int64_t(blocks_per_sm) * sm_count());
 }
 Grid apply_grid(int64_t m, int groups) {
   return make_grid(m, groups, int64_t(kApplyBlocksPerSm) * sm_count());
@@ -76,21 +88,26 @@ __device__ __forceinline__ void bn_scale_shift(float gamma, float beta, float me
 // the convolution's output that way, starting where the convolution finished, in L2 (0.17 ms of
 // a ResNet-50 bf16 b256 step of ~31 ms on an H200, +0.5 % images/s; reversing the other passes
 // gained nothing).
-template <bool kReverse = false, typename Load, typename Use>
+template <bool kReverse = false, int kU = kUnroll, typename Load, typename Use>
 __device__ __forceinline__ void stream_rows(int64_t m, Load&& load, Use&& use) {
   const int64_t r0 = int64_t(blockIdx.y) * blockDim.y + threadIdx.y;
   const int64_t step = int64_t(gridDim.y) * blockDim.y;
   auto row = [&](int64_t r) { return kReverse ? m - 1 - r : r; };
   int64_t r = r0;
-  for (; r + (kUnroll - 1) * step < m; r += kUnroll * step) {
+  for (; r + (kU - 1) * step < m; r += kU * step) {
 #pragma unroll
-    for (int u = 0; u < kUnroll; ++u) load(u, row(r + u * step));
+    for (int u = 0; u < kU; ++u) load(u, row(r + u * step));
 #pragma unroll
-    for (int u = 0; u < kUnroll; ++u) use(u, row(r + u * step));
+    for (int u = 0; u < kU; ++u) use(u, row(r + u * step));
   }
-  for (; r < m; r += step) {
-    load(0, row(r));
-    use(0, row(r));
+  // The last rows (fewer than kU) in one batch as well: their loads in flight together.
+  if (r < m) {
+#pragma unroll
+    for (int u = 0; u < kU; ++u)
+      if (r + u * step < m) load(u, row(r + u * step));
+#pragma unroll
+    for (int u = 0; u < kU; ++u)
+      if (r + u * step < m) use(u, row(r + u * step));
   }
 }
 
@@ -119,9 +136,10 @@ __device__ __forceinline__ bool block_accumulate(const float (&a)[V], const floa
       sb += sh_b[y * bx + idx];
     }
     const int ch = blockIdx.x * bx + idx;
+    double* acc = sync.acc + size_t(blockIdx.y % unsigned(kStripes)) * 2 * size_t(c);
     if (ch < c) {
-      atomicAdd(&sync.acc[ch], double(sa));
-      atomicAdd(&sync.acc[c + ch], double(sb));
+      atomicAdd(&acc[ch], double(sa));
+      atomicAdd(&acc[c + ch], double(sb));
     }
   }
   __threadfence();
@@ -141,9 +159,15 @@ __device__ __forceinline__ void finalize_column(int c, BnSync sync, F&& f) {
   for (int idx = tid; idx < bx; idx += blockDim.x * blockDim.y) {
     const int ch = blockIdx.x * bx + idx;
     if (ch >= c) continue;
-    const double sa = __ldcg(&sync.acc[ch]), sb = __ldcg(&sync.acc[c + ch]);
-    sync.acc[ch] = 0.0;
-    sync.acc[c + ch] = 0.0;
+    double sa = 0.0, sb = 0.0;
+    const int stripes = min(kStripes, int(gridDim.y));
+    for (int k = 0; k < stripes; ++k) {
+      double* acc = sync.acc + size_t(k) * 2 * size_t(c);
+      sa += __ldcg(&acc[ch]);
+      sb += __ldcg(&acc[c + ch]);
+      acc[ch] = 0.0;
+      acc[c + ch] = 0.0;
+    }
     f(ch, sa, sb);
   }
   if (tid == 0) sync.count[blockIdx.x] = 0u;
@@ -176,8 +200,8 @@ __global__ void __launch_bounds__(kThreads)
     const T* p = x + size_t(g) * V;
     float k[V];
     load_f<T, V>(p, k);
-    Vec<T, V> buf[kUnroll];
-    stream_rows</*kReverse=*/true>(
+    Vec<T, V> buf[kStatsUnroll];
+    stream_rows</*kReverse=*/true, kStatsUnroll>(
         m, [&](int u, int64_t r) { buf[u] = load_v<T, V>(p + size_t(r) * c); },
         [&](int u, int64_t) {
           float v[V];
@@ -310,10 +334,10 @@ struct BwdFinalize {
   float* coef;    // 3c
 };
 
-template <typename T, int V, Mask M>
+template <typename T, int V, Mask M, bool kDy2>
 __global__ void __launch_bounds__(kThreads)
     bwd_reduce_kernel(const T* __restrict__ x, const T* __restrict__ y, const T* __restrict__ dy,
-                      int64_t m, int c, const float* __restrict__ mean,
+                      const T* __restrict__ dy2, int64_t m, int c, const float* __restrict__ mean,
                       const float* __restrict__ invstd, const float* __restrict__ gamma,
                       const float* __restrict__ beta, T* __restrict__ dres, BwdFinalize f,
                       BnSync sync) {
@@ -326,18 +350,25 @@ __global__ void __launch_bounds__(kThreads)
     BwdChannels<V, M> ch;
     ch.load(g, mean, invstd, gamma, beta);
     const size_t col = size_t(g) * V;
-    Vec<T, V> bx[kUnroll], bd[kUnroll], by[kUnroll]{};
+    Vec<T, V> bx[kUnroll], bd[kUnroll], by[kUnroll]{}, bd2[kUnroll]{};
     stream_rows(
         m, [&](int u, int64_t r) {
           const size_t off = size_t(r) * c + col;
           bx[u] = load_v<T, V>(x + off);
           bd[u] = load_v<T, V>(dy + off);
+          if (kDy2) bd2[u] = load_v<T, V>(dy2 + off);
           if (M == Mask::FromY) by[u] = load_v<T, V>(y + off);
         },
         [&](int u, int64_t r) {
           float xv[V], gr[V];
           to_f<T, V>(bx[u], xv);
           masked<T, V, M>(bd[u], by[u], xv, ch, gr);
+          if (kDy2) {  // the mask of the sum is the mask of either part: add the second after
+            float d2[V];
+            masked<T, V, M>(bd2[u], by[u], xv, ch, d2);
+#pragma unroll
+            for (int i = 0; i < V; ++i) gr[i] += d2[i];
+          }
           if (dres) store_f<T, V>(dres + size_t(r) * c + col, gr);
 #pragma unroll
           for (int i = 0; i < V; ++i) {
@@ -439,22 +470,27 @@ void apply_v(const T* x, const T* res, T* y, int64_t m, int c, const float* ss, 
 template <typename T, int V>
 void forward_train_v(const T* x, int64_t m, int c, const FwdFinalize& f, const T* res, bool relu,
                      T* y, BnSync sync, cudaStream_t s) {
-  const Grid st = reduce_grid(m, c / V);
+  const Grid st = reduce_grid(m, c / V, kStatsBlocksPerSm);
   stats_kernel<T, V><<<st.grid, st.block, reduce_shmem(V), s>>>(x, m, c, f, sync);
   KERNEL_CHECK();
   apply_v<T, V>(x, res, y, m, c, f.scale_shift, relu, s);
 }
 
 template <typename T, int V, Mask M>
-void backward_vm(const T* x, const T* y, const T* dy, int64_t m, int c, const float* gamma,
+void backward_vm(const T* x, const T* y, const T* dy, const T* dy2, int64_t m, int c, const float* gamma,
                  const float* beta, const float* mean, const float* invstd, T* dx, T* dres,
                  const BwdFinalize& f, BnSync sync, cudaStream_t s) {
-  const Grid st = reduce_grid(m, c / V);
-  bwd_reduce_kernel<T, V, M><<<st.grid, st.block, reduce_shmem(V), s>>>(
-      x, y, dy, m, c, mean, invstd, gamma, beta, dres, f, sync);
+  const Grid st = reduce_grid(m, c / V, kBwdReduceBlocksPerSm);
+  if (dy2)
+    bwd_reduce_kernel<T, V, M, true><<<st.grid, st.block, reduce_shmem(V), s>>>(
+        x, y, dy, dy2, m, c, mean, invstd, gamma, beta, dres, f, sync);
+  else
+    bwd_reduce_kernel<T, V, M, false><<<st.grid, st.block, reduce_shmem(V), s>>>(
+        x, y, dy, dy2, m, c, mean, invstd, gamma, beta, dres, f, sync);
   KERNEL_CHECK();
   const float* coef = f.coef;
   const Grid ap = apply_grid(m, c / V);
+  // With a residual the dx pass reads the masked gradient the reduction wrote (dy + dy2).
   if (dres)
     bwd_dx_kernel<T, V, M, true><<<ap.grid, ap.block, 0, s>>>(x, y, dy, dres, m, c, coef, mean,
                                                               invstd, gamma, beta, dx);
@@ -465,18 +501,18 @@ void backward_vm(const T* x, const T* y, const T* dy, int64_t m, int c, const fl
 }
 
 template <typename T, int V>
-void backward_v(const T* x, const T* y, const T* dy, int64_t m, int c, const float* gamma,
+void backward_v(const T* x, const T* y, const T* dy, const T* dy2, int64_t m, int c, const float* gamma,
                 const float* beta, const float* mean, const float* invstd, BnMask mask, T* dx,
                 T* dres, const BwdFinalize& f, BnSync sync, cudaStream_t s) {
   switch (mask) {
     case BnMask::None:
-      backward_vm<T, V, Mask::None>(x, y, dy, m, c, gamma, beta, mean, invstd, dx, dres, f, sync, s);
+      backward_vm<T, V, Mask::None>(x, y, dy, dy2, m, c, gamma, beta, mean, invstd, dx, dres, f, sync, s);
       break;
     case BnMask::FromOutput:
-      backward_vm<T, V, Mask::FromY>(x, y, dy, m, c, gamma, beta, mean, invstd, dx, dres, f, sync, s);
+      backward_vm<T, V, Mask::FromY>(x, y, dy, dy2, m, c, gamma, beta, mean, invstd, dx, dres, f, sync, s);
       break;
     case BnMask::FromInput:
-      backward_vm<T, V, Mask::FromX>(x, y, dy, m, c, gamma, beta, mean, invstd, dx, dres, f, sync, s);
+      backward_vm<T, V, Mask::FromX>(x, y, dy, dy2, m, c, gamma, beta, mean, invstd, dx, dres, f, sync, s);
       break;
   }
 }
@@ -484,14 +520,14 @@ void backward_v(const T* x, const T* y, const T* dy, int64_t m, int c, const flo
 }  // namespace
 
 size_t bn_sync_bytes(int c) {
-  // 2c doubles, then one counter per column of blocks (at most c / 32 columns, V = 1).
-  return size_t(2) * size_t(c) * sizeof(double) + (size_t(c) / 32 + 1) * sizeof(unsigned);
+  // 2c doubles per stripe, then one counter per column of blocks (at most c / 32 columns, V = 1).
+  return size_t(2) * size_t(c) * kStripes * sizeof(double) + (size_t(c) / 32 + 1) * sizeof(unsigned);
 }
 
 BnSync bn_sync_view(void* zeroed, int c) {
   BnSync v;
   v.acc = static_cast<double*>(zeroed);
-  v.count = reinterpret_cast<unsigned*>(v.acc + 2 * size_t(c));
+  v.count = reinterpret_cast<unsigned*>(v.acc + 2 * size_t(c) * kStripes);
   return v;
 }
 
@@ -531,7 +567,7 @@ void bn_forward_eval(DType t, const void* x, int64_t m, int c, const float* gamm
   });
 }
 
-void bn_backward(DType t, const void* x, const void* y, const void* dy, int64_t m, int c,
+void bn_backward(DType t, const void* x, const void* y, const void* dy, const void* dy2, int64_t m, int c,
                  const float* gamma, const float* beta, const float* save_mean,
                  const float* save_invstd, BnMask mask, void* dx, void* dresidual, float* dgamma,
                  float* dbeta, BnSync sync, float* coef, cudaStream_t s) {
@@ -540,14 +576,15 @@ void bn_backward(DType t, const void* x, const void* y, const void* dy, int64_t 
     const T* xt = static_cast<const T*>(x);
     const T* yt = static_cast<const T*>(y);
     const T* dyt = static_cast<const T*>(dy);
+    const T* dy2t = static_cast<const T*>(dy2);
     T* dxt = static_cast<T*>(dx);
     T* drt = static_cast<T*>(dresidual);
     const void* yp = mask == BnMask::FromOutput ? y : nullptr;
-    if (pick_vec<T>(c, {x, yp, dy, dx, dresidual}) > 1)
-      backward_v<T, 16 / sizeof(T)>(xt, yt, dyt, m, c, gamma, beta, save_mean, save_invstd, mask,
+    if (pick_vec<T>(c, {x, yp, dy, dy2, dx, dresidual}) > 1)
+      backward_v<T, 16 / sizeof(T)>(xt, yt, dyt, dy2t, m, c, gamma, beta, save_mean, save_invstd, mask,
                                     dxt, drt, f, sync, s);
     else
-      backward_v<T, 1>(xt, yt, dyt, m, c, gamma, beta, save_mean, save_invstd, mask, dxt, drt, f,
+      backward_v<T, 1>(xt, yt, dyt, dy2t, m, c, gamma, beta, save_mean, save_invstd, mask, dxt, drt, f,
                        sync, s);
   });
 }

@@ -24,6 +24,7 @@
 namespace worker {
 namespace gpu {
 
+class SideStream;
 class StepGraph;
 
 // How convolution algorithms are chosen, once per shape: cuDNN's heuristics (the default: on
@@ -45,11 +46,14 @@ struct GpuOptions {
   bool graph_engines = true;
   // Only cuDNN's deterministic algorithms (no split-K atomics): runs that compare bit for bit.
   bool deterministic = false;
+  // Backward's weight gradients on a second stream (side_stream.h), beside the batch norms that
+  // follow their data gradients; off: everything on the one stream.
+  bool wgrad_stream = true;
 };
 
 // Reads WORKER_GPU_TF32=1, WORKER_CUDNN_SEARCH=find|heuristic, WORKER_CUDNN_WORKSPACE_MB,
-// WORKER_GPU_POOL_CHUNK_MB, WORKER_CONV_S2D=0|1, WORKER_CONV_ENGINES=auto|legacy over the
-// defaults. A bad value is an error naming the variable.
+// WORKER_GPU_POOL_CHUNK_MB, WORKER_CONV_S2D=0|1, WORKER_CONV_ENGINES=auto|legacy,
+// WORKER_WGRAD_STREAM=0|1 over the defaults. A bad value is an error naming the variable.
 GpuOptions gpu_options_from_env(int device, DType precision);
 
 class GpuOps final : public Ops {
@@ -84,7 +88,7 @@ class GpuOps final : public Ops {
                        bool relu, Act& y) override;
   void bn_backward(const BnDesc& d, const Act& x, const Act& y, const Act& dy, ParamView gamma,
                    const float* save_mean, const float* save_invstd, bool relu, Act& dx,
-                   Act* dresidual, ParamView dgamma, ParamView dbeta) override;
+                   Act* dresidual, ParamView dgamma, ParamView dbeta, const Act* dy2 = nullptr) override;
   void maxpool_forward(const PoolDesc& d, const Act& x, Act& y) override;
   void maxpool_backward(const PoolDesc& d, const Act& x, const Act& y, const Act& dy,
                         Act& dx) override;
@@ -115,6 +119,9 @@ class GpuOps final : public Ops {
 
   // For the NCCL communicator.
   cudaStream_t stream() const { return stream_; }
+  // Makes the stream wait for the work on the side stream (the weight gradients), before
+  // something outside this class reads what the stream has computed (a collective).
+  void join_side_work();
   int device_ordinal() const { return opt_.device; }
   // Seconds spent choosing convolution algorithms so far (start-up cost).
   double algo_search_seconds() const { return search_seconds_; }
@@ -146,10 +153,19 @@ class GpuOps final : public Ops {
   // role, the output's role null; out = beta * out + conv.
   void run_fwd(ConvPlan& p, const void* x, const void* w, void* y);
   void run_dgrad(ConvPlan& p, const void* dy, const void* w, void* dx, bool accumulate);
-  void run_wgrad(ConvPlan& p, const void* x, const void* dy, void* dw, bool accumulate);
+  // side: on the side stream (its workspace; cudnn_ is bound to that stream meanwhile).
+  void run_wgrad(ConvPlan& p, const void* x, const void* dy, void* dw, bool accumulate, bool side);
   void tuned(ConvPlan& p, int slot, float beta, const std::function<void()>& legacy,
-             const void* x, const void* w, const void* y, void* out);
+             const void* x, const void* w, const void* y, void* out, bool side = false);
   void* workspace(size_t bytes);
+  void grow_workspace(size_t bytes);
+  // The side stream's share of the workspace (its end) and its own half-precision dW scratch.
+  void* side_workspace(size_t bytes);
+  void* side_scratch(size_t bytes);
+  // The main stream is about to write [p, p + bytes) (or an activation): it first waits for
+  // side-stream work that reads or writes it.
+  void writes(const void* p, size_t bytes);
+  void writes(const Act& a) { writes(a.data, a.bytes()); }
   // Scratch that only grows (between steps, never inside the loop after the first step).
   float* scratch_f32(size_t count);
   void* scratch_half(size_t bytes);
@@ -188,6 +204,11 @@ class GpuOps final : public Ops {
   const void* pool_arg_y_ = nullptr;
   PoolDesc pool_arg_d_{};
   std::unique_ptr<OpTimer> timer_;
+  std::unique_ptr<SideStream> side_;  // null when GpuOptions::wgrad_stream is off
+  char* side_ws_lo_ = nullptr;  // the workspace range the side task being enqueued uses
+  char* side_ws_hi_ = nullptr;
+  void* side_half_ = nullptr;
+  size_t side_half_bytes_ = 0;
   // --- Step capture. The optimizer kernels read their StepValues from opt_scalars_ (device).
   // What the captured step's optimizer is, so replay_step can turn StepValues into OptScalars.
   struct CapturedOptimizer {
@@ -204,7 +225,7 @@ class GpuOps final : public Ops {
   bool capturing_ = false;
   CapturedOptimizer captured_opt_;
   // Bytes carved for each purpose, outgrown carvings included (the pool never frees).
-  size_t mem_ws_ = 0, mem_scratch_ = 0, mem_shadow_ = 0, mem_cublas_ = 0, mem_s2d_ = 0;
+  size_t mem_ws_ = 0, mem_scratch_ = 0, mem_shadow_ = 0, mem_cublas_ = 0, mem_s2d_ = 0, mem_side_ = 0;
   double search_seconds_ = 0;
   int64_t host_waits_ = 0;  // times the host waited for the stream (conv engine tuning starts after one)
 };

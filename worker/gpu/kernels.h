@@ -36,8 +36,9 @@ void bn_forward_eval(DType t, const void* x, int64_t m, int c, const float* gamm
 // or recomputed from x, gamma, beta and the saved statistics (only where y was relu(bn(x))
 // alone): y is then not read.
 enum class BnMask : uint8_t { None, FromOutput, FromInput };
-// coef: scratch of 3*c floats. dgamma/dbeta are accumulated (+=).
-void bn_backward(DType t, const void* x, const void* y, const void* dy, int64_t m, int c,
+// coef: scratch of 3*c floats. dgamma/dbeta are accumulated (+=). dy2 (may be null; only with
+// dresidual): a second part of the output gradient, added to dy.
+void bn_backward(DType t, const void* x, const void* y, const void* dy, const void* dy2, int64_t m, int c,
                  const float* gamma, const float* beta, const float* save_mean,
                  const float* save_invstd, BnMask mask, void* dx, void* dresidual, float* dgamma,
                  float* dbeta, BnSync sync, float* coef, cudaStream_t s);

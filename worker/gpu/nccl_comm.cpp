@@ -344,6 +344,7 @@ class NcclComm final : public Comm {
 
   void order_after_compute() {
     check_failed();
+    ops_.join_side_work();  // the weight gradients may still be on the side stream
     CUDA_CHECK(cudaEventRecord(ready_, ops_.stream()));
     CUDA_CHECK(cudaStreamWaitEvent(comm_stream_, ready_, 0));
   }

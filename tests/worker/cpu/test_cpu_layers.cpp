@@ -5,6 +5,7 @@
 #include <catch2/catch.hpp>
 
 #include <cmath>
+#include <cstring>
 #include <limits>
 #include <numeric>
 
@@ -171,6 +172,27 @@ TEST_CASE("cpu batch norm: train statistics, residual + ReLU, gradients", "[cpu]
           g.insert(g.end(), db.begin(), db.end());
           return g;
         }(), loss, 1e-3f, 5e-3);
+      }
+      if (!with_res) continue;
+      DYNAMIC_SECTION("gradient in two parts equals their sum, relu " << relu) {
+        // The model passes a block input's gradient as identity part + convolution part.
+        f.ops.bn_forward_train(d, xa, gamma, beta, rm.data(), rv.data(), sm.data(), si.data(), &ra, relu, ya);
+        std::vector<float> p1 = randn(m * c, 8), p2 = randn(m * c, 9), sum(m * c);
+        for (size_t i = 0; i < sum.size(); ++i) sum[i] = p1[i] + p2[i];
+        auto run = [&](std::vector<float>& dy, std::vector<float>* dy2) {
+          std::fill(f.grads.begin(), f.grads.end(), 0.0f);
+          std::vector<float> dx(m * c), dres(m * c);
+          Act dya = act(dy, 2, 3, 3, 5), dxa = act(dx, 2, 3, 3, 5), dra = act(dres, 2, 3, 3, 5);
+          Act d2a = dy2 ? act(*dy2, 2, 3, 3, 5) : Act{};
+          f.ops.bn_backward(d, xa, ya, dya, gamma, sm.data(), si.data(), relu, dxa, &dra, gamma, beta,
+                            dy2 ? &d2a : nullptr);
+          dx.insert(dx.end(), dres.begin(), dres.end());
+          dx.insert(dx.end(), f.grads.begin(), f.grads.end());
+          return dx;
+        };
+        const std::vector<float> two = run(p1, &p2), one = run(sum, nullptr);
+        REQUIRE(two.size() == one.size());
+        CHECK(std::memcmp(two.data(), one.data(), two.size() * sizeof(float)) == 0);
       }
     }
   }

@@ -101,15 +101,19 @@ TEST_CASE("batch norm train/eval forward and backward match the CPU backend", "[
       const auto xv = rounded(randn(numel, seed + 2, 2.f, 3.f), t);
       const auto rv = rounded(randn(numel, seed + 3), t);
       const auto dyv = rounded(randn(numel, seed + 4), t);
+      // Two of the residual shapes take their output gradient in two parts (Ops::bn_backward's dy2).
+      const bool two_parts = s.residual && s.c != 8;
+      const auto dy2v = rounded(randn(numel, seed + 7), t);
       const auto rm0 = randn(c, seed + 5), rvar0 = randn(c, seed + 6, 0.1f, 1.f);
       INFO("dtype " << dtype_name(t) << ", bn " << s.n << "x" << s.h << "x" << s.w << "x" << s.c
-                    << (s.residual ? " +residual" : "") << (s.relu ? " relu" : ""));
+                    << (s.residual ? " +residual" : "") << (s.relu ? " relu" : "") << (two_parts ? ", dy in two parts" : ""));
       std::vector<float> y[2], st[2], dx[2], dr[2], g[2], ye[2];
       Side* sides[2] = {&p.gpu, &p.cpu};
       for (int i = 0; i < 2; ++i) {
         Side& sd = *sides[i];
         Act x = sd.act(s.n, s.h, s.w, s.c, xv), res = sd.act(s.n, s.h, s.w, s.c, rv);
         Act ya = sd.act(s.n, s.h, s.w, s.c), dy = sd.act(s.n, s.h, s.w, s.c, dyv);
+        Act dy2 = sd.act(s.n, s.h, s.w, s.c, dy2v);
         Act dxa = sd.act(s.n, s.h, s.w, s.c), dra = sd.act(s.n, s.h, s.w, s.c);
         float* rm = sd.floats(rm0);
         float* rvv = sd.floats(rvar0);
@@ -123,7 +127,7 @@ TEST_CASE("batch norm train/eval forward and backward match the CPU backend", "[
         for (float v : sd.get_f(sm, c)) st[i].push_back(v);
         for (float v : sd.get_f(si, c)) st[i].push_back(v);
         sd.ops->bn_backward(d, x, ya, dy, gamma, sm, si, s.relu, dxa, s.residual ? &dra : nullptr,
-                            gamma, beta);
+                            gamma, beta, two_parts ? &dy2 : nullptr);
         dx[i] = sd.get(dxa);
         if (s.residual) dr[i] = sd.get(dra);
         g[i] = sd.get_grads();

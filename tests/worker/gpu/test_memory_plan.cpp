@@ -44,7 +44,7 @@ class CountingOps final : public Ops {
   void bn_forward_eval(const BnDesc&, const Act&, ParamView, ParamView, const float*, const float*,
                        const Act*, bool, Act&) override {}
   void bn_backward(const BnDesc&, const Act&, const Act&, const Act&, ParamView, const float*, const float*,
-                   bool, Act&, Act*, ParamView, ParamView) override {}
+                   bool, Act&, Act*, ParamView, ParamView, const Act*) override {}
   void maxpool_forward(const PoolDesc&, const Act&, Act&) override {}
   void maxpool_backward(const PoolDesc&, const Act&, const Act&, const Act&, Act&) override {}
   void avgpool_forward(const Act&, Act&) override {}

@@ -1,0 +1,168 @@
+// The side stream of backward's weight gradients (worker/gpu/side_stream.h): its ordering rules
+// on raw buffers, with the side stream held busy so that a missing wait would let the main
+// stream's write land first and be overwritten; then the whole model, whose in-place gradients
+// and recomputation arena reuse memory the weight gradients still read, bit for bit against
+// the one-stream run (cuDNN's deterministic algorithms, legacy plans: the same kernels).
+#include <catch2/catch.hpp>
+
+#include <cstring>
+#include <vector>
+
+#include <cuda_runtime.h>
+
+#include "tests/worker/gpu/gpu_test_util.h"
+#include "worker/core/model.h"
+#include "worker/gpu/check.h"
+#include "worker/gpu/gpu_ops.h"
+#include "worker/gpu/kernels.h"
+#include "worker/gpu/side_stream.h"
+
+using namespace gputest;
+using worker::gpu::SideStream;
+
+namespace {
+
+constexpr int kBusyUs = 20000;  // the side stream's head start; far beyond a memset's time
+
+struct Buffers {
+  unsigned char* a = nullptr;
+  unsigned char* b = nullptr;
+  cudaStream_t main = nullptr;
+  Buffers() {
+    CUDA_CHECK(cudaMalloc(&a, 4096));
+    CUDA_CHECK(cudaMalloc(&b, 4096));
+    CUDA_CHECK(cudaStreamCreateWithFlags(&main, cudaStreamNonBlocking));
+  }
+  ~Buffers() {
+    cudaStreamSynchronize(main);
+    cudaFree(a);
+    cudaFree(b);
+    cudaStreamDestroy(main);
+  }
+  unsigned char first(const unsigned char* p) const {
+    unsigned char v = 0;
+    CUDA_CHECK(cudaMemcpy(&v, p, 1, cudaMemcpyDeviceToHost));
+    return v;
+  }
+};
+
+// A side task that writes `value` over p after the busy wait.
+void slow_side_write(SideStream& side, unsigned char* p, int value, std::initializer_list<SideStream::Range> reads) {
+  side.begin();
+  worker::gpu::busy_wait(kBusyUs, side.stream());
+  CUDA_CHECK(cudaMemsetAsync(p, value, 4096, side.stream()));
+  side.end(reads, {{p, 4096}});
+}
+
+}  // namespace
+
+TEST_CASE("side stream: the main stream waits where a pending task reads or writes what it touches", "[gpu]") {
+  Buffers buf;
+  SideStream side(buf.main);
+
+  SECTION("a write over a range the task writes waits for the task") {
+    slow_side_write(side, buf.a, 1, {});
+    side.guard_write(buf.a + 100, 8);
+    CUDA_CHECK(cudaMemsetAsync(buf.a, 2, 4096, buf.main));
+    CUDA_CHECK(cudaStreamSynchronize(buf.main));
+    CHECK(cudaStreamQuery(side.stream()) == cudaSuccess);  // main's write came after the task's
+    CHECK(buf.first(buf.a) == 2);
+    CHECK(side.pending() == 0);
+  }
+  SECTION("a write over a range the task reads waits for the task") {
+    slow_side_write(side, buf.a, 1, {{buf.b, 4096}});
+    side.guard_write(buf.b, 4096);
+    CUDA_CHECK(cudaMemsetAsync(buf.b, 3, 4096, buf.main));
+    CUDA_CHECK(cudaStreamSynchronize(buf.main));
+    // The task had finished (a is written) before main wrote b.
+    CHECK(cudaStreamQuery(side.stream()) == cudaSuccess);
+    CHECK(buf.first(buf.a) == 1);
+  }
+  SECTION("a read of a range the task writes waits; a read of what it only reads does not") {
+    slow_side_write(side, buf.a, 1, {{buf.b, 4096}});
+    side.guard_read(buf.b, 4096);
+    CHECK(side.pending() == 1);
+    side.guard_read(buf.a, 1);
+    CHECK(side.pending() == 0);
+    CUDA_CHECK(cudaStreamSynchronize(buf.main));
+    CHECK(cudaStreamQuery(side.stream()) == cudaSuccess);
+  }
+  SECTION("disjoint memory does not wait: the main stream finishes while the side is still busy") {
+    slow_side_write(side, buf.a, 1, {});
+    side.guard_write(buf.b, 4096);
+    CUDA_CHECK(cudaMemsetAsync(buf.b, 4, 4096, buf.main));
+    CUDA_CHECK(cudaStreamSynchronize(buf.main));
+    CHECK(cudaStreamQuery(side.stream()) == cudaErrorNotReady);
+    CHECK(side.pending() == 1);
+    side.join();
+    CHECK(side.pending() == 0);
+    CUDA_CHECK(cudaStreamSynchronize(buf.main));
+    CHECK(cudaStreamQuery(side.stream()) == cudaSuccess);
+  }
+  SECTION("waiting for a later task covers the earlier ones; the fork orders a task after the main stream") {
+    CUDA_CHECK(cudaMemsetAsync(buf.b, 0, 4096, buf.main));
+    worker::gpu::busy_wait(kBusyUs, buf.main);
+    CUDA_CHECK(cudaMemsetAsync(buf.b, 7, 4096, buf.main));
+    side.begin();  // after the main stream's 7: the copy below must see it
+    CUDA_CHECK(cudaMemcpyAsync(buf.a, buf.b, 4096, cudaMemcpyDeviceToDevice, side.stream()));
+    side.end({{buf.b, 4096}}, {{buf.a, 4096}});
+    slow_side_write(side, buf.b + 0, 9, {});  // a second task, writing b after the copy
+    side.guard_write(buf.b, 1);
+    CHECK(side.pending() == 0);
+    CUDA_CHECK(cudaStreamSynchronize(buf.main));
+    CHECK(cudaStreamQuery(side.stream()) == cudaSuccess);
+    CHECK(buf.first(buf.a) == 7);
+    CHECK(buf.first(buf.b) == 9);
+  }
+}
+
+namespace {
+
+std::vector<float> grads_after(bool wgrad_stream, DType t, Recompute mode, int micro_batches, float* loss) {
+  worker::gpu::GpuOptions g;
+  g.precision = t;
+  g.graph_engines = false;  // legacy plans only: no timed choice that could differ between the runs
+  g.deterministic = true;
+  g.wgrad_stream = wgrad_stream;
+  worker::gpu::GpuOps ops(g);
+  ModelConfig cfg;
+  cfg.depth = 50;
+  cfg.width = 16;
+  cfg.num_classes = 10;
+  cfg.image_size = 64;
+  cfg.batch = 8;
+  cfg.recompute = mode;
+  Model m(cfg, ops);
+  m.init(5);
+  ops.zero(m.grads(), m.num_params() * 4);
+  // Several micro-batches without a host wait: the next forward overwrites activations that
+  // the previous backward's weight gradients may still be reading.
+  for (int k = 0; k < micro_batches; ++k) {
+    std::vector<int64_t> idx(8);
+    for (int i = 0; i < 8; ++i) idx[size_t(i)] = 100 + 3 * i + 40 * k;
+    ops.make_batch(DataKind::Learnable, 11, idx.data(), 8, cfg.image_size, cfg.num_classes, m.input(), m.labels());
+    m.forward_backward(1.0f / float(micro_batches));
+  }
+  *loss = m.last_loss();
+  std::vector<float> grads(m.num_params());
+  ops.download(grads.data(), m.grads(), grads.size() * 4);
+  return grads;
+}
+
+}  // namespace
+
+TEST_CASE("weight gradients on the side stream equal the one-stream run bit for bit", "[gpu]") {
+  for (DType t : {DType::F32, DType::BF16}) {
+    for (Recompute mode : {Recompute::None, Recompute::Block}) {
+      INFO(dtype_name(t) << (mode == Recompute::Block ? ", blocks recomputed" : ", everything kept"));
+      float loss_one = 0, loss_side = 0;
+      const std::vector<float> one = grads_after(false, t, mode, 3, &loss_one);
+      const std::vector<float> side = grads_after(true, t, mode, 3, &loss_side);
+      REQUIRE(one.size() == side.size());
+      size_t differ = 0;
+      for (size_t i = 0; i < one.size(); ++i) differ += std::memcmp(&one[i], &side[i], sizeof(float)) != 0;
+      CHECK(differ == 0);
+      CHECK(std::memcmp(&loss_one, &loss_side, sizeof(float)) == 0);
+    }
+  }
+}

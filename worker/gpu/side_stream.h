@@ -1,0 +1,65 @@
+// A second stream beside the backend's, for work that nothing on the main stream needs until
+// later: backward's weight gradients (only the optimizer and the gradient reduction read them),
+// so that a compute-bound wgrad kernel runs while the memory-bound batch-norm kernels after its
+// data gradient stream through HBM, instead of after them.
+//
+// Ordering is tracked by memory ranges, not left to the callers' knowledge of the model:
+//   - begin() makes the side stream wait for everything enqueued on the main stream so far (the
+//     task's inputs are written by then);
+//   - end() records the task with the ranges it reads and writes;
+//   - before the main stream writes a range that a pending task reads or writes, or reads a
+//     range that a pending task writes, guard_write()/guard_read() make the main stream wait
+//     for that task (and so for every task before it: the side stream runs in order);
+//   - join() makes the main stream wait for every pending task (before a host wait, the
+//     optimizer, a collective, the end of a captured graph).
+// Under stream capture the same calls become the graph's fork and join edges.
+#pragma once
+
+#include <cstddef>
+#include <deque>
+#include <initializer_list>
+#include <vector>
+
+#include <cuda_runtime.h>
+
+namespace worker {
+namespace gpu {
+
+class SideStream {
+ public:
+  struct Range {
+    const void* p = nullptr;
+    size_t bytes = 0;
+  };
+
+  // The side stream gets the device's lowest priority (a waiting main-stream block goes first).
+  explicit SideStream(cudaStream_t main);
+  ~SideStream();
+  SideStream(const SideStream&) = delete;
+  SideStream& operator=(const SideStream&) = delete;
+
+  cudaStream_t stream() const { return side_; }
+  void begin();
+  void end(std::initializer_list<Range> reads, std::initializer_list<Range> writes);
+  void guard_write(const void* p, size_t bytes);
+  void guard_read(const void* p, size_t bytes);
+  void join();
+  size_t pending() const { return tasks_.size(); }
+
+ private:
+  struct Task {
+    cudaEvent_t done = nullptr;
+    std::vector<Range> reads, writes;
+  };
+  // The main stream waits for tasks_[k]; tasks [0, k] leave the list.
+  void wait_through(size_t k);
+
+  cudaStream_t main_;
+  cudaStream_t side_ = nullptr;
+  cudaEvent_t fork_ = nullptr;
+  std::deque<Task> tasks_;
+  std::vector<cudaEvent_t> free_;  // events of finished tasks, for reuse
+};
+
+}  // namespace gpu
+}  // namespace worker
