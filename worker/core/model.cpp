@@ -715,7 +715,8 @@ struct Model::Impl {
   // gradient of the block's output; returns the gradient of its input. Where each gradient goes:
   //   - every BN's dx over its input x, the conv output (dead once read);
   //   - the residual gradient over the block's output O (dead once its ReLU mask is read);
-  //     without a downsample, O (same shape as the input) then accumulates the input gradient;
+  //     without a downsample, O (same shape as the input) then accumulates the input gradient
+  //     (or, with `split` below, holds its identity part);
   //   - with a downsample, the input gradient goes to the [last conv output | O] region (see
   //     plan_gradient_memory), once both are dead: the main branch's input gradient first,
   //     then the downsample branch's added to it;
