@@ -309,11 +309,10 @@ struct BwdChannels {
   }
 };
 
-// The gradient reaching the batch norm's output through the ReLU.
+// The ReLU's mask applied to gr in place: what of the output gradient reaches the batch norm.
 template <typename T, int V, Mask M>
-__device__ __forceinline__ void masked(const Vec<T, V>& dy, const Vec<T, V>& y, const float (&xv)[V],
-                                       const BwdChannels<V, M>& ch, float (&gr)[V]) {
-  to_f<T, V>(dy, gr);
+__device__ __forceinline__ void mask_relu(const Vec<T, V>& y, const float (&xv)[V], const BwdChannels<V, M>& ch,
+                                          float (&gr)[V]) {
   if (M == Mask::FromY) {
     float yv[V];
     to_f<T, V>(y, yv);
@@ -323,6 +322,13 @@ __device__ __forceinline__ void masked(const Vec<T, V>& dy, const Vec<T, V>& y, 
 #pragma unroll
     for (int i = 0; i < V; ++i) gr[i] = __fmaf_rn(xv[i], ch.sc[i], ch.sf[i]) > 0.f ? gr[i] : 0.f;
   }
+}
+
+template <typename T, int V, Mask M>
+__device__ __forceinline__ void masked(const Vec<T, V>& dy, const Vec<T, V>& y, const float (&xv)[V],
+                                       const BwdChannels<V, M>& ch, float (&gr)[V]) {
+  to_f<T, V>(dy, gr);
+  mask_relu<T, V, M>(y, xv, ch, gr);
 }
 
 // The backward's sums, then (last block of each column) dgamma, dbeta and the dx coefficients
@@ -362,13 +368,14 @@ __global__ void __launch_bounds__(kThreads)
         [&](int u, int64_t r) {
           float xv[V], gr[V];
           to_f<T, V>(bx[u], xv);
-          masked<T, V, M>(bd[u], by[u], xv, ch, gr);
-          if (kDy2) {  // the mask of the sum is the mask of either part: add the second after
+          to_f<T, V>(bd[u], gr);
+          if (kDy2) {
             float d2[V];
-            masked<T, V, M>(bd2[u], by[u], xv, ch, d2);
+            to_f<T, V>(bd2[u], d2);
 #pragma unroll
             for (int i = 0; i < V; ++i) gr[i] += d2[i];
           }
+          mask_relu<T, V, M>(by[u], xv, ch, gr);
           if (dres) store_f<T, V>(dres + size_t(r) * c + col, gr);
 #pragma unroll
           for (int i = 0; i < V; ++i) {
