@@ -71,13 +71,6 @@ void SideStream::guard_write(const void* p, size_t bytes) {
   }
 }
 
-void SideStream::guard_read(const void* p, size_t bytes) {
-  for (size_t k = tasks_.size(); k-- > 0;) {
-    for (const Range& r : tasks_[k].writes)
-      if (overlap(r, p, bytes)) return wait_through(k);
-  }
-}
-
 void SideStream::join() {
   if (!tasks_.empty()) wait_through(tasks_.size() - 1);
 }

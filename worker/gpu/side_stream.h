@@ -7,12 +7,12 @@
 //   - begin() makes the side stream wait for everything enqueued on the main stream so far (the
 //     task's inputs are written by then);
 //   - end() records the task with the ranges it reads and writes;
-//   - before the main stream writes a range that a pending task reads or writes, or reads a
-//     range that a pending task writes, guard_write()/guard_read() make the main stream wait
-//     for that task (and so for every task before it: the side stream runs in order);
+//   - before the main stream writes a range that a pending task reads or writes, guard_write()
+//     makes the main stream wait for that task (and so for every task before it: the side
+//     stream runs in order);
 //   - join() makes the main stream wait for every pending task (before a host wait, the
-//     optimizer, a collective, the end of a captured graph).
-// Under stream capture the same calls become the graph's fork and join edges.
+//     optimizer, a collective, a captured step).
+// The GPU backend keeps it out of captured steps (GpuOps::conv_backward says why).
 #pragma once
 
 #include <cstddef>
@@ -42,7 +42,6 @@ class SideStream {
   void begin();
   void end(std::initializer_list<Range> reads, std::initializer_list<Range> writes);
   void guard_write(const void* p, size_t bytes);
-  void guard_read(const void* p, size_t bytes);
   void join();
   size_t pending() const { return tasks_.size(); }
 
