@@ -1,8 +1,10 @@
 // Helpers of the GPU tests: the same layer run on the CPU backend (the oracle) and on the GPU
 // backend, from the same host data; bf16/fp16 conversions on the host; the error measure
-// max|ours - ref| / max|ref| with the worst element for the failure message.
+// max|ours - ref| / max|ref| with the worst element for the failure message, and the L2 one;
+// the small whole model the model tests run.
 #pragma once
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <cstring>
@@ -13,6 +15,7 @@
 #include <vector>
 
 #include "worker/core/backend.h"
+#include "worker/core/model.h"
 #include "worker/core/ops.h"
 
 namespace gputest {
@@ -147,5 +150,52 @@ inline Err rel_err(const std::vector<float>& ours, const std::vector<float>& ref
     INFO(e_.where);                          \
     CHECK(e_.rel < (tol));                   \
   } while (0)
+
+// sqrt(sum (ours - ref)^2 / sum ref^2); infinite when the sizes differ or a value is not finite.
+inline double l2_rel(const std::vector<float>& ours, const std::vector<float>& ref) {
+  double d = 0, n = 0;
+  for (size_t i = 0; i < ref.size() && i < ours.size(); ++i) {
+    d += (double(ours[i]) - ref[i]) * (double(ours[i]) - ref[i]);
+    n += double(ref[i]) * ref[i];
+  }
+  return ours.size() == ref.size() && std::isfinite(d) ? std::sqrt(d / std::max(n, 1e-300)) : INFINITY;
+}
+
+// --- The whole-model tests' ResNet: width 16, 64x64 images, 10 classes.
+inline ModelConfig small_resnet(int depth, int batch, Recompute recompute = Recompute::None) {
+  ModelConfig cfg;
+  cfg.depth = depth;
+  cfg.width = 16;
+  cfg.num_classes = 10;
+  cfg.image_size = 64;
+  cfg.batch = batch;
+  cfg.recompute = recompute;
+  return cfg;
+}
+
+// The model's input: learnable samples first, first + 3, ... (seed 11), the same on every backend.
+inline void learnable_batch(Ops& ops, Model& m, int64_t first = 100) {
+  const ModelConfig& cfg = m.config();
+  std::vector<int64_t> idx(static_cast<size_t>(cfg.batch));
+  for (int i = 0; i < cfg.batch; ++i) idx[size_t(i)] = first + 3 * i;
+  ops.make_batch(DataKind::Learnable, 11, idx.data(), cfg.batch, cfg.image_size, cfg.num_classes, m.input(),
+                 m.labels());
+}
+
+// What a forward and backward left: the loss, every gradient and the running statistics.
+struct ModelRun {
+  float loss = 0;
+  std::vector<float> grads, buffers;
+};
+
+inline ModelRun downloaded(Ops& ops, Model& m) {
+  ModelRun r;
+  r.loss = m.last_loss();
+  r.grads.resize(m.num_params());
+  ops.download(r.grads.data(), m.grads(), r.grads.size() * sizeof(float));
+  r.buffers.resize(m.num_buffers());
+  ops.download(r.buffers.data(), m.buffers(), r.buffers.size() * sizeof(float));
+  return r;
+}
 
 }  // namespace gputest

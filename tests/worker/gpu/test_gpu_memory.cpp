@@ -17,43 +17,14 @@ using namespace gputest;
 
 namespace {
 
-struct Result {
-  float loss = 0;
-  std::vector<float> grads, buffers;
-};
-
-Result run(DType t, int depth, Recompute mode) {
+ModelRun run(DType t, int depth, Recompute mode) {
   auto ops = make_gpu_ops(0, t);
-  ModelConfig cfg;
-  cfg.depth = depth;
-  cfg.width = 16;
-  cfg.num_classes = 10;
-  cfg.image_size = 64;
-  cfg.batch = 8;
-  cfg.recompute = mode;
-  Model m(cfg, *ops);
+  Model m(small_resnet(depth, 8, mode), *ops);
   m.init(5);
-  std::vector<int64_t> idx(8);
-  for (int i = 0; i < 8; ++i) idx[size_t(i)] = 100 + 3 * i;
-  ops->make_batch(DataKind::Learnable, 11, idx.data(), 8, cfg.image_size, cfg.num_classes, m.input(), m.labels());
+  learnable_batch(*ops, m);
   ops->zero(m.grads(), m.num_params() * 4);
   m.forward_backward();
-  Result r;
-  r.loss = m.last_loss();
-  r.grads.resize(m.num_params());
-  ops->download(r.grads.data(), m.grads(), r.grads.size() * 4);
-  r.buffers.resize(m.num_buffers());
-  ops->download(r.buffers.data(), m.buffers(), r.buffers.size() * 4);
-  return r;
-}
-
-double l2_rel(const std::vector<float>& a, const std::vector<float>& b) {
-  double d = 0, n = 0;
-  for (size_t i = 0; i < b.size() && i < a.size(); ++i) {
-    d += (double(a[i]) - b[i]) * (double(a[i]) - b[i]);
-    n += double(b[i]) * b[i];
-  }
-  return a.size() == b.size() && std::isfinite(d) ? std::sqrt(d / std::max(n, 1e-300)) : INFINITY;
+  return downloaded(*ops, m);
 }
 
 }  // namespace
@@ -61,9 +32,9 @@ double l2_rel(const std::vector<float>& a, const std::vector<float>& b) {
 TEST_CASE("recompute bn and block on the GPU match keeping everything", "[gpu][recompute]") {
   for (DType t : {DType::F32, DType::BF16}) {
     for (int depth : {18, 50}) {
-      const Result none = run(t, depth, Recompute::None);
+      const ModelRun none = run(t, depth, Recompute::None);
       for (Recompute mode : {Recompute::Bn, Recompute::Block}) {
-        const Result r = run(t, depth, mode);
+        const ModelRun r = run(t, depth, mode);
         const Err g = rel_err(r.grads, none.grads), s = rel_err(r.buffers, none.buffers);
         INFO(dtype_name(t) << " ResNet-" << depth << (mode == Recompute::Bn ? " bn" : " block") << ": loss "
                            << r.loss << " vs " << none.loss << "; grads " << g.where << ", L2 "

@@ -20,58 +20,29 @@ using namespace gputest;
 
 namespace {
 
-struct Result {
-  float loss = 0;
-  std::vector<float> grads, buffers;
-};
-
 // `scale`: every weight multiplied by it after the initialisation (1 + 2^-23: one ulp).
-Result run(Ops& ops, int depth, int batch, float scale = 1.0f) {
-  ModelConfig cfg;
-  cfg.depth = depth;
-  cfg.width = 16;
-  cfg.num_classes = 10;
-  cfg.image_size = 64;
-  cfg.batch = batch;
-  Model m(cfg, ops);
+ModelRun run(Ops& ops, int depth, int batch, float scale = 1.0f) {
+  Model m(small_resnet(depth, batch), ops);
   m.init(5);
   if (scale != 1.0f) {
     ModelState st = m.get_state();
     for (float& v : st.params) v *= scale;
     m.set_state(st);
   }
-  std::vector<int64_t> idx(static_cast<size_t>(batch));
-  for (int i = 0; i < batch; ++i) idx[size_t(i)] = 100 + 3 * i;
-  ops.make_batch(DataKind::Learnable, 11, idx.data(), batch, cfg.image_size, cfg.num_classes,
-                 m.input(), m.labels());
+  learnable_batch(ops, m);
   ops.zero(m.grads(), m.num_params() * 4);
   m.forward_backward();
-  Result r;
-  r.loss = m.last_loss();
-  r.grads.resize(m.num_params());
-  ops.download(r.grads.data(), m.grads(), r.grads.size() * 4);
-  r.buffers.resize(m.num_buffers());
-  ops.download(r.buffers.data(), m.buffers(), r.buffers.size() * 4);
-  return r;
+  return downloaded(ops, m);
 }
 
 }  // namespace
-
-static double l2_rel(const std::vector<float>& a, const std::vector<float>& b) {
-  double d = 0, n = 0;
-  for (size_t i = 0; i < b.size() && i < a.size(); ++i) {
-    d += (double(a[i]) - b[i]) * (double(a[i]) - b[i]);
-    n += double(b[i]) * b[i];
-  }
-  return a.size() == b.size() && std::isfinite(d) ? std::sqrt(d / std::max(n, 1e-300)) : INFINITY;
-}
 
 TEST_CASE("a small ResNet on the GPU matches the CPU backend (fp32, TF32 off)", "[gpu]") {
   for (int depth : {18, 50}) {
     INFO("resnet" << depth);
     auto cpu = make_cpu_ops(2);
     auto gpu = make_gpu_ops(0, DType::F32);
-    const Result a = run(*gpu, depth, 8), b = run(*cpu, depth, 8);
+    const ModelRun a = run(*gpu, depth, 8), b = run(*cpu, depth, 8);
     CHECK(std::fabs(a.loss - b.loss) / std::fabs(b.loss) < 1e-5);
     const Err g = rel_err(a.grads, b.grads), s = rel_err(a.buffers, b.buffers);
     const double g2 = l2_rel(a.grads, b.grads);
@@ -92,7 +63,7 @@ TEST_CASE("a small ResNet on the GPU matches the CPU backend (fp32, TF32 off)", 
 TEST_CASE("a small ResNet in bf16 on the GPU stays within bf16 error of the CPU backend", "[gpu]") {
   auto cpu = make_cpu_ops(2);
   auto gpu = make_gpu_ops(0, DType::BF16);
-  const Result a = run(*gpu, 18, 8), b = run(*cpu, 18, 8);
+  const ModelRun a = run(*gpu, 18, 8), b = run(*cpu, 18, 8);
   INFO("loss gpu bf16 " << a.loss << " cpu fp32 " << b.loss);
   CHECK(std::fabs(a.loss - b.loss) / std::fabs(b.loss) < 1e-2);
   const Err g = rel_err(a.grads, b.grads);

@@ -116,28 +116,18 @@ std::vector<float> grads_after(bool wgrad_stream, DType t, Recompute mode, int m
   g.deterministic = true;
   g.wgrad_stream = wgrad_stream;
   worker::gpu::GpuOps ops(g);
-  ModelConfig cfg;
-  cfg.depth = 50;
-  cfg.width = 16;
-  cfg.num_classes = 10;
-  cfg.image_size = 64;
-  cfg.batch = 8;
-  cfg.recompute = mode;
-  Model m(cfg, ops);
+  Model m(small_resnet(50, 8, mode), ops);
   m.init(5);
   ops.zero(m.grads(), m.num_params() * 4);
   // Several micro-batches without a host wait: the next forward overwrites activations that
   // the previous backward's weight gradients may still be reading.
   for (int k = 0; k < micro_batches; ++k) {
-    std::vector<int64_t> idx(8);
-    for (int i = 0; i < 8; ++i) idx[size_t(i)] = 100 + 3 * i + 40 * k;
-    ops.make_batch(DataKind::Learnable, 11, idx.data(), 8, cfg.image_size, cfg.num_classes, m.input(), m.labels());
+    learnable_batch(ops, m, 100 + 40 * k);
     m.forward_backward(1.0f / float(micro_batches));
   }
-  *loss = m.last_loss();
-  std::vector<float> grads(m.num_params());
-  ops.download(grads.data(), m.grads(), grads.size() * 4);
-  return grads;
+  const ModelRun r = downloaded(ops, m);
+  *loss = r.loss;
+  return r.grads;
 }
 
 }  // namespace
