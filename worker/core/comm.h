@@ -37,6 +37,9 @@ class Comm {
   // ordered after the work already enqueued on the compute stream; call wait() before
   // the compute stream uses the result. On the CPU it completes before returning.
   virtual void allreduce_sum(float* data, size_t count) = 0;
+  // True where collectives run beside the compute (NCCL on its own stream): the trainer then
+  // reduces gradient buckets during backward; elsewhere (the ring) after it.
+  virtual bool overlaps_compute() const { return false; }
   virtual void broadcast(void* data, size_t bytes, int root) = 0;
   virtual void wait() = 0;
 

@@ -161,6 +161,7 @@ class NcclComm final : public Comm {
 
   int rank() const override { return rank_; }
   int size() const override { return size_; }
+  bool overlaps_compute() const override { return true; }
 
   void allreduce_sum(float* data, size_t count) override {
     order_after_compute();

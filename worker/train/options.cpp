@@ -27,6 +27,7 @@ const Choices<LrScheduleKind> kSchedules = {
     {"constant", LrScheduleKind::Constant}, {"step", LrScheduleKind::Step}, {"cosine", LrScheduleKind::Cosine}};
 const Choices<Recompute> kRecompute = {{"none", Recompute::None}, {"bn", Recompute::Bn}, {"block", Recompute::Block}};
 const Choices<CudaGraph> kCudaGraph = {{"auto", CudaGraph::Auto}, {"on", CudaGraph::On}, {"off", CudaGraph::Off}};
+const Choices<CommKind> kComm = {{"auto", CommKind::Auto}, {"nccl", CommKind::Nccl}, {"ring", CommKind::Ring}};
 const Choices<Precision> kPrecisions = {{"fp32", Precision::Fp32}, {"bf16", Precision::Bf16}, {"fp16", Precision::Fp16}};
 const Choices<Loader> kLoaders = {{"auto", Loader::Auto}, {"cpu", Loader::Cpu}, {"gpu", Loader::Gpu}};
 const Choices<Augment> kAugments = {{"standard", Augment::Standard}, {"none", Augment::None}};
@@ -231,6 +232,9 @@ CLI::App& describe(CLI::App& app, TrainOptions& o) {
   app.add_option("--tensorboard", o.tensorboard, "write TensorBoard event files (scalars) into this folder (rank 0)");
 
   // --- communication (issue 14)
+  add_choice(app, "--comm", o.comm, kComm,
+             "how the ranks talk: auto (NCCL on GPUs, the TCP ring on CPUs), nccl, or ring (on GPUs through host "
+             "memory: slow, but it runs where NCCL does not, and several ranks on one GPU)");
   app.add_option("--comm-timeout", o.comm_timeout_s,
                  "seconds a collective may make no progress before this rank gives up, naming the silent peer "
                  "(CPU ring: a neighbour's silence; GPU: NCCL's watchdog)")
@@ -283,6 +287,7 @@ const char* to_string(DeviceChoice k) { return name_of(kDevices, k); }
 const char* to_string(LrScheduleKind k) { return name_of(kSchedules, k); }
 const char* to_string(Recompute r) { return name_of(kRecompute, r); }
 const char* to_string(CudaGraph g) { return name_of(kCudaGraph, g); }
+const char* to_string(CommKind c) { return name_of(kComm, c); }
 const char* to_string(Precision p) { return p == Precision::Default ? "default" : name_of(kPrecisions, p); }
 
 std::optional<TrainOptions> parse_options(const std::vector<std::string>& args) { return parse_impl(args); }

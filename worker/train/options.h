@@ -29,6 +29,7 @@ enum class DeviceChoice : uint8_t { Auto, Cpu, Gpu };
 enum class Precision : uint8_t { Default, Fp32, Bf16, Fp16 };  // Default: bf16 on GPU, fp32 on CPU
 // --cuda-graph: the training step captured once and replayed (worker/train/step_capture.h).
 enum class CudaGraph : uint8_t { Auto, On, Off };
+enum class CommKind : uint8_t { Auto, Nccl, Ring };  // Auto: NCCL on GPUs, the TCP ring on CPUs
 
 // The names the command line and the checkpoints use ("adam", "learnable", "gpu", "bf16").
 const char* to_string(OptimizerKind k);
@@ -38,6 +39,7 @@ const char* to_string(Precision p);
 const char* to_string(LrScheduleKind k);
 const char* to_string(Recompute r);
 const char* to_string(CudaGraph g);
+const char* to_string(CommKind c);
 
 struct TrainOptions {
   // --- model and run (issue 4)
@@ -105,6 +107,7 @@ struct TrainOptions {
   // silence from a neighbour (and its set-up), NCCL's watchdog on a collective not finished.
   // The rank then names the silent peer to the launcher and exits 86 (proto/peer_lost.h).
   double comm_timeout_s = 300;
+  CommKind comm = CommKind::Auto;      // --comm: ring on GPUs stages through host memory
 
   // --- memory (issue 15)
   Recompute recompute = Recompute::None;  // activations recomputed in backward instead of kept

@@ -6,6 +6,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <utility>
 
 #include "proto/client.h"
 #include "proto/peer_lost.h"
@@ -16,6 +17,7 @@
 #include "worker/train/env.h"
 #include "worker/train/options.h"
 #include "worker/train/ring_comm.h"
+#include "worker/train/staged_comm.h"
 #include "worker/train/torchrun_store.h"
 #include "worker/train/trainer.h"
 
@@ -78,7 +80,8 @@ std::unique_ptr<Ops> make_backend(const TrainOptions& opt, const Device& dev) {
   return make_cpu_ops(opt.threads);
 }
 
-// The communicator of the job: none for one rank; NCCL on GPUs; else the TCP ring. The ranks
+// The communicator of the job: none for one rank; NCCL on GPUs (unless --comm ring: the TCP ring
+// through host memory); else the TCP ring. The ranks
 // meet through the launcher's store; under torchrun's contract through the store rank 0 serves
 // on MASTER_ADDR:MASTER_PORT; under paddle's launcher (no store) the CPU ring uses the endpoints
 // it assigned. `store` / `master` receive the store, which must outlive the communicator
@@ -87,19 +90,22 @@ std::unique_ptr<Comm> make_comm(const TrainOptions& opt, const WorkerEnv& env, c
                                 std::optional<proto::Client>& store, std::optional<TorchrunStore>& master) {
   using namespace proto::env;
   const auto timeout = std::chrono::milliseconds(static_cast<int64_t>(opt.comm_timeout_s * 1000));
+  if (opt.comm == CommKind::Nccl && !dev.gpu)
+    throw UsageError("--comm nccl needs the GPU backend, and this rank runs on the CPU: use --comm ring (or auto)");
   if (env.world == 1) return make_single_process_comm();
+  const bool nccl = dev.gpu && opt.comm != CommKind::Ring;
   proto::Client* client = nullptr;
   if (env.store_addr) {
     client = &store.emplace(proto::Client::from_env(env));
   } else if (env.contract == proto::Contract::Torchrun) {
     client = &master.emplace(env).client();
-  } else if (dev.gpu || env.endpoints.empty()) {
+  } else if (nccl || env.endpoints.empty()) {
     throw EnvError(std::string(kPaddleTrainersNum) + "=" + std::to_string(env.world) + " but " + kStoreAddr +
-                   " is not set" + (dev.gpu ? "" : std::string(" (nor ") + kPaddleTrainerEndpoints + ")") +
+                   " is not set" + (nccl ? "" : std::string(" (nor ") + kPaddleTrainerEndpoints + ")") +
                    ": run the ranks under `launch`, whose store they meet in");
   }
 #ifdef WORKER_HAVE_GPU
-  if (dev.gpu) return make_nccl_comm(ops, client, env.rank, env.world, "world", env.restart_count, timeout);
+  if (nccl) return make_nccl_comm(ops, client, env.rank, env.world, "world", env.restart_count, timeout);
 #endif
   RingConfig rc;
   rc.rank = env.rank;
@@ -118,7 +124,9 @@ std::unique_ptr<Comm> make_comm(const TrainOptions& opt, const WorkerEnv& env, c
     rc.retry_connect = true;
     rdv = make_endpoint_rendezvous(env.endpoints, rc.key_prefix);
   }
-  return make_ring_comm(rc, *rdv);
+  std::unique_ptr<Comm> ring = make_ring_comm(rc, *rdv);
+  if (ops.device() == DeviceKind::Cpu) return ring;
+  return make_staged_comm(std::move(ring), ops);
 }
 
 int run(const TrainOptions& opt, const WorkerEnv& env) {

@@ -1,7 +1,9 @@
 // The TCP ring on 127.0.0.1 with every rank a thread of this process; the rendezvous is a map.
 #include <catch2/catch.hpp>
 
+#include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <condition_variable>
 #include <cstring>
 #include <functional>
@@ -15,7 +17,9 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include "worker/core/backend.h"
 #include "worker/train/ring_comm.h"
+#include "worker/train/staged_comm.h"
 
 using namespace worker;
 using namespace std::chrono_literals;
@@ -309,6 +313,63 @@ TEST_CASE("ring all-gather copies each rank's block, blocks of unequal size incl
         for (size_t i = 0; i < n; ++i) REQUIRE(v[i] == float(i) + 0.25f);
       });
     }
+  }
+}
+
+// --comm ring on GPUs: the ring over backend memory through host copies. Here the backend is the
+// CPU's (its copies are memcpy), which checks what the staging moves: the bare ring's results bit
+// for bit, the all-gather reading this rank's block only, the reduce-scatter writing it only.
+TEST_CASE("staged ring: the bare ring's results, moving only the blocks the contract names", "[train][ring][zero]") {
+  for (int world : {2, 3}) {
+    const size_t n = 10007;
+    INFO("world " << world);
+    MapRendezvous rdv, rdv_bare;
+    std::vector<std::future<void>> fs;
+    for (int r = 0; r < world; ++r) {
+      fs.push_back(std::async(std::launch::async, [&, r] {
+        auto ops = make_cpu_ops(1);
+        auto comm = make_staged_comm(make_ring_comm(config(r, world, 4096), rdv), *ops);
+        auto bare = make_ring_comm(config(r, world, 4096), rdv_bare);
+        const auto [off, len] = comm_block(n, world, r);
+        float* dev = static_cast<float*>(ops->alloc(n * sizeof(float)));
+        const std::vector<float> mine = rank_data(r, n);
+
+        std::vector<float> want = mine, got(n);
+        bare->allreduce_sum(want.data(), n);
+        ops->upload(dev, mine.data(), n * sizeof(float));
+        comm->allreduce_sum(dev, n);
+        ops->download(got.data(), dev, n * sizeof(float));
+        REQUIRE(std::memcmp(got.data(), want.data(), n * sizeof(float)) == 0);
+
+        want = mine;
+        bare->reduce_scatter_sum(want.data(), n);
+        ops->upload(dev, mine.data(), n * sizeof(float));
+        comm->reduce_scatter_sum(dev, n);
+        ops->download(got.data(), dev, n * sizeof(float));
+        size_t wrong = 0;  // this rank's block is the reduced one, the others are as they were
+        for (size_t i = 0; i < n; ++i) wrong += got[i] != (i >= off && i < off + len ? want[i] : mine[i]);
+        REQUIRE(wrong == 0);
+
+        // The other blocks hold NaN on the device: the all-gather must not read them.
+        std::vector<float> block(n, std::nanf(""));
+        std::copy(mine.begin() + long(off), mine.begin() + long(off + len), block.begin() + long(off));
+        want = mine;
+        bare->allgather(want.data(), n);
+        ops->upload(dev, block.data(), n * sizeof(float));
+        comm->allgather(dev, n);
+        ops->download(got.data(), dev, n * sizeof(float));
+        REQUIRE(std::memcmp(got.data(), want.data(), n * sizeof(float)) == 0);
+
+        ops->upload(dev, mine.data(), n * sizeof(float));
+        comm->broadcast(dev, 3 * sizeof(float) + 1, world - 1);  // bytes need not be whole floats
+        ops->download(got.data(), dev, n * sizeof(float));
+        const std::vector<float> last = rank_data(world - 1, n);
+        REQUIRE(std::memcmp(got.data(), last.data(), 3 * sizeof(float) + 1) == 0);
+        REQUIRE(std::memcmp(got.data() + 4, mine.data() + 4, (n - 4) * sizeof(float)) == 0);
+        REQUIRE_FALSE(comm->overlaps_compute());
+      }));
+    }
+    for (auto& f : fs) f.get();
   }
 }
 
