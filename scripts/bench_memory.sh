@@ -10,8 +10,9 @@
 #       256 (the pool's use is linear in the batch), then run; out of memory steps down by 7 %,
 #       another error by 25 %, at most twice; its images/s.
 #   ZeRO-1 with Adam, --zero 0 against --zero 1: on 2 GPUs when there are two (ResNet-50 bf16,
-#   batch 256 per GPU), else on 2 CPU processes over the TCP ring (ResNet-50 at 32x32, batch 8):
-#   optimizer state per rank against the unsharded run's, peak memory, images/s.
+#   batch 256 per GPU), on one GPU as 2 ranks through the ring in host memory (--comm ring),
+#   else on 2 CPU processes over the TCP ring (ResNet-50 at 32x32, batch 8): optimizer state and
+#   fp32 weights per rank against the unsharded run's, peak memory, images/s.
 #   Goals (issue 15): block recomputation's peak at batch 256 at most 0.5x PyTorch eager's, at
 #   no more than 25 % speed cost against --recompute none; optimizer state per rank at most
 #   1/world of the unsharded state plus one bucket.
@@ -83,7 +84,7 @@ except (OSError, ValueError):
 text = open(logf, errors="replace").read()
 win = [r["images_per_s"] for r in rows if not r.get("final") and r.get("images_per_s")][1:]
 fin = next((r for r in rows if r.get("final")), {})
-for k in ("peak_bytes", "peak_bytes_max_rank", "optimizer_state_bytes_max_rank"):
+for k in ("peak_bytes", "peak_bytes_max_rank", "optimizer_state_bytes_max_rank", "fp32_weight_bytes"):
     if k in fin:
         out[k] = fin[k]
 if win:
@@ -158,6 +159,15 @@ zero_rows() {
         --precision bf16 --batch-size 256 --optimizer adam --data random --num-samples 8192 --max-steps 14 \
         --log-every 4 --zero "$z"
     done
+  elif [ "$ngpu" -eq 1 ]; then
+    # Two ranks share the one GPU through the ring in host memory (NCCL refuses two ranks on one
+    # device): the memory per rank is what 2 GPUs would hold; the speed is the staging's.
+    where=gpu1
+    for z in 0 1; do
+      ours "zero_gpu1_z$z" 150 what=zero where=gpu1 zero="$z" -- --devices cpu --nproc_per_node 2 \
+        "$BIN/train_resnet" --device gpu --comm ring --depth 50 --precision bf16 --batch-size 256 --optimizer adam \
+        --data random --num-samples 8192 --max-steps 8 --log-every 2 --zero "$z"
+    done
   else
     where=cpu
     local th="${CPU_THREADS:-$(( $(nproc) / 2 > 0 ? $(nproc) / 2 : 1 ))}"
@@ -167,7 +177,7 @@ zero_rows() {
         --data random --num-samples 512 --max-steps 9 --log-every 2 --threads "$th" --zero "$z"
     done
   fi
-  grep -h "Optimizer state\|Checksums\|Reduce-scatter\|All-reduce" "$log"/zero_${where}_z1.log "$log"/zero_${where}_z0.log \
+  grep -h "Memory: recompute\|Optimizer state\|Checksums\|Reduce-scatter\|All-reduce" "$log"/zero_${where}_z1.log "$log"/zero_${where}_z0.log \
     > "$log/zero_$where.lines" 2>/dev/null
 }
 
@@ -231,15 +241,23 @@ z1 = get(lambda r: r.get("what") == "zero" and r["zero"] == 1)
 if z0 or z1:
     where = (z0 or z1)["where"]
     print()
-    print(f"ZeRO-1, Adam, ResNet-50, 2 ranks on {'2 GPUs (bf16, batch 256 per GPU)' if where == 'gpu' else 'the CPU ring (32x32, batch 8 per rank)'}")
-    print(f"{'':9s} {'optimizer state per rank MB':>28s} {'peak GB (largest rank)':>23s} {'images/s':>9s}")
+    print("ZeRO-1, Adam, ResNet-50, 2 ranks on " + {
+        "gpu": "2 GPUs (bf16, batch 256 per GPU)",
+        "gpu1": "one GPU, through the ring in host memory (--comm ring; bf16, batch 256 per rank; "
+                "images/s are the staging's, not NCCL's)",
+        "cpu": "the CPU ring (32x32, batch 8 per rank)"}[where])
+    print(f"{'':9s} {'optimizer state per rank MB':>28s} {'fp32 weights per rank MB':>25s} {'peak GB (largest rank)':>23s} {'images/s':>9s}")
     for name, r in (("--zero 0", z0), ("--zero 1", z1)):
         st = f"{r['optimizer_state_bytes_max_rank'] / 1e6:.1f}" if r and "optimizer_state_bytes_max_rank" in r else "-"
-        print(f"{name:9s} {st:>28s} {gb(r, 'peak_bytes_max_rank'):>23s} {ips(r):>9s}")
+        fw = f"{r['fp32_weight_bytes'] / 1e6:.1f}" if r and "fp32_weight_bytes" in r else "-"
+        print(f"{name:9s} {st:>28s} {fw:>25s} {gb(r, 'peak_bytes_max_rank'):>23s} {ips(r):>9s}")
     if z0 and z1 and "optimizer_state_bytes_max_rank" in z0 and "optimizer_state_bytes_max_rank" in z1:
         bound = z0["optimizer_state_bytes_max_rank"] / 2 + 2 * 25 * 2**20  # 1/world + one 25 MiB bucket of each moment
         goals.append(f"ZeRO-1: optimizer state per rank {z1['optimizer_state_bytes_max_rank'] / z0['optimizer_state_bytes_max_rank']:.3f}x "
                      f"the unsharded (goal <= 1/2 + one bucket: {'met' if z1['optimizer_state_bytes_max_rank'] <= bound else 'MISSED'})")
+        if "fp32_weight_bytes" in z0 and "fp32_weight_bytes" in z1:
+            goals.append(f"ZeRO-1: fp32 weights per rank {z1['fp32_weight_bytes'] / z0['fp32_weight_bytes']:.3f}x the unsharded"
+                         + (" (they are the working weights on the CPU: kept whole)" if where == "cpu" else ""))
         if "images_per_s" in z0 and "images_per_s" in z1:
             goals.append(f"ZeRO-1: speed {z1['images_per_s'] / z0['images_per_s']:.3f}x the unsharded run's")
     try:

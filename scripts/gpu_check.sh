@@ -59,6 +59,11 @@ lane_tests() {
   CUDA_VISIBLE_DEVICES=$GPU_TESTS timeout 200 "$BIN/test_worker_gpu" > "$OUT/gpu_tests.log" 2>&1
   rc=$?
   row "[gpu] tests (layers, small models vs CPU)" "$(verdict $rc)" "$(grep -E 'test cases|All tests passed' "$OUT/gpu_tests.log" | tail -1)"
+  # ZeRO-1 with sharded fp32 master weights: 2 ranks on this one GPU (--comm ring) against --zero 0.
+  CUDA_VISIBLE_DEVICES=$GPU_TESTS timeout 300 python3 "$root/tests/worker/train/test_train_memory.py" zero_gpu \
+    --train "$BIN/train_resnet" --launch "$BIN/launch" > "$OUT/zero_gpu.log" 2>&1
+  rc=$?
+  row "[gpu] ZeRO-1, sharded masters, 2 ranks 1 GPU" "$(verdict $rc)" "$(grep -E '^(bf16|fp16|GPU:)' "$OUT/zero_gpu.log" | head -2 | cut -c1-150 | tr '\n' ' ')"
 }
 
 # --- Whole ResNet-50 against torchvision on the same GPU

@@ -379,7 +379,7 @@ struct Model::Impl {
   }
 
   void allocate() {
-    params = static_cast<float*>(carve(nparams * sizeof(float), mem_params));
+    if (cfg.whole_params) params = static_cast<float*>(carve(nparams * sizeof(float), mem_params));
     grads = static_cast<float*>(carve(nparams * sizeof(float), mem_grads));
     buffers = static_cast<float*>(carve(nbuffers * sizeof(float), mem_stats));
     ops.bind_params(params, grads, nparams);
@@ -875,7 +875,7 @@ ModelState Model::get_state() {
   s.params.resize(m.nparams);
   s.buffers.resize(m.nbuffers);
   m.ops.synchronize();
-  m.ops.download(s.params.data(), m.params, m.nparams * sizeof(float));
+  m.ops.download(s.params.data(), m.params ? m.params : m.grads, m.nparams * sizeof(float));
   m.ops.download(s.buffers.data(), m.buffers, m.nbuffers * sizeof(float));
   s.num_batches_tracked = m.batches_tracked;
   return s;
@@ -888,10 +888,18 @@ void Model::set_state(const ModelState& s) {
                                 " parameters and " + std::to_string(s.buffers.size()) +
                                 " buffer values, the model " + std::to_string(m.nparams) +
                                 " and " + std::to_string(m.nbuffers));
-  m.ops.upload(m.params, s.params.data(), m.nparams * sizeof(float));
+  m.ops.upload(m.params ? m.params : m.grads, s.params.data(), m.nparams * sizeof(float));
   m.ops.upload(m.buffers, s.buffers.data(), m.nbuffers * sizeof(float));
   m.batches_tracked = s.num_batches_tracked;
-  m.ops.params_updated();
+  if (m.params) m.ops.params_updated();
+}
+
+std::vector<ParamView> Model::vector_params() const {
+  std::vector<ParamView> v;
+  for (const StateEntry& e : impl_->entries)
+    if (e.kind == StateKind::Param && e.shape.size() == 1) v.push_back({e.offset, e.count});
+  std::sort(v.begin(), v.end(), [](const ParamView& a, const ParamView& b) { return a.offset < b.offset; });
+  return v;
 }
 
 std::vector<std::pair<std::string, size_t>> Model::memory_breakdown() const {

@@ -39,6 +39,11 @@ struct ModelConfig {
   int batch = 32;          // micro-batch per rank: activations are sized for it
   float label_smoothing = 0.0f;  // of the loss (torch's CrossEntropyLoss(label_smoothing=))
   Recompute recompute = Recompute::None;
+  // false: no whole fp32 parameter buffer (ZeRO-1's sharded master weights, issue 15): params()
+  // is null, the backend keeps the weights (Ops::shard_master_weights), and get_state() and
+  // set_state() move the parameters through grads(), where the caller gathers them first or
+  // hands them to the backend after (Ops::export_master / import_master).
+  bool whole_params = true;
 };
 
 // One entry of the state dict, in torchvision's state_dict() order and naming.
@@ -70,7 +75,7 @@ class Model {
   const std::vector<StateEntry>& state_entries() const;
   size_t num_params() const;
   size_t num_buffers() const;
-  float* params();   // backend memory, fp32
+  float* params();   // backend memory, fp32 (null without whole_params)
   float* grads();    // backend memory, fp32, same layout as params()
   float* buffers();  // backend memory, fp32 running statistics
 
@@ -107,8 +112,11 @@ class Model {
   // 10.7e9}; the backend's own share is Ops::memory_breakdown().
   std::vector<std::pair<std::string, size_t>> memory_breakdown() const;
 
+  // The 1-D parameters (batch norms' weights and biases, the FC bias), in buffer order.
+  std::vector<ParamView> vector_params() const;
+
   ModelState get_state();               // synchronizes, downloads
-  void set_state(const ModelState& s);  // uploads, calls ops.params_updated()
+  void set_state(const ModelState& s);  // uploads, calls ops.params_updated() (whole_params)
   int64_t num_batches_tracked() const;
 
  private:

@@ -43,4 +43,19 @@ void Ops::replay_step(const StepValues&) {
   throw std::logic_error("replay_step on a backend that cannot capture: " + step_capture_unsupported());
 }
 
+// --- Sharded master weights: only a backend with a working copy has them (the trainer asks
+// keeps_working_copy() first).
+
+namespace {
+[[noreturn]] void no_master_shards(const char* call) {
+  throw std::logic_error(std::string(call) + " on a backend whose fp32 weights are its working weights");
+}
+}  // namespace
+
+void Ops::shard_master_weights(const std::vector<ParamView>&, const std::vector<ParamView>&) {
+  no_master_shards("shard_master_weights");
+}
+void Ops::export_master(float*, ParamView) { no_master_shards("export_master"); }
+void Ops::import_master(const float*) { no_master_shards("import_master"); }
+
 }  // namespace worker

@@ -111,6 +111,22 @@ class Ops {
   virtual void register_conv(const ConvDesc& d, ParamView w) = 0;  // lets a backend plan ahead
   virtual void params_updated() = 0;
 
+  // --- ZeRO-1's sharded master weights (issue 15). Only a backend whose layers read a working
+  // copy of the weights (the GPU in bf16/fp16) has master weights apart from what it computes
+  // with; elsewhere the fp32 weights are the working weights and stay whole.
+  virtual bool keeps_working_copy() const { return false; }
+  // After bind_params(nullptr, grads, count): the backend keeps fp32 master weights for the
+  // `owned` ranges of the flat buffer only (what this rank's optimizer steps), the working copy
+  // whole, and whole fp32 copies of `fp32_views` (the 1-D parameters, which the layers read in
+  // fp32). The optimizer's ranges must then be `owned` ranges. Throws where unsupported.
+  virtual void shard_master_weights(const std::vector<ParamView>& owned, const std::vector<ParamView>& fp32_views);
+  // Writes the master weights of the owned range at range.offset (count 0: of every owned range)
+  // into `whole` (count floats, backend memory) at their offsets; the rest of `whole` is untouched.
+  virtual void export_master(float* whole, ParamView range = {});
+  // Takes every parameter from `whole` (count fp32 values, backend memory): the owned ranges'
+  // master weights, the fp32 copies and the working copy. Replaces params_updated().
+  virtual void import_master(const float* whole);
+
   // --- Layers.
   virtual void conv_forward(const ConvDesc& d, const Act& x, ParamView w, Act& y) = 0;
   // dx may be null (first layer). accumulate_dx: dx += result instead of dx = result.

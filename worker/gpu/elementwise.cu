@@ -1,6 +1,7 @@
 // Element-wise kernels over the flat parameter/gradient buffers: the half-precision shadow of
-// the master weights, gradient accumulation from half precision, scaling, the finiteness check
-// of fp16 loss scaling, and the fused optimizers (PyTorch's SGD and Adam formulas exactly).
+// the master weights, the gather of ZeRO-1's fp32 copies, gradient accumulation from half
+// precision, scaling, the finiteness check of fp16 loss scaling, and the fused optimizers
+// (PyTorch's SGD and Adam formulas exactly).
 #include <cmath>
 #include <cstdint>
 
@@ -40,6 +41,13 @@ __global__ void nonfinite_kernel(const float* __restrict__ p, size_t n, int* fla
   bool bad = false;
   GRID_STRIDE(i, n) bad |= !isfinite(p[i]);
   if (__any_sync(0xffffffffu, bad) && (threadIdx.x & 31) == 0) *flag = 1;
+}
+
+// Block b copies run b: dst[run.dst + j] = src[run.src + j], j < run.count.
+__global__ void gather_runs_kernel(const float* __restrict__ src, float* __restrict__ dst,
+                                   const CopyRun* __restrict__ runs) {
+  const CopyRun r = runs[blockIdx.x];
+  for (size_t j = threadIdx.x; j < r.count; j += blockDim.x) dst[r.dst + j] = src[r.src + j];
 }
 
 // Weight decay of element i: everywhere without a mask (torch's single parameter group).
@@ -98,6 +106,12 @@ void add_to_f32(DType t, const void* src, float* dst, size_t n, cudaStream_t s) 
     add_kernel<T><<<grid_for(n), kThreads, 0, s>>>(static_cast<const T*>(src), dst, n);
     KERNEL_CHECK();
   });
+}
+
+void gather_runs(const float* src, float* dst, const CopyRun* runs, int n_runs, cudaStream_t s) {
+  if (n_runs == 0) return;
+  gather_runs_kernel<<<unsigned(n_runs), kThreads, 0, s>>>(src, dst, runs);
+  KERNEL_CHECK();
 }
 
 void scale_f32(float* p, float a, size_t n, cudaStream_t s) {

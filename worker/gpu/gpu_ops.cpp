@@ -111,6 +111,12 @@ GpuOptions gpu_options_from_env(int device, DType precision) {
                                                   "' is not 0 or 1 (weight gradients on a second stream)");
     o.wgrad_stream = v[0] == '1';
   }
+  if (const char* v = std::getenv("WORKER_CUDNN_DETERMINISTIC"); v && *v) {
+    if (std::strcmp(v, "0") != 0 && std::strcmp(v, "1") != 0)
+      throw GpuError(GpuError::Kind::Invalid, std::string("WORKER_CUDNN_DETERMINISTIC='") + v +
+                                                  "' is not 0 or 1 (only cuDNN's deterministic algorithms)");
+    o.deterministic = v[0] == '1';
+  }
   return o;
 }
 
@@ -454,13 +460,19 @@ void* GpuOps::alloc(size_t bytes) {
 }
 
 std::vector<std::pair<std::string, size_t>> GpuOps::memory_breakdown() const {
-  return {{std::string(dtype_name(opt_.precision)) + " weight shadow", mem_shadow_},
-          {"cuDNN workspace", mem_ws_},
-          {"side stream: half-precision dW", mem_side_},
-          {"cuBLAS workspace", mem_cublas_},
-          {"backend scratch (BN sums, half dW, max-pool argmax)", mem_scratch_},
-          {"stem space-to-depth input", mem_s2d_},
-          {"pool reserved, not handed out", pool_.reserved() - pool_.used()}};
+  std::vector<std::pair<std::string, size_t>> rows{
+      {std::string(dtype_name(opt_.precision)) + " weight shadow", mem_shadow_},
+      {"cuDNN workspace", mem_ws_},
+      {"side stream: half-precision dW", mem_side_},
+      {"cuBLAS workspace", mem_cublas_},
+      {"backend scratch (BN sums, half dW, max-pool argmax)", mem_scratch_},
+      {"stem space-to-depth input", mem_s2d_},
+      {"pool reserved, not handed out", pool_.reserved() - pool_.used()}};
+  if (master_) {
+    rows.insert(rows.begin() + 1, {{"fp32 master weights, this rank's shard (ZeRO-1)", mem_master_},
+                                   {"fp32 copies of the 1-D parameters (ZeRO-1)", mem_vec_}});
+  }
+  return rows;
 }
 
 void GpuOps::upload(void* dst, const void* host_src, size_t bytes) {
@@ -492,26 +504,118 @@ void GpuOps::synchronize() {
 // --- Parameters
 
 void GpuOps::bind_params(float* params, float* grads, size_t count) {
+  if (!params && opt_.precision == DType::F32)
+    throw GpuError(GpuError::Kind::Invalid, "fp32 weights are the working weights: they cannot be left unbound (" +
+                                                where() + ")");
   params_ = params;
   grads_ = grads;
   count_ = count;
   if (opt_.precision != DType::F32) {
     shadow_ = pool_.alloc(count * dtype_size(opt_.precision));
     mem_shadow_ = count * dtype_size(opt_.precision);
-    params_updated();
+    if (params_) params_updated();  // else import_master() fills it
   }
 }
 
 void GpuOps::register_conv(const ConvDesc& d, ParamView) { plan(d); }
 
 void GpuOps::params_updated() {
+  if (!params_)
+    throw GpuError(GpuError::Kind::Invalid,
+                   "params_updated() with sharded master weights: import_master() brings updates in (" + where() + ")");
   auto timed = timer_->scope("optimizer", [] { return std::string("bf16/fp16 weight shadow"); });
   join_side_work();
   if (shadow_) cast_from_f32(opt_.precision, params_, shadow_, count_, stream_);
 }
 
+// --- ZeRO-1's sharded master weights
+
+void GpuOps::shard_master_weights(const std::vector<ParamView>& owned, const std::vector<ParamView>& fp32_views) {
+  if (params_ || !shadow_ || master_)
+    throw GpuError(GpuError::Kind::Invalid,
+                   "shard_master_weights needs bind_params(nullptr, ...) in bf16/fp16, once (" + where() + ")");
+  size_t kept = 0;
+  for (const ParamView& r : owned) {
+    if (r.offset > count_ || r.count > count_ - r.offset)
+      throw GpuError(GpuError::Kind::Invalid, "shard_master_weights: an owned range leaves the buffer (" + where() + ")");
+    if (r.count == 0) continue;
+    master_at_[r.offset] = {kept, r.count};
+    kept += r.count;
+  }
+  std::vector<CopyRun> runs;
+  size_t copies = 0;
+  for (const ParamView& v : fp32_views) {
+    if (v.offset > count_ || v.count > count_ - v.offset)
+      throw GpuError(GpuError::Kind::Invalid, "shard_master_weights: a parameter leaves the buffer (" + where() + ")");
+    vec_at_[v.offset] = copies;
+    if (!runs.empty() && runs.back().src + runs.back().count == v.offset)
+      runs.back().count += v.count;  // weight and bias of one batch norm are neighbours
+    else
+      runs.push_back({v.offset, copies, v.count});
+    copies += v.count;
+  }
+  mem_master_ = std::max<size_t>(kept, 1) * sizeof(float);
+  master_ = static_cast<float*>(alloc(mem_master_));
+  mem_vec_ = std::max<size_t>(copies, 1) * sizeof(float) + runs.size() * sizeof(CopyRun);
+  vec_ = static_cast<float*>(alloc(std::max<size_t>(copies, 1) * sizeof(float)));
+  vec_run_count_ = int(runs.size());
+  if (!runs.empty()) {
+    vec_runs_ = static_cast<CopyRun*>(alloc(runs.size() * sizeof(CopyRun)));
+    upload(vec_runs_, runs.data(), runs.size() * sizeof(CopyRun));
+  }
+}
+
+void GpuOps::export_master(float* whole, ParamView range) {
+  if (!master_) throw GpuError(GpuError::Kind::Invalid, "export_master without sharded master weights (" + where() + ")");
+  auto copy = [&](size_t offset, const ParamView& at) {
+    writes(whole + offset, at.count * sizeof(float));
+    CUDA_CHECK(cudaMemcpyAsync(whole + offset, master_ + at.offset, at.count * sizeof(float),
+                               cudaMemcpyDeviceToDevice, stream_));
+  };
+  if (range.count == 0) {
+    for (const auto& [offset, at] : master_at_) copy(offset, at);
+    return;
+  }
+  const auto it = master_at_.find(range.offset);
+  if (it == master_at_.end() || it->second.count != range.count)
+    throw GpuError(GpuError::Kind::Invalid, "export_master: [" + std::to_string(range.offset) + ", +" +
+                                                std::to_string(range.count) + ") is not an owned range (" + where() + ")");
+  copy(range.offset, it->second);
+}
+
+void GpuOps::import_master(const float* whole) {
+  if (!master_) throw GpuError(GpuError::Kind::Invalid, "import_master without sharded master weights (" + where() + ")");
+  auto timed = timer_->scope("optimizer", [] { return std::string("bf16/fp16 weight shadow"); });
+  join_side_work();
+  for (const auto& [offset, at] : master_at_)
+    CUDA_CHECK(cudaMemcpyAsync(master_ + at.offset, whole + offset, at.count * sizeof(float),
+                               cudaMemcpyDeviceToDevice, stream_));
+  gather_runs(whole, vec_, vec_runs_, vec_run_count_, stream_);
+  cast_from_f32(opt_.precision, whole, shadow_, count_, stream_);
+}
+
+const float* GpuOps::f32_param(ParamView v) const {
+  if (params_) return params_ + v.offset;
+  const auto it = vec_at_.find(v.offset);
+  if (it == vec_at_.end())
+    throw GpuError(GpuError::Kind::Invalid, "parameter at " + std::to_string(v.offset) +
+                                                " is read in fp32 but has no fp32 copy under sharded master weights (" +
+                                                where() + ")");
+  return vec_ + it->second;
+}
+
+float* GpuOps::master_of(ParamView r) {
+  if (params_) return params_ + r.offset;
+  const auto it = master_at_.find(r.offset);
+  if (it == master_at_.end() || r.count > it->second.count)
+    throw GpuError(GpuError::Kind::Invalid, "optimizer step over [" + std::to_string(r.offset) + ", +" +
+                                                std::to_string(r.count) + "), which is not an owned range (" +
+                                                where() + ")");
+  return master_ + it->second.offset;
+}
+
 const void* GpuOps::weight_ptr(ParamView w) const {
-  if (!params_)
+  if (!params_ && !shadow_)
     throw GpuError(GpuError::Kind::Invalid, "GPU backend used before bind_params (" + where() + ")");
   if (opt_.precision == DType::F32) return params_ + w.offset;
   return static_cast<const char*>(shadow_) + w.offset * dtype_size(opt_.precision);
@@ -692,8 +796,8 @@ void GpuOps::bn_forward_train(const BnDesc& d, const Act& x, ParamView gamma, Pa
   float* s = scratch_f32(2 * size_t(d.c));
   writes(y);
   bn_forwards_[y.data] = BnForward{x.data, gamma.offset, relu && residual == nullptr};
-  gpu::bn_forward_train(opt_.precision, x.data, m, d.c, params_ + gamma.offset,
-                        params_ + beta.offset, d.eps, d.momentum, running_mean, running_var,
+  gpu::bn_forward_train(opt_.precision, x.data, m, d.c, f32_param(gamma),
+                        f32_param(beta), d.eps, d.momentum, running_mean, running_var,
                         save_mean, save_invstd, residual ? residual->data : nullptr, relu, y.data,
                         bn_sync(d.c), s, stream_);
 }
@@ -707,8 +811,8 @@ void GpuOps::bn_forward_eval(const BnDesc& d, const Act& x, ParamView gamma, Par
   const int64_t m = int64_t(d.n) * d.h * d.w;
   float* s = scratch_f32(2 * size_t(d.c));
   writes(y);
-  gpu::bn_forward_eval(opt_.precision, x.data, m, d.c, params_ + gamma.offset,
-                       params_ + beta.offset, d.eps, running_mean, running_var,
+  gpu::bn_forward_eval(opt_.precision, x.data, m, d.c, f32_param(gamma),
+                       f32_param(beta), d.eps, running_mean, running_var,
                        residual ? residual->data : nullptr, relu, y.data, s, stream_);
 }
 
@@ -739,8 +843,8 @@ void GpuOps::bn_backward(const BnDesc& d, const Act& x, const Act& y, const Act&
   writes(grads_ + dgamma.offset, size_t(d.c) * sizeof(float));
   writes(grads_ + dbeta.offset, size_t(d.c) * sizeof(float));
   // dbeta views beta's gradient: the same offset in the parameter buffer is beta.
-  gpu::bn_backward(opt_.precision, x.data, y.data, dy.data, dy2 ? dy2->data : nullptr, m, d.c, params_ + gamma.offset,
-                   params_ + dbeta.offset, save_mean, save_invstd, mask, dx.data,
+  gpu::bn_backward(opt_.precision, x.data, y.data, dy.data, dy2 ? dy2->data : nullptr, m, d.c, f32_param(gamma),
+                   f32_param(dbeta), save_mean, save_invstd, mask, dx.data,
                    dresidual ? dresidual->data : nullptr, grads_ + dgamma.offset,
                    grads_ + dbeta.offset, bn_sync(d.c), s, stream_);
 }
@@ -800,7 +904,7 @@ void GpuOps::fc_forward(const Act& x, ParamView w, ParamView b, int out, float* 
   auto timed = timer_->scope("fc", [&] { return std::to_string(x.c) + "->" + std::to_string(out) + " fwd"; });
   const int n = x.n, in = x.h * x.w * x.c;
   writes(logits, size_t(n) * out * sizeof(float));
-  gpu::fill_rows(logits, params_ + b.offset, n, out, stream_);
+  gpu::fill_rows(logits, f32_param(b), n, out, stream_);
   const cudaDataType_t t = cuda_type(opt_.precision);
   const cublasComputeType_t ct = (opt_.precision == DType::F32 && opt_.allow_tf32)
                                      ? CUBLAS_COMPUTE_32F_FAST_TF32
@@ -911,7 +1015,7 @@ void GpuOps::sgd_step(float lr, float momentum, float weight_decay, float* momen
                    "replay: capture after an uncaptured step (" + where() + ")");
   const OptScalars* sc = step_scalars({lr, 0}, false, 0.f, 0.f);
   join_side_work();
-  gpu::sgd_step(params_ + r.offset, grads_ + r.offset, momentum_buf, decay_mask, r.count, sc, momentum,
+  gpu::sgd_step(master_of(r), grads_ + r.offset, momentum_buf, decay_mask, r.count, sc, momentum,
                 weight_decay, first_step, nesterov, stream_);
 }
 
@@ -920,7 +1024,7 @@ void GpuOps::adam_step(float lr, float beta1, float beta2, float eps, float weig
   const ParamView r = worker::optimizer_range(range, count_);
   const OptScalars* sc = step_scalars({lr, step}, true, beta1, beta2);
   join_side_work();
-  gpu::adam_step(params_ + r.offset, grads_ + r.offset, m, v, decay_mask, r.count, sc, beta1, beta2, eps,
+  gpu::adam_step(master_of(r), grads_ + r.offset, m, v, decay_mask, r.count, sc, beta1, beta2, eps,
                  weight_decay, stream_);
 }
 

@@ -11,6 +11,8 @@
 #include <memory>
 #include <string>
 #include <tuple>
+#include <unordered_map>
+#include <vector>
 
 #include <cublas_v2.h>
 #include <cuda_runtime.h>
@@ -53,7 +55,7 @@ struct GpuOptions {
 
 // Reads WORKER_GPU_TF32=1, WORKER_CUDNN_SEARCH=find|heuristic, WORKER_CUDNN_WORKSPACE_MB,
 // WORKER_GPU_POOL_CHUNK_MB, WORKER_CONV_S2D=0|1, WORKER_CONV_ENGINES=auto|legacy,
-// WORKER_WGRAD_STREAM=0|1 over the defaults. A bad value is an error naming the variable.
+// WORKER_WGRAD_STREAM=0|1, WORKER_CUDNN_DETERMINISTIC=0|1 over the defaults. A bad value is an error naming the variable.
 GpuOptions gpu_options_from_env(int device, DType precision);
 
 class GpuOps final : public Ops {
@@ -76,6 +78,10 @@ class GpuOps final : public Ops {
   void bind_params(float* params, float* grads, size_t count) override;
   void register_conv(const ConvDesc& d, ParamView w) override;
   void params_updated() override;
+  bool keeps_working_copy() const override { return opt_.precision != DType::F32; }
+  void shard_master_weights(const std::vector<ParamView>& owned, const std::vector<ParamView>& fp32_views) override;
+  void export_master(float* whole, ParamView range = {}) override;
+  void import_master(const float* whole) override;
 
   void conv_forward(const ConvDesc& d, const Act& x, ParamView w, Act& y) override;
   void conv_backward(const ConvDesc& d, const Act& x, ParamView w, const Act& dy, Act* dx,
@@ -172,6 +178,11 @@ class GpuOps final : public Ops {
   // The batch norms' zero-kept accumulators, large enough for c channels (kernels.h).
   BnSync bn_sync(int c);
   const void* weight_ptr(ParamView w) const;  // compute-dtype view of the master weights
+  // The fp32 values of a parameter the layers read in fp32 (batch norm's, the FC bias): the
+  // master weights, or under sharded masters their whole fp32 copy.
+  const float* f32_param(ParamView v) const;
+  // The fp32 master weights an optimizer step over `range` updates.
+  float* master_of(ParamView range);
   void check_act(const Act& a, const char* what) const;
 
   GpuOptions opt_;
@@ -185,6 +196,16 @@ class GpuOps final : public Ops {
   float* grads_ = nullptr;
   size_t count_ = 0;
   void* shadow_ = nullptr;  // params_ in the compute dtype (bf16/fp16 only)
+  // ZeRO-1's sharded master weights (shard_master_weights; params_ is null then): the owned
+  // ranges' fp32 weights back to back, by range offset {index in master_, count}; the 1-D
+  // parameters' fp32 copies back to back, by parameter offset their index in vec_, and the runs
+  // that fill them from a whole buffer (device memory).
+  float* master_ = nullptr;
+  std::map<size_t, ParamView> master_at_;
+  float* vec_ = nullptr;
+  std::unordered_map<size_t, size_t> vec_at_;
+  CopyRun* vec_runs_ = nullptr;
+  int vec_run_count_ = 0;
 
   std::map<ConvKey, std::unique_ptr<ConvPlan>> plans_;
   void* ws_ = nullptr;
@@ -226,6 +247,7 @@ class GpuOps final : public Ops {
   CapturedOptimizer captured_opt_;
   // Bytes carved for each purpose, outgrown carvings included (the pool never frees).
   size_t mem_ws_ = 0, mem_scratch_ = 0, mem_shadow_ = 0, mem_cublas_ = 0, mem_s2d_ = 0, mem_side_ = 0;
+  size_t mem_master_ = 0, mem_vec_ = 0;  // sharded master weights, their 1-D fp32 copies
   double search_seconds_ = 0;
   int64_t host_waits_ = 0;  // times the host waited for the stream (conv engine tuning starts after one)
 };

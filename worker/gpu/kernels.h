@@ -88,6 +88,12 @@ void column_sums_add(const float* a, int n, int cols, float* out, cudaStream_t s
 void cast_from_f32(DType t, const float* src, void* dst, size_t n, cudaStream_t s);
 void add_to_f32(DType t, const void* src, float* dst, size_t n, cudaStream_t s);  // dst += src
 void scale_f32(float* p, float a, size_t n, cudaStream_t s);
+// dst[r.dst + j] = src[r.src + j] for every run r of `runs` (device memory) and j < r.count:
+// one launch for many short copies (ZeRO-1's fp32 copies of the 1-D parameters).
+struct CopyRun {
+  size_t src = 0, dst = 0, count = 0;
+};
+void gather_runs(const float* src, float* dst, const CopyRun* runs, int n_runs, cudaStream_t s);
 // Sets *flag to 1 when some element is not finite (flag is not cleared here).
 void find_nonfinite(const float* p, size_t n, int* flag, cudaStream_t s);
 // The optimizers' per-step values as their kernels read them, from device memory: a captured

@@ -15,8 +15,7 @@ std::vector<std::string> optimizer_buffer_names(OptimizerKind kind) {
 
 std::vector<uint8_t> decay_mask_without_bn_and_bias(const Model& model) {
   std::vector<uint8_t> mask(model.num_params(), 1);
-  for (const StateEntry& e : model.state_entries())
-    if (e.kind == StateKind::Param && e.shape.size() == 1) std::fill_n(mask.begin() + long(e.offset), e.count, uint8_t(0));
+  for (const ParamView& v : model.vector_params()) std::fill_n(mask.begin() + long(v.offset), v.count, uint8_t(0));
   return mask;
 }
 

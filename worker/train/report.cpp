@@ -38,9 +38,8 @@ void memory_report(std::ostream& out, const Model& model, const Ops& ops, size_t
   if (pool_free > 0) out << "  (pool overhead: " << mb(pool_free) << " reserved beyond the peak)" << std::endl;
 }
 
-bool report_checksums(Model& model, Comm& comm, std::ostream& out) {
+bool report_checksums(const ModelState& st, Comm& comm, std::ostream& out) {
   const int rank = comm.rank(), world = comm.size();
-  ModelState st = model.get_state();
   ParamChecksum cs;
   cs.add(st.params.data(), st.params.size());
   cs.add(st.buffers.data(), st.buffers.size());

@@ -19,8 +19,8 @@ std::string strf(const char* format, double v);
 // one line per item; what no one claims (NCCL's gather buffer, ...) is "other".
 void memory_report(std::ostream& out, const Model& model, const Ops& ops, size_t optimizer_bytes);
 
-// Every rank prints the checksum of its parameters and buffers; rank 0 says whether all agree.
-// Returns whether they do (on every rank).
-bool report_checksums(Model& model, Comm& comm, std::ostream& out);
+// Every rank prints the checksum of its parameters and buffers (`st`); rank 0 says whether all
+// agree. Returns whether they do (on every rank).
+bool report_checksums(const ModelState& st, Comm& comm, std::ostream& out);
 
 }  // namespace worker

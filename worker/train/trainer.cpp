@@ -44,8 +44,15 @@ int64_t checked_steps_per_epoch(const Sampler& sampler, const TrainOptions& opt,
                    " samples per epoch, fewer than --batch-size " + std::to_string(opt.batch_size));
 }
 
-ModelConfig model_config(const TrainOptions& opt, const BatchSource& data) {
+// ZeRO-1 shards the fp32 master weights where there are master weights apart from the working
+// ones (the GPU in bf16/fp16); elsewhere the fp32 weights are what the layers compute with.
+bool shards_master(const TrainOptions& opt, const Ops& ops, int world) {
+  return opt.zero == 1 && world > 1 && ops.keeps_working_copy();
+}
+
+ModelConfig model_config(const TrainOptions& opt, const BatchSource& data, bool whole_params) {
   ModelConfig mc;
+  mc.whole_params = whole_params;
   mc.label_smoothing = float(opt.label_smoothing);
   mc.depth = opt.depth;
   mc.width = opt.width;
@@ -107,8 +114,8 @@ TrainingSession::TrainingSession(const TrainOptions& opt, const DataEnv& data_en
       train_data_(train_source(opt, data_env, ops)),
       val_data_(make_batch_source(opt, data_env, Split::Val, ops)),
       sampler_(sampler_config(opt, *train_data_, world_)), steps_per_epoch_(checked_steps_per_epoch(sampler_, opt, world_)),
-      global_batch_(int64_t(world_) * opt.batch_size * opt.accum_steps), model_(model_config(opt, *train_data_), ops),
-      zero_(opt.zero == 1), layout_(make_shard_layout(model_.num_params(), bucket_floats(opt), rank_, world_)),
+      global_batch_(int64_t(world_) * opt.batch_size * opt.accum_steps), model_(model_config(opt, *train_data_, !shards_master(opt, ops, world_)), ops),
+      zero_(opt.zero == 1), shard_master_(!model_.config().whole_params), layout_(make_shard_layout(model_.num_params(), bucket_floats(opt), rank_, world_)),
       optimizer_(optimizer_config(opt), ops, model_.num_params(),
                  opt.no_wd_on_bn_bias ? decay_mask_without_bn_and_bias(model_) : std::vector<uint8_t>{},
                  zero_ ? layout_.owned : std::vector<ParamView>{}),
@@ -122,8 +129,9 @@ TrainingSession::TrainingSession(const TrainOptions& opt, const DataEnv& data_en
   if (opt.max_steps > 0) total_steps_ = std::min(total_steps_, opt.max_steps);
   // fp16 needs loss scaling (GradScaler's semantics); bf16 and fp32 do not.
   scaler_.enabled = ops.compute_dtype() == DType::F16;
+  if (shard_master_) ops.shard_master_weights(layout_.owned, model_.vector_params());
   // Gradient all-reduce during backward only where the communicator overlaps with compute.
-  overlap_ = world_ > 1 && ops.device() == DeviceKind::Gpu;
+  overlap_ = world_ > 1 && comm.overlaps_compute();
   state_.seed = opt.seed;
   state_.optimizer = opt.optimizer;
   state_.data = data_source_name(opt);
@@ -243,6 +251,20 @@ StepStats TrainingSession::replayed_step(bool want_loss) {
 }
 
 void TrainingSession::update(float lr) {
+  if (shard_master_) {
+    // The updated master weights of each bucket's block go into the gradient buffer (that block
+    // of gradients is spent), the bucket is all-gathered there, and the working copy and the
+    // fp32 copies of the 1-D parameters are taken from the whole buffer.
+    float* whole = model_.grads();
+    optimizer_.step(lr, [this, whole](size_t k) {
+      const Bucket& b = layout_.buckets[k];
+      if (layout_.owned[k].count > 0) ops_.export_master(whole, layout_.owned[k]);
+      comm_.allgather(whole + b.begin, b.size());
+    });
+    comm_.wait();
+    ops_.import_master(whole);
+    return;
+  }
   if (zero_) {
     // Each rank updates its block of every bucket; the bucket's all-gather starts as soon as
     // that update is enqueued, overlapping the updates of the buckets after it.
@@ -255,6 +277,27 @@ void TrainingSession::update(float lr) {
     optimizer_.step(lr);
   }
   ops_.params_updated();
+}
+
+// The whole parameters in the gradient buffer (free between steps: the next one zeroes it),
+// where Model::get_state() reads them under sharded master weights: each rank's blocks, then
+// every bucket all-gathered.
+void TrainingSession::gather_master() {
+  float* whole = model_.grads();
+  ops_.export_master(whole);
+  for (const Bucket& b : layout_.buckets) comm_.allgather(whole + b.begin, b.size());
+  comm_.wait();
+}
+
+ModelState TrainingSession::model_state() {
+  if (shard_master_) gather_master();
+  return model_.get_state();
+}
+
+// What rank 0 writes; every rank takes part in the gather.
+ModelState TrainingSession::lead_model_state() {
+  if (shard_master_) gather_master();
+  return lead_ ? model_.get_state() : ModelState{};
 }
 
 void TrainingSession::count_step(const StepStats& s) {
@@ -312,12 +355,16 @@ void TrainingSession::resume() {
            << pos_.batch << ")" << std::endl;
     }
   }
-  // Every rank starts from rank 0's weights and buffers (as DDP does at construction).
+  // Every rank starts from rank 0's weights and buffers (as DDP does at construction). Under
+  // sharded master weights set_state() left the whole parameters in the gradient buffer.
   if (world_ > 1) {
-    comm_.broadcast(model_.params(), model_.num_params() * sizeof(float), 0);
+    comm_.broadcast(shard_master_ ? model_.grads() : model_.params(), model_.num_params() * sizeof(float), 0);
     comm_.broadcast(model_.buffers(), model_.num_buffers() * sizeof(float), 0);
     comm_.wait();
-    ops_.params_updated();
+    if (shard_master_)
+      ops_.import_master(model_.grads());
+    else
+      ops_.params_updated();
   }
 }
 
@@ -359,11 +406,21 @@ void TrainingSession::announce() {
     if (zero_) {
       out_ << ", ZeRO-1 over " << world_ << " rank(s): optimizer state " << strf("%.1f MB", double(optimizer_.state_bytes()) / 1e6)
            << " on rank 0 (unsharded " << strf("%.1f MB", double(unsharded_optimizer_bytes()) / 1e6) << "), "
-           << layout_.buckets.size() << " bucket(s) of " << strf("%g", opt_.bucket_mb) << " MiB";
+           << layout_.buckets.size() << " bucket(s) of " << strf("%g", opt_.bucket_mb) << " MiB, fp32 ";
+      if (shard_master_)
+        out_ << "master weights " << strf("%.1f MB", double(master_bytes()) / 1e6) << " on rank 0 (whole "
+             << strf("%.1f MB", double(model_.num_params() * sizeof(float)) / 1e6) << ")";
+      else
+        out_ << "weights whole (they are the working weights)";
     }
     out_ << std::endl;
   }
   out_ << describe_capture(opt_.cuda_graph, capture_) << std::endl;
+}
+
+// The fp32 weights this rank keeps: its shard's under sharded master weights, else all.
+size_t TrainingSession::master_bytes() const {
+  return (shard_master_ ? layout_.owned_total : model_.num_params()) * sizeof(float);
 }
 
 // What the optimizer would keep on every rank without ZeRO: its buffers and decay mask whole.
@@ -487,8 +544,9 @@ void TrainingSession::validate(int64_t epoch) {
                                        {"val/loss", float(c.mean_loss())}});
   }
   if (best && opt_.save_best) {  // the same verdict on every rank: the counts are summed everywhere
+    const ModelState ms = lead_model_state();
     lead_writes([&] {
-      write_weights(best_weights_path(opt_.save), model_, model_.get_state(), state_.step,
+      write_weights(best_weights_path(opt_.save), model_, ms, state_.step,
                     {{"top1", strf("%.4f", c.top1_percent())}, {"epoch", std::to_string(epoch)}});
       out_ << "Saved " << best_weights_path(opt_.save) << " (best top-1 so far)" << std::endl;
     });
@@ -521,6 +579,7 @@ void TrainingSession::save(const Position& next) {
     return;
   }
   std::map<std::string, std::vector<float>> optimizer_state = whole_optimizer_state();
+  const ModelState ms = lead_model_state();  // after the optimizer's: both gather in the gradient buffer
   lead_writes([&] {
     TrainState s = state_;
     s.epoch = next.epoch;
@@ -529,7 +588,7 @@ void TrainingSession::save(const Position& next) {
     s.loss_scale_growth_tracker = scaler_.growth_tracker;
     s.skipped_steps = scaler_.skipped;
     s.optimizer_state = std::move(optimizer_state);
-    save_checkpoint(opt_.save, model_, model_.get_state(), s);
+    save_checkpoint(opt_.save, model_, ms, s);
   });
   saved_ = {state_.step, next.epoch, next.batch, state_.best_top1};
 }
@@ -630,7 +689,7 @@ void TrainingSession::report() {
                         {"eval_s", eval_seconds_}, {"skipped_images", skipped_all},
                         {"peak_bytes", my_peak}, {"peak_bytes_max_rank", max_peak}, {"world", world_},
                         {"optimizer_state_bytes_max_rank", max_opt}, {"recompute", to_string(opt_.recompute)},
-                        {"zero", opt_.zero},
+                        {"zero", opt_.zero}, {"fp32_weight_bytes", master_bytes()},
                         {"time", seconds_since(t_start_)}};
     if (have_ct) {
       j["allreduce_ms"] = ct.allreduce_ms / double(ct.steps);
@@ -648,7 +707,7 @@ void TrainingSession::report() {
     save(pos_);
     if (lead_) out_ << "Saved " << opt_.save << " (training state: " << train_state_path(opt_.save) << ")" << std::endl;
   }
-  result_.checksums_agree = report_checksums(model_, comm_, out_);
+  result_.checksums_agree = report_checksums(model_state(), comm_, out_);
   if (!lead_) return;
   out_ << "Summary: " << result_.steps << " steps in " << hms(seconds_since(t_start_)) << ", "
        << strf("%.1f", result_.images_per_s) << " images/s";

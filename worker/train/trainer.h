@@ -87,7 +87,11 @@ class TrainingSession {
   // The optimizer state of the whole buffer for rank 0's checkpoint (others: empty); under ZeRO
   // gathered from every rank's shard (collective).
   std::map<std::string, std::vector<float>> whole_optimizer_state();
+  void gather_master();           // sharded master weights: the whole parameters into grads()
+  ModelState model_state();       // this rank's parameters and buffers (a collective under sharding)
+  ModelState lead_model_state();  // the same on rank 0, empty elsewhere (a collective under sharding)
   size_t unsharded_optimizer_bytes() const;
+  size_t master_bytes() const;  // the fp32 weights this rank keeps
   TrainResult stop(int signal);              // save, say how to continue
   bool finished() const { return opt_.max_steps > 0 && state_.step >= opt_.max_steps; }
   void dump_first_batch(const std::vector<int64_t>& indices);
@@ -110,6 +114,9 @@ class TrainingSession {
   int64_t global_batch_ = 0;
   Model model_;
   const bool zero_;          // --zero 1: this rank keeps and steps only its shard (issue 15)
+  // ZeRO-1 with a working copy of the weights (GPU bf16/fp16): the fp32 master weights too are
+  // kept for this rank's shard only; the model has no whole fp32 parameter buffer.
+  const bool shard_master_;
   ShardLayout layout_;       // the gradient buckets and this rank's block of each
   Optimizer optimizer_;
   LossScaler scaler_;

@@ -13,7 +13,12 @@ Cases:
             optimizer state, bit for bit, as the unsharded run's at that step.
   recompute --recompute bn and block through the trainer (ResNet-50, 2 ranks) end with the
             parameters of --recompute none; the run reports its mode; bad values are refused.
-Exit 0 pass, 1 fail, 77 skipped (`launch` not built).
+  zero_gpu  [gpu] 2 ranks sharing GPU 0 (--comm ring: the ring through host memory, as NCCL
+            refuses two ranks on one device), bf16 Adam and fp16 SGD: --zero 1, whose fp32 master
+            weights are sharded too, ends with the parameters of --zero 0 bit for bit; each rank
+            keeps half the fp32 weights (plus at most one element per bucket) and peaks lower;
+            a checkpoint saved with --zero 1 resumes without it and the other way round.
+Exit 0 pass, 1 fail, 77 skipped (`launch` not built, or no GPU for zero_gpu).
 
 Why "equal" is bitwise here: on the ring a reduce-scatter is the first half of the all-reduce
 over the same buckets, so every gradient element is summed by the same additions in the same
@@ -142,6 +147,74 @@ def case_recompute(a, tmp):
         check(fin and f'"recompute":"{mode}"' in fin[0].replace(" ", ""), f"final record lacks the mode: {fin}")
     check(len(set(results.values())) == 1, f"recompute modes end differently: {results}")
     print(f"ResNet-50, 2 ranks: none == bn == block ({results['none']})")
+
+
+def gpu_ready(a):
+    """Whether a.train has the GPU backend and a GPU is visible (else the [gpu] case is skipped)."""
+    p = run([a.train, "--device", "gpu", "--depth", "18", "--width", "8", "--image-size", "32", "--num-classes",
+             "10", "--data", "random", "--batch-size", "2", "--num-samples", "2", "--max-steps", "1"])
+    if p.returncode != 0:
+        print(f"skipped: no GPU run here ({(p.stderr.strip().splitlines() or ['?'])[-1]})")
+        return False
+    return True
+
+
+# Both runs of a comparison must compute alike: cuDNN's deterministic algorithms, legacy plans
+# (the graph-API engines are chosen by timing, which differs between runs).
+GPU_ENV = {"WORKER_CUDNN_DETERMINISTIC": "1", "WORKER_CONV_ENGINES": "legacy", "NCCL_NVLS_ENABLE": "0"}
+# ResNet-18 width 16: 701,466 parameters; --bucket-mb 0.5 = 131,072 floats: 6 buckets.
+GPU_NET = ["--depth", "18", "--width", "16", "--image-size", "64", "--num-classes", "10", "--data", "learnable",
+           "--batch-size", "16", "--device", "gpu", "--comm", "ring", "--bucket-mb", "0.5"]
+GPU_RECIPES = {"bf16 adam": ["--precision", "bf16"] + RECIPES["adam"],
+               "fp16 sgd": ["--precision", "fp16"] + RECIPES["sgd"]}
+
+
+def case_zero_gpu(a, tmp):
+    if needs_launch(a) or not gpu_ready(a):
+        return SKIP
+    n = 2
+    for name, recipe in GPU_RECIPES.items():
+        args = GPU_NET + recipe + ["--num-samples", "256", "--epochs", "2", "--log-every", "4"]
+        _, plain = launch_run(a, tmp, n, args + ["--metrics-file", f"{tmp}/p.jsonl"], f"gplain{name}", GPU_ENV)
+        _, sharded = launch_run(a, tmp, n, args + ["--zero", "1", "--metrics-file", f"{tmp}/z.jsonl"],
+                                f"gzero{name}", GPU_ENV)
+        ref = agreed_checksum(plain, n, name + " --zero 0")
+        got = agreed_checksum(sharded, n, name + " --zero 1")
+        check(got == ref, f"{name}: --zero 1 ended with {got}, --zero 0 with {ref}")
+        params = int(re.search(r"(\d+) parameters\)", plain).group(1))
+        buckets = int(re.search(r"(\d+) bucket\(s\)", sharded).group(1))
+        p, z = final_record(f"{tmp}/p.jsonl"), final_record(f"{tmp}/z.jsonl")
+        check(p["fp32_weight_bytes"] == 4 * params, f"{name}: unsharded fp32 weights {p['fp32_weight_bytes']} bytes")
+        check(params // n * 4 <= z["fp32_weight_bytes"] <= (params // n + buckets) * 4,
+              f"{name}: {z['fp32_weight_bytes']} bytes of fp32 weights on rank 0, not half of {4 * params}")
+        m = re.search(r"fp32 master weights ([0-9.]+) MB on rank 0 \(whole ([0-9.]+) MB\)", sharded)
+        check(m, f"{name}: no 'fp32 master weights' in the ZeRO line:\n{sharded[-2000:]}")
+        # Half the fp32 weights and half the optimizer state are gone; the 1-D parameters' fp32
+        # copies (a few thousand floats) come back.
+        saved = 4 * params // 2 + (p["optimizer_state_bytes_max_rank"] - z["optimizer_state_bytes_max_rank"])
+        check(z["peak_bytes_max_rank"] <= p["peak_bytes_max_rank"] - saved // 2,
+              f"{name}: peak {z['peak_bytes_max_rank']} with --zero 1 against {p['peak_bytes_max_rank']} "
+              f"without (expected about {saved} bytes less)")
+        print(f"{name}, 2 ranks on one GPU: --zero 1 == --zero 0 ({got}); fp32 weights {z['fp32_weight_bytes']} of "
+              f"{p['fp32_weight_bytes']} bytes per rank; peak {z['peak_bytes_max_rank']} vs {p['peak_bytes_max_rank']}")
+    base = GPU_NET + GPU_RECIPES["bf16 adam"] + ["--num-samples", "128", "--epochs", "2"]
+    _, full = launch_run(a, tmp, n, base, "gfull", GPU_ENV)
+    ref = agreed_checksum(full, n, "uninterrupted")
+    for first, second in ((["--zero", "1"], []), ([], ["--zero", "1"])):
+        ck = f"{tmp}/gck{len(first)}.safetensors"
+        launch_run(a, tmp, n, base + first + ["--max-steps", "5", "--save", ck], f"gfirst{len(first)}", GPU_ENV)
+        _, rest = launch_run(a, tmp, n, base + second + ["--resume", ck], f"grest{len(first)}", GPU_ENV)
+        check("Resuming from" in rest, "the second run did not resume")
+        got = agreed_checksum(rest, n, f"resumed {first} -> {second}")
+        check(got == ref, f"saved with {first or 'no --zero'}, resumed with {second or 'no --zero'}: {got}, "
+                          f"uninterrupted {ref}")
+        print(f"GPU: saved with {' '.join(first) or '--zero 0'}, resumed with {' '.join(second) or '--zero 0'}: equal")
+    for suffix in ("", ".train"):
+        w0, _ = read_st(f"{tmp}/gck0{suffix}.safetensors")
+        w1, _ = read_st(f"{tmp}/gck2{suffix}.safetensors")
+        check(sorted(w0) == sorted(w1) and all(w0[k].tobytes() == w1[k].tobytes() for k in w0),
+              f"the step-5 checkpoints{suffix} with and without --zero 1 differ")
+    print("GPU: step-5 checkpoints with and without --zero 1 are identical")
 
 
 if __name__ == "__main__":

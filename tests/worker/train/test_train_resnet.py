@@ -302,11 +302,11 @@ def case_peer_dies(a, tmp):
             p.wait()
 
 
-def launch_run(a, tmp, n, args, name):
+def launch_run(a, tmp, n, args, name, env=None):
     logs = f"{tmp}/{name}"
     cmd = [a.launch, "--devices", "cpu", "--nproc_per_node", str(n), "--log_dir", logs, "--stream", "all",
            a.train] + args
-    p = ok(cmd, timeout=170)
+    p = ok(cmd, env=env, timeout=170)
     text = p.stdout + p.stderr
     if os.path.isdir(logs):
         for f in sorted(os.listdir(logs)):
