@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # The one command run on the GPU machine (through the device tool), with binaries built
-# elsewhere and carried: the [gpu] tests, the comparisons with torchvision on the same GPU, the
+# elsewhere and carried: the [gpu] tests (and ZeRO-1 with sharded master weights, 2 ranks sharing
+# one GPU through --comm ring, against --zero 0), the comparisons with torchvision on the same GPU, the
 # 2-GPU runs (identical parameters across ranks, 2 GPUs vs 2 CPU ranks, a learnable run whose
 # loss must fall), the kill-one-rank test, and scripts/bench_gpu.sh (1 GPU rows and the
 # scaling table for N = 1, 2, 4, ... GPUs). Every item runs even when an earlier one fails.
