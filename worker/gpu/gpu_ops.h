@@ -55,7 +55,8 @@ struct GpuOptions {
 
 // Reads WORKER_GPU_TF32=1, WORKER_CUDNN_SEARCH=find|heuristic, WORKER_CUDNN_WORKSPACE_MB,
 // WORKER_GPU_POOL_CHUNK_MB, WORKER_CONV_S2D=0|1, WORKER_CONV_ENGINES=auto|legacy,
-// WORKER_WGRAD_STREAM=0|1, WORKER_CUDNN_DETERMINISTIC=0|1 over the defaults. A bad value is an error naming the variable.
+// WORKER_WGRAD_STREAM=0|1, WORKER_CUDNN_DETERMINISTIC=0|1 over the defaults. A bad value is an
+// error naming the variable.
 GpuOptions gpu_options_from_env(int device, DType precision);
 
 class GpuOps final : public Ops {

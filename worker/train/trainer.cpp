@@ -114,8 +114,10 @@ TrainingSession::TrainingSession(const TrainOptions& opt, const DataEnv& data_en
       train_data_(train_source(opt, data_env, ops)),
       val_data_(make_batch_source(opt, data_env, Split::Val, ops)),
       sampler_(sampler_config(opt, *train_data_, world_)), steps_per_epoch_(checked_steps_per_epoch(sampler_, opt, world_)),
-      global_batch_(int64_t(world_) * opt.batch_size * opt.accum_steps), model_(model_config(opt, *train_data_, !shards_master(opt, ops, world_)), ops),
-      zero_(opt.zero == 1), shard_master_(!model_.config().whole_params), layout_(make_shard_layout(model_.num_params(), bucket_floats(opt), rank_, world_)),
+      global_batch_(int64_t(world_) * opt.batch_size * opt.accum_steps),
+      model_(model_config(opt, *train_data_, !shards_master(opt, ops, world_)), ops),
+      zero_(opt.zero == 1), shard_master_(!model_.config().whole_params),
+      layout_(make_shard_layout(model_.num_params(), bucket_floats(opt), rank_, world_)),
       optimizer_(optimizer_config(opt), ops, model_.num_params(),
                  opt.no_wd_on_bn_bias ? decay_mask_without_bn_and_bias(model_) : std::vector<uint8_t>{},
                  zero_ ? layout_.owned : std::vector<ParamView>{}),
@@ -410,6 +412,8 @@ void TrainingSession::announce() {
       if (shard_master_)
         out_ << "master weights " << strf("%.1f MB", double(master_bytes()) / 1e6) << " on rank 0 (whole "
              << strf("%.1f MB", double(model_.num_params() * sizeof(float)) / 1e6) << ")";
+      else if (ops_.keeps_working_copy())
+        out_ << "master weights whole (one rank)";
       else
         out_ << "weights whole (they are the working weights)";
     }
