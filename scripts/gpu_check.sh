@@ -1,10 +1,11 @@
 #!/usr/bin/env bash
 # The one command run on the GPU machine (through the device tool), with binaries built
 # elsewhere and carried: the [gpu] tests (and ZeRO-1 with sharded master weights, 2 ranks sharing
-# one GPU through --comm ring, against --zero 0), the comparisons with torchvision on the same GPU, the
-# 2-GPU runs (identical parameters across ranks, 2 GPUs vs 2 CPU ranks, a learnable run whose
-# loss must fall), the kill-one-rank test, and scripts/bench_gpu.sh (1 GPU rows and the
-# scaling table for N = 1, 2, 4, ... GPUs). Every item runs even when an earlier one fails.
+# one GPU through --comm ring, against --zero 0), the comparisons with torchvision on the same
+# GPU, the 2-rank runs (identical parameters across ranks, 2 GPU ranks vs 2 CPU ranks, a
+# learnable run whose loss must fall; on 2 GPUs, or both ranks on one GPU through --comm ring),
+# the kill-one-rank test, and scripts/bench_gpu.sh (1 GPU rows and the scaling table for N = 1,
+# 2, 4, ... GPUs). Every item runs even when an earlier one fails.
 #
 # Before (on the build machine):
 #   cmake --build build -j2 --target launch train_resnet test_worker_gpu gpu_model_driver
@@ -88,11 +89,18 @@ train() {  # log, then launch arguments
   timeout 60 "$BIN/launch" "$@" > "$logf" 2>&1
 }
 
-# --- Two GPUs through the launcher
+# --- Two ranks through the launcher: on 2 GPUs (NCCL), or with one GPU both ranks on it through
+# the ring in host memory (--comm ring; NCCL refuses two ranks on one device), which checks the
+# trainer's multi-rank GPU path but not NCCL.
+if [ "$ngpu" -ge 2 ]; then
+  TWO=(--gpus 0,1) TWO_ARGS=() TWO_NAME="2 GPUs" TWO_SMI=0,1
+else
+  TWO=(--devices cpu --nproc_per_node 2) TWO_ARGS=(--device gpu --comm ring) TWO_NAME="2 ranks, 1 GPU, ring" TWO_SMI=0
+fi
 lane_multi() {
   small=(--depth 18 --width 32 --image-size 64 --num-classes 10 --optimizer sgd --lr 0.05 --momentum 0.9)
   # 200 bf16 steps on learnable data: the loss must fall; every rank ends with identical params.
-  train "$OUT/multi_learnable.log" --gpus 0,1 "$BIN/train_resnet" "${small[@]}" --precision bf16 \
+  train "$OUT/multi_learnable.log" "${TWO[@]}" "$BIN/train_resnet" "${TWO_ARGS[@]}" "${small[@]}" --precision bf16 \
     --batch-size 64 --data learnable --num-samples 4096 --epochs 1000 --max-steps 200 --log-every 20 \
     --metrics-file "$OUT/multi_learnable.metrics.jsonl"
   rc=$?
@@ -111,7 +119,7 @@ PY
   agree=$(grep -o 'Checksums: .*' "$OUT/multi_learnable.log" | tail -1)
   ok=1; [ $rc -eq 0 ] && [[ "$fall" == *FELL* ]] && [[ "$fall" != *NO-PEAK* ]] && [[ "$agree" == *agree* ]] \
     && grep -q 'Peak device memory' "$OUT/multi_learnable.log" && ok=0
-  row "2 GPUs: 200 bf16 steps, learnable data" "$(verdict $ok)" "$fall; $agree"
+  row "$TWO_NAME: 200 bf16 steps, learnable" "$(verdict $ok)" "$fall; $agree"
 
   # Data parallel on 2 GPUs (NCCL) against data parallel on 2 CPU processes (the CPU backend's
   # ring all-reduce), fp32, same shards, same per-rank batch norm: equal up to rounding.
@@ -119,7 +127,8 @@ PY
   # (64x64 images: at 32x32 layer4's batch norms see 8 values each and amplify rounding.)
   dp=(--depth 18 --width 16 --image-size 64 --num-classes 10 --optimizer sgd --lr 0.05 --momentum 0.9
       --data learnable --num-samples 1024 --max-steps 2 --seed 3 --precision fp32)
-  train "$OUT/dp_gpu.log" --gpus 0,1 "$BIN/train_resnet" "${dp[@]}" --batch-size 8 --save "$OUT/dp_gpu.safetensors"
+  train "$OUT/dp_gpu.log" "${TWO[@]}" "$BIN/train_resnet" "${TWO_ARGS[@]}" "${dp[@]}" --batch-size 8 \
+    --save "$OUT/dp_gpu.safetensors"
   rc1=$?
   OMP_NUM_THREADS=8 train "$OUT/dp_cpu.log" --devices cpu --nproc_per_node 2 "$BIN/train_resnet" "${dp[@]}" \
     --batch-size 8 --device cpu --save "$OUT/dp_cpu.safetensors"
@@ -142,14 +151,14 @@ PY
   }
   cmp=$(cmpf "$OUT/dp_gpu.safetensors" "$OUT/dp_cpu.safetensors")
   ok=1; [ $rc1 -eq 0 ] && [ $rc2 -eq 0 ] && [[ "$cmp" == *OK ]] && ok=0
-  row "2 GPUs vs 2 CPU ranks, fp32, 2 steps" "$(verdict $ok)" "$cmp"
-  row "  (info) 2 GPUs x B8 vs 1 GPU x B16" "info" "$(cmpf "$OUT/dp_gpu.safetensors" "$OUT/dp_gpu1.safetensors")"
+  row "$TWO_NAME vs 2 CPU ranks, fp32, 2 steps" "$(verdict $ok)" "$cmp"
+  row "  (info) $TWO_NAME x B8 vs 1 GPU x B16" "info" "$(cmpf "$OUT/dp_gpu.safetensors" "$OUT/dp_gpu1.safetensors")"
 }
 
 # --- Kill one rank mid-run: the other must exit within 5 s, nothing left on the GPUs
 lane_kill() {
   klog="$OUT/kill_rank.log"
-  "$BIN/launch" --gpus 0,1 "$BIN/train_resnet" --depth 50 --batch-size 64 --num-samples 1000000 \
+  "$BIN/launch" "${TWO[@]}" "$BIN/train_resnet" "${TWO_ARGS[@]}" --depth 50 --batch-size 64 --num-samples 1000000 \
     --max-steps 100000 --log-every 5 > "$klog" 2>&1 &
   lpid=$!
   for _ in $(seq 600); do grep -q 'Epoch\[' "$klog" && break; kill -0 $lpid 2>/dev/null || break; sleep 0.1; done
@@ -171,19 +180,19 @@ lane_kill() {
     dt=$(python3 -c "print(f'{$t1 - $t0:.1f}')")
     sleep 1
     # Only GPUs 0,1: the other lanes may be running on GPUs 2,3.
-    left=$(nvidia-smi -i 0,1 --query-compute-apps=pid --format=csv,noheader | grep -c . || true)
+    left=$(nvidia-smi -i "$TWO_SMI" --query-compute-apps=pid --format=csv,noheader | grep -c . || true)
     ok=1; [ $alive -eq 0 ] && [ "$left" -eq 0 ] && python3 -c "import sys; sys.exit(0 if $dt <= 5.0 else 1)" && ok=0
-    row "kill -9 rank 1 mid-run" "$(verdict $ok)" "launch exit $lrc after $dt s; $left process(es) on GPUs 0,1; $(grep -m1 -io 'rank 1[^;]*' "$klog" | head -c 80)"
+    row "kill -9 rank 1 mid-run ($TWO_NAME)" "$(verdict $ok)" "launch exit $lrc after $dt s; $left process(es) on GPU(s) $TWO_SMI; $(grep -m1 -io 'rank 1[^;]*' "$klog" | head -c 80)"
   fi
 }
 
 # --- Correctness lanes: side by side on 4+ GPUs, else one after another.
 lane_pair() {
-  if [ "$ngpu" -ge 2 ]; then
+  if [ "$ngpu" -ge 1 ]; then
     has multi && lane_multi
     has kill && lane_kill
   else
-    has multi && row "2-GPU items" "SKIP" "only $ngpu GPU(s)"
+    has multi && row "2-rank GPU items" "SKIP" "no GPU"
   fi
 }
 if [ "$ngpu" -ge 4 ]; then

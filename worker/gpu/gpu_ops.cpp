@@ -322,12 +322,21 @@ void GpuOps::grow_workspace(size_t bytes) {
 }
 
 // The main stream takes the workspace from its start, the side stream from its end: a weight
-// gradient beside a data gradient shares the one buffer when their two needs fit in it, and
-// the main stream waits for the side stream's task where they would overlap.
+// gradient beside a data gradient shares the one buffer when their two needs fit in it. Where
+// they would overlap, the later one waits: the main stream for a pending side task (writes()),
+// and a weight gradient for the data gradient its conv_backward enqueued just before it, which
+// may still be running (side_workspace()).
 void* GpuOps::workspace(size_t bytes) {
   if (bytes == 0) return nullptr;
   grow_workspace(bytes);
   writes(ws_, bytes);
+  if (forking_) {  // between a side task's fork and its end
+    if (main_ws_ != ws_) {  // the buffer grew: the data gradient has a new one
+      main_ws_ = ws_;
+      main_ws_used_ = 0;
+    }
+    main_ws_used_ = std::max(main_ws_used_, bytes);
+  }
   return ws_;
 }
 
@@ -336,6 +345,9 @@ void* GpuOps::side_workspace(size_t bytes) {
   grow_workspace(bytes);
   const uintptr_t end = reinterpret_cast<uintptr_t>(ws_) + ws_bytes_;
   char* p = reinterpret_cast<char*>((end - bytes) & ~uintptr_t(255));
+  // The main stream's work since this task's fork used [ws_, ws_ + main_ws_used_): on an
+  // overlap the task forks again, after it (so it waits for that data gradient).
+  if (forking_ && main_ws_ == ws_ && static_cast<char*>(ws_) + main_ws_used_ > p) side_->begin();
   if (!side_ws_lo_ || p < side_ws_lo_) side_ws_lo_ = p;
   side_ws_hi_ = reinterpret_cast<char*>(end);
   return p;
@@ -744,7 +756,12 @@ void GpuOps::conv_backward(const ConvDesc& d, const Act& x, ParamView w, const A
   // 8,211 on one stream; uncaptured, 8,399 against 8,283).
   const ConvTuner* wt = p.tune[3].get();
   const bool side = side_ && dx && !p.s2d && !timer_->on() && (!wt || wt->settled()) && !capturing_;
-  if (side) side_->begin();  // before the data gradient: the two may overlap as well
+  if (side) {
+    side_->begin();  // before the data gradient: the two may overlap as well
+    forking_ = true;  // what the data gradient takes of the workspace (side_workspace looks)
+    main_ws_ = ws_;
+    main_ws_used_ = 0;
+  }
   if (dx) {
     check_act(*dx, "conv_backward input gradient");
     auto timed = timer_->scope("conv dgrad", [&] { return conv_label(d); });
@@ -782,6 +799,7 @@ void GpuOps::conv_backward(const ConvDesc& d, const Act& x, ParamView w, const A
     const size_t ws_bytes = side_ws_lo_ ? size_t(side_ws_hi_ - side_ws_lo_) : 0;
     side_->end({{x.data, x.bytes()}, {dy.data, dy.bytes()}}, {{g, g_bytes}, {side_ws_lo_, ws_bytes}});
     side_ws_lo_ = side_ws_hi_ = nullptr;
+    forking_ = false;
   }
 }
 

@@ -229,6 +229,11 @@ class GpuOps final : public Ops {
   std::unique_ptr<SideStream> side_;  // null when GpuOptions::wgrad_stream is off
   char* side_ws_lo_ = nullptr;  // the workspace range the side task being enqueued uses
   char* side_ws_hi_ = nullptr;
+  // While a side task is being enqueued: the workspace buffer of its fork and how much of it the
+  // main stream has taken since (the data gradient that may run beside the task).
+  bool forking_ = false;
+  void* main_ws_ = nullptr;
+  size_t main_ws_used_ = 0;
   void* side_half_ = nullptr;
   size_t side_half_bytes_ = 0;
   // --- Step capture. The optimizer kernels read their StepValues from opt_scalars_ (device).
