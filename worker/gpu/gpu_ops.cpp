@@ -546,10 +546,13 @@ void GpuOps::shard_master_weights(const std::vector<ParamView>& owned, const std
   if (params_ || !shadow_ || master_)
     throw GpuError(GpuError::Kind::Invalid,
                    "shard_master_weights needs bind_params(nullptr, ...) in bf16/fp16, once (" + where() + ")");
+  auto inside = [&](const ParamView& v) {
+    if (v.offset > count_ || v.count > count_ - v.offset)
+      throw GpuError(GpuError::Kind::Invalid, "shard_master_weights: a range leaves the buffer (" + where() + ")");
+  };
   size_t kept = 0;
   for (const ParamView& r : owned) {
-    if (r.offset > count_ || r.count > count_ - r.offset)
-      throw GpuError(GpuError::Kind::Invalid, "shard_master_weights: an owned range leaves the buffer (" + where() + ")");
+    inside(r);
     if (r.count == 0) continue;
     master_at_[r.offset] = {kept, r.count};
     kept += r.count;
@@ -557,8 +560,7 @@ void GpuOps::shard_master_weights(const std::vector<ParamView>& owned, const std
   std::vector<CopyRun> runs;
   size_t copies = 0;
   for (const ParamView& v : fp32_views) {
-    if (v.offset > count_ || v.count > count_ - v.offset)
-      throw GpuError(GpuError::Kind::Invalid, "shard_master_weights: a parameter leaves the buffer (" + where() + ")");
+    inside(v);
     vec_at_[v.offset] = copies;
     if (!runs.empty() && runs.back().src + runs.back().count == v.offset)
       runs.back().count += v.count;  // weight and bias of one batch norm are neighbours

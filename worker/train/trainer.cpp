@@ -253,42 +253,47 @@ StepStats TrainingSession::replayed_step(bool want_loss) {
 }
 
 void TrainingSession::update(float lr) {
-  if (shard_master_) {
-    // The updated master weights of each bucket's block go into the gradient buffer (that block
-    // of gradients is spent), the bucket is all-gathered there, and the working copy and the
-    // fp32 copies of the 1-D parameters are taken from the whole buffer.
-    float* whole = model_.grads();
-    optimizer_.step(lr, [this, whole](size_t k) {
-      const Bucket& b = layout_.buckets[k];
-      if (layout_.owned[k].count > 0) ops_.export_master(whole, layout_.owned[k]);
-      comm_.allgather(whole + b.begin, b.size());
-    });
-    comm_.wait();
-    ops_.import_master(whole);
+  if (!zero_) {
+    optimizer_.step(lr);
+    ops_.params_updated();
     return;
   }
-  if (zero_) {
-    // Each rank updates its block of every bucket; the bucket's all-gather starts as soon as
-    // that update is enqueued, overlapping the updates of the buckets after it.
-    optimizer_.step(lr, [this](size_t k) {
-      const Bucket& b = layout_.buckets[k];
-      comm_.allgather(model_.params() + b.begin, b.size());
-    });
-    comm_.wait();
-  } else {
-    optimizer_.step(lr);
-  }
-  ops_.params_updated();
+  // Each rank updates its block of every bucket; the bucket's all-gather starts as soon as that
+  // update is enqueued, overlapping the updates of the buckets after it. Sharded master weights
+  // put the updated block into the gradient buffer first (that block of gradients is spent).
+  float* whole = whole_weights();
+  optimizer_.step(lr, [this, whole](size_t k) {
+    const Bucket& b = layout_.buckets[k];
+    if (shard_master_ && layout_.owned[k].count > 0) ops_.export_master(whole, layout_.owned[k]);
+    comm_.allgather(whole + b.begin, b.size());
+  });
+  comm_.wait();
+  take_whole_weights();
 }
 
-// The whole parameters in the gradient buffer (free between steps: the next one zeroes it),
-// where Model::get_state() reads them under sharded master weights: each rank's blocks, then
-// every bucket all-gathered.
-void TrainingSession::gather_master() {
-  float* whole = model_.grads();
-  ops_.export_master(whole);
+// Where the whole fp32 weights are: the model's buffer, or under sharded master weights the
+// gradient buffer (free between steps: the next one zeroes it), where set_state() leaves them,
+// the all-gathers put them and Model::get_state() reads them.
+float* TrainingSession::whole_weights() { return shard_master_ ? model_.grads() : model_.params(); }
+
+// The backend's copies of the weights (working copy; sharded: masters and 1-D copies) from there.
+void TrainingSession::take_whole_weights() {
+  if (shard_master_)
+    ops_.import_master(model_.grads());
+  else
+    ops_.params_updated();
+}
+
+// Every bucket of `whole` all-gathered (each rank's blocks to everyone), waited for.
+void TrainingSession::allgather_buckets(float* whole) {
   for (const Bucket& b : layout_.buckets) comm_.allgather(whole + b.begin, b.size());
   comm_.wait();
+}
+
+// Sharded master weights: the whole parameters into the gradient buffer.
+void TrainingSession::gather_master() {
+  ops_.export_master(model_.grads());
+  allgather_buckets(model_.grads());
 }
 
 ModelState TrainingSession::model_state() {
@@ -357,16 +362,12 @@ void TrainingSession::resume() {
            << pos_.batch << ")" << std::endl;
     }
   }
-  // Every rank starts from rank 0's weights and buffers (as DDP does at construction). Under
-  // sharded master weights set_state() left the whole parameters in the gradient buffer.
+  // Every rank starts from rank 0's weights and buffers (as DDP does at construction).
   if (world_ > 1) {
-    comm_.broadcast(shard_master_ ? model_.grads() : model_.params(), model_.num_params() * sizeof(float), 0);
+    comm_.broadcast(whole_weights(), model_.num_params() * sizeof(float), 0);
     comm_.broadcast(model_.buffers(), model_.num_buffers() * sizeof(float), 0);
     comm_.wait();
-    if (shard_master_)
-      ops_.import_master(model_.grads());
-    else
-      ops_.params_updated();
+    take_whole_weights();
   }
 }
 
@@ -627,8 +628,7 @@ std::map<std::string, std::vector<float>> TrainingSession::whole_optimizer_state
       ops_.upload(scratch + r.offset, kept.data() + o, r.count * sizeof(float));
       o += r.count;
     }
-    for (const Bucket& b : layout_.buckets) comm_.allgather(scratch + b.begin, b.size());
-    comm_.wait();
+    allgather_buckets(scratch);
     if (lead_) {
       std::vector<float>& v = whole[name];
       v.resize(np);

@@ -87,7 +87,10 @@ class TrainingSession {
   // The optimizer state of the whole buffer for rank 0's checkpoint (others: empty); under ZeRO
   // gathered from every rank's shard (collective).
   std::map<std::string, std::vector<float>> whole_optimizer_state();
-  void gather_master();           // sharded master weights: the whole parameters into grads()
+  float* whole_weights();                // the whole fp32 weights: params(), or grads() when sharded
+  void take_whole_weights();             // the backend's copies of the weights from whole_weights()
+  void allgather_buckets(float* whole);  // every bucket all-gathered, waited for
+  void gather_master();                  // sharded master weights: the whole parameters into grads()
   ModelState model_state();       // this rank's parameters and buffers (a collective under sharding)
   ModelState lead_model_state();  // the same on rank 0, empty elsewhere (a collective under sharding)
   size_t unsharded_optimizer_bytes() const;
