@@ -18,6 +18,11 @@ enum class ProgramKind {
   NoPython,      // --no-python: PROGRAM is executed as it is, even a *.py
 };
 
+// torchrun's --rdzv-conf KEY=VALUE,... (PET_RDZV_CONF): the keys launch honours.
+struct RdzvConf {
+  std::optional<bool> is_host;  // is_host: this launch serves the store (1) or joins it (0)
+};
+
 struct Options {
   std::optional<std::string> gpus;     // --gpus 0,1,3
   std::optional<std::string> devices;  // --devices 0,1 | cpu
@@ -41,6 +46,7 @@ struct Options {
   int rank = -1;                          // --rank / --node-rank: this node's rank; -1: in arrival order
   std::optional<std::string> token_file;  // --token-file; else LAUNCH_STORE_TOKEN
   double elastic_timeout_s = 600;         // --elastic_timeout: how long the nodes wait for each other
+  RdzvConf rdzv;                          // --rdzv-conf
   // Single node: torchrun's --master-addr/--master-port name what the program's rank 0 binds.
   std::optional<std::string> framework_addr;
   std::optional<int> framework_port;

@@ -41,11 +41,9 @@ class PortReservation {
   std::vector<int> locks_;
 };
 
-// `count` ports on IPv4 address `host`. With start_port: start_port .. start_port+count-1, each
+// `count` ports on address `host` (IPv4 or IPv6). With start_port: start_port .. start_port+count-1, each
 // checked free (UsageError if not). lock_dir empty: no cross-launch locks.
 PortReservation reserve_ports(const std::string& host, int count, std::optional<int> start_port,
                               const std::string& lock_dir = "/tmp/launch-ports");
-
-bool is_ipv4_address(const std::string& host);
 
 }  // namespace launch

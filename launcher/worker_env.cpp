@@ -2,6 +2,8 @@
 
 #include <cstdint>
 
+#include "proto/address.h"
+
 namespace launch {
 
 namespace {
@@ -30,7 +32,8 @@ WorkerEnv build_worker_env(const JobSpec& job, const RankLayout& l, int index, i
   const std::string local_size = std::to_string(l.local_size);
   std::string endpoints;
   for (size_t i = 0; i < l.endpoints.size(); ++i) endpoints += (i ? "," : "") + l.endpoints[i];
-  const size_t colon = l.master.rfind(':');
+  // "[::1]:29500" -> MASTER_ADDR=::1: torch takes the bare address.
+  const std::optional<proto::HostPort> master = proto::split_host_port(l.master, /*allow_zero=*/true);
   auto keep_or = [&](EnvMap& e, const char* name, const char* value) {
     if (!parent.count(name)) e[name] = value;
   };
@@ -61,8 +64,8 @@ WorkerEnv build_worker_env(const JobSpec& job, const RankLayout& l, int index, i
   e[kGroupRank] = std::to_string(l.node_rank);
   e[kGroupWorldSize] = std::to_string(l.nnodes);
   e[kRoleName] = "default";
-  e[kMasterAddr] = l.master.substr(0, colon);
-  e[kMasterPort] = l.master.substr(colon + 1);
+  e[kMasterAddr] = master ? master->host : l.master;
+  e[kMasterPort] = master ? std::to_string(master->port) : "";
   e[kTorchRunId] = job.job_id;
   e[kTorchMaxRestarts] = std::to_string(job.max_restarts);
   e[kTorchUseAgentStore] = "False";

@@ -1,11 +1,5 @@
 #include "launcher/multinode/multinode_job.h"
 
-#include <arpa/inet.h>
-#include <netdb.h>
-#include <netinet/in.h>
-#include <sys/socket.h>
-#include <unistd.h>
-
 #include <optional>
 
 #include "launcher/errors.h"
@@ -14,44 +8,14 @@
 #include "launcher/store/job_store.h"
 #include "launcher/multinode/monitor.h"
 #include "launcher/multinode/rendezvous.h"
+#include "launcher/multinode/store_host.h"
 #include "launcher/multinode/token.h"
 #include "launcher/ports.h"
+#include "proto/address.h"
 
 namespace launch {
 
 namespace mn = launch::multinode;
-
-std::string route_source_address(const std::string& ip) {
-  int s = socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0);
-  SYS_CHECK(s);
-  sockaddr_in to{};
-  to.sin_family = AF_INET;
-  to.sin_port = htons(9);
-  inet_pton(AF_INET, ip.c_str(), &to.sin_addr);
-  sockaddr_in me{};
-  socklen_t len = sizeof me;
-  const bool ok = connect(s, reinterpret_cast<sockaddr*>(&to), sizeof to) == 0 &&
-                  getsockname(s, reinterpret_cast<sockaddr*>(&me), &len) == 0;
-  const int err = errno;
-  close(s);
-  if (!ok) throw UsageError("no route to --master " + ip + " (" + std::strerror(err) + "); give --host");
-  char buf[INET_ADDRSTRLEN];
-  inet_ntop(AF_INET, &me.sin_addr, buf, sizeof buf);
-  return buf;
-}
-
-std::string resolve_ipv4(const std::string& host) {
-  if (is_ipv4_address(host)) return host;
-  addrinfo hints{};
-  hints.ai_family = AF_INET;
-  addrinfo* res = nullptr;
-  int rc = getaddrinfo(host.c_str(), nullptr, &hints, &res);
-  if (rc != 0 || !res) throw UsageError("cannot resolve host '" + host + "' of --master: " + gai_strerror(rc));
-  char buf[INET_ADDRSTRLEN];
-  inet_ntop(AF_INET, &reinterpret_cast<sockaddr_in*>(res->ai_addr)->sin_addr, buf, sizeof buf);
-  freeaddrinfo(res);
-  return buf;
-}
 
 std::string resolve_multinode_token(const std::optional<std::string>& token_file, const proto::EnvMap& env) {
   std::optional<std::string> from_env;
@@ -67,51 +31,49 @@ namespace {
 
 class MultinodeJob final : public JobMode {
  public:
-  // Node 0 serves the store on exactly --master (the other nodes were told that address), and
-  // this node's endpoints and the framework's master port come from our own reservation.
+  // The launch that wins the bind on --master serves the store there (store_host.h); this node's
+  // endpoints and the framework's master port come from our own reservation.
   MultinodeJob(const Plan& p, StopSignals& stops) : stops_(stops) {
-    const size_t colon = p.master.rfind(':');
-    const std::string master_ip = p.master.substr(0, colon);
-    const int master_port = std::stoi(p.master.substr(colon + 1));
-    host_ = p.opt.host_given ? p.opt.host : route_source_address(master_ip);
-    serve_ = p.opt.rank == 0 || (p.opt.rank == -1 && host_ == master_ip);
-    if (serve_) {
-      try {
-        store_ = start_shared_job_store(master_ip, p.job.job_id, static_cast<uint16_t>(master_port), p.token);
-      } catch (const std::runtime_error& e) {
-        throw std::runtime_error(std::string("node 0 cannot serve the job's store on --master ") + p.master + ": " +
-                                 e.what());
-      }
-    }
+    const auto deadline = std::chrono::steady_clock::now() + p.elastic_timeout();
+    MeetingPoint mp = meet_at_master(p, stops, deadline);
+    host_ = mp.host;
+    serve_ = mp.serves;
+    store_ = std::move(mp.store);
     const int n = p.n();
     ports_ = reserve_ports(host_, n + 1, std::nullopt);
     mn::NodeRegistration self;
     self.host = host_;
-    self.requested_rank = serve_ && p.opt.rank == -1 ? 0 : p.opt.rank;
+    self.requested_rank = p.opt.rank;
+    self.serves_store = serve_;
     self.nproc = n;
     for (int i = 0; i < n; ++i) {
       const RankDevice& d = p.job.devices[size_t(i)];
       if (d.kind == DeviceKind::Gpu) self.devices.push_back(std::to_string(d.gpu));
-      self.endpoints.push_back(host_ + ":" + std::to_string(ports_.ports()[size_t(i)]));
+      self.endpoints.push_back(proto::join_host_port(host_, ports_.ports()[size_t(i)]));
     }
-    self.master_endpoint = host_ + ":" + std::to_string(ports_.ports()[size_t(n)]);
+    self.master_endpoint = proto::join_host_port(host_, ports_.ports()[size_t(n)]);
 
-    rc_.store.address = p.master;
+    rc_.store.address = mp.master;
     rc_.store.address_source = p.master_origin;
     rc_.store.job_id = p.job.job_id;
     rc_.store.token = p.token;
-    rc_.store.connect_timeout = p.elastic_timeout();
     rc_.store.client_name = "launcher on " + host_;
     rc_.nnodes = p.opt.nnodes;
     rc_.self = self;
-    rc_.timeout = p.elastic_timeout();
     rc_.expected_hosts = p.slurm_hosts;
+    timeout_ = p.elastic_timeout();
+    // The first meeting has what resolving the master left of --elastic_timeout.
+    first_timeout_ = std::max(std::chrono::duration_cast<std::chrono::milliseconds>(
+                                  deadline - std::chrono::steady_clock::now()),
+                              std::chrono::milliseconds(1000));
     max_restart_ = p.opt.max_restart;
   }
 
   RankLayout start(int generation) override {
     monitor_.reset();
     rc_.generation = generation;
+    rc_.timeout = generation == 0 ? first_timeout_ : timeout_;
+    rc_.store.connect_timeout = rc_.timeout;
     log::info("rendezvous: " + (generation > 0 ? "generation " + std::to_string(generation) + ", " : std::string()) +
               "waiting for " + std::to_string(rc_.nnodes) + " node(s) at " + rc_.store.address +
               (serve_ ? " (served here)" : ""));
@@ -162,7 +124,7 @@ class MultinodeJob final : public JobMode {
     };
   }
 
-  // This generation is over here: tell the others; node 0 keeps its store up until they have
+  // This generation is over here: tell the others; the store's node keeps it up until they have
   // left it (bounded), so their last calls are answered. After a failure the others are parked
   // on its record and learn it within milliseconds; a node whose launcher died never leaves,
   // hence the short bound.
@@ -179,7 +141,7 @@ class MultinodeJob final : public JobMode {
   }
 
  private:
-  // Node 0's store wakes its own workers' waiters too (JOB_FAILED), whoever failed -- but only
+  // The store's node wakes its own workers' waiters too (JOB_FAILED), whoever failed -- but only
   // when no restart follows: that record is final, and the next generation's rendezvous and
   // workers use the same store (the workers' own SIGTERM ends their waits meanwhile).
   void publish_in_store(const mn::FailureRecord& f) {
@@ -190,6 +152,7 @@ class MultinodeJob final : public JobMode {
   std::string host_;
   bool serve_ = false;
   int max_restart_ = 0;
+  std::chrono::milliseconds timeout_{0}, first_timeout_{0};
   mn::RendezvousConfig rc_;
   std::optional<JobStore> store_;
   PortReservation ports_;

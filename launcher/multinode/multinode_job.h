@@ -11,10 +11,6 @@
 
 namespace launch {
 
-// The local IPv4 address the kernel would use to reach `ip` (UDP connect, nothing sent).
-std::string route_source_address(const std::string& ip);
-// `host` as an IPv4 address (getaddrinfo); throws UsageError naming it.
-std::string resolve_ipv4(const std::string& host);
 // The job's shared token: --token-file, else LAUNCH_STORE_TOKEN in `env`. UsageError (saying
 // how to make one) when neither is there or the file is not private.
 std::string resolve_multinode_token(const std::optional<std::string>& token_file, const proto::EnvMap& env);

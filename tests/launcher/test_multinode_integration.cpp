@@ -212,3 +212,98 @@ TEST_CASE("multinode: --dry-run shows this node's ranks of the job and node 0's 
   CHECK_THAT(out, Catch::Contains("log: " + td.path + "/log/workerlog.3"));
   CHECK_FALSE(exists(td.path + "/log"));
 }
+
+// --- Rendezvous without node ranks (issue 21, item 1) -------------------------------------------
+
+namespace {
+
+// A launcher of the c10d form: no rank, every node the same command line.
+Proc c10d_node(const std::string& dir, int i, const std::vector<std::string>& rdzv, const std::string& script,
+               const std::map<std::string, std::string>& env = kToken) {
+  std::vector<std::string> argv{kLaunch, "--host", "127.0.0.1", "--devices", "cpu", "--nproc_per_node", "2",
+                                "--log_dir", dir + "/log" + std::to_string(i)};
+  argv.insert(argv.end(), rdzv.begin(), rdzv.end());
+  argv.insert(argv.end(), {"sh", "-c", script});
+  return start(argv, dir, env, "c10d" + std::to_string(i));
+}
+
+// Every rank's environment, written by the workers of `nodes` launchers of 2 processes.
+void check_ranks(const std::string& d, int nodes, const std::string& master) {
+  std::set<std::string> group_ranks, endpoints;
+  for (int r = 0; r < 2 * nodes; ++r) {
+    auto e = parse_env_file(d + "/env." + std::to_string(r));
+    CHECK(e["RANK"] == std::to_string(r));
+    CHECK(e["WORLD_SIZE"] == std::to_string(2 * nodes));
+    CHECK(e["GROUP_RANK"] == std::to_string(r / 2));
+    CHECK(e["LAUNCH_STORE_ADDR"] == master);
+    group_ranks.insert(e["GROUP_RANK"]);
+    endpoints.insert(e["PADDLE_CURRENT_ENDPOINT"]);
+  }
+  CHECK(int(group_ranks.size()) == nodes);
+  CHECK(int(endpoints.size()) == 2 * nodes);
+}
+
+}  // namespace
+
+TEST_CASE("c10d form without ranks: 3 launches on one host meet; the one that serves the store is node 0", "[launcher][multinode]") {
+  TempDir td;
+  const std::string& d = td.path;
+  const std::string master = free_loopback_address();
+  const std::string script = "env > " + d + "/env.$RANK; " + kLaunch + " kv barrier all --timeout 20";
+  const std::vector<std::string> rdzv{"--nnodes", "3", "--rdzv-backend", "c10d", "--rdzv-endpoint", master};
+  std::vector<Proc> nodes;
+  for (int i = 0; i < 3; ++i) nodes.push_back(c10d_node(d, i, rdzv, script));
+  Reaper g0(nodes[0].pid), g1(nodes[1].pid), g2(nodes[2].pid);
+  int serving = 0;
+  for (int i = 0; i < 3; ++i) {
+    INFO(nodes[i].err());
+    REQUIRE(wait_exit(nodes[i].pid, 30) == 0);
+    CHECK_THAT(nodes[i].err(), !Catch::Contains("Address already in use"));
+    if (nodes[i].err().find("serving the job's store on " + master) != std::string::npos) {
+      ++serving;
+      CHECK_THAT(nodes[i].err(), Catch::Contains("this is node 0 of 3"));
+    } else {
+      CHECK_THAT(nodes[i].err(), Catch::Contains("another launch serves the store there): joining it"));
+    }
+  }
+  CHECK(serving == 1);
+  check_ranks(d, 3, master);
+}
+
+TEST_CASE("paddle's form: PADDLE_MASTER and PADDLE_NNODES, no rank: 2 launches on one host meet", "[launcher][multinode]") {
+  TempDir td;
+  const std::string& d = td.path;
+  const std::string master = free_loopback_address();
+  std::map<std::string, std::string> env = kToken;
+  env["PADDLE_MASTER"] = master;
+  env["PADDLE_NNODES"] = "2";
+  env["PADDLE_JOB_ID"] = "pj";
+  const std::string script = "env > " + d + "/env.$RANK; " + kLaunch + " kv barrier all --timeout 20";
+  Proc a = c10d_node(d, 0, {}, script, env), b = c10d_node(d, 1, {}, script, env);
+  Reaper ga(a.pid), gb(b.pid);
+  REQUIRE(wait_exit(a.pid, 30) == 0);
+  REQUIRE(wait_exit(b.pid, 30) == 0);
+  check_ranks(d, 2, master);
+  CHECK(parse_env_file(d + "/env.3")["PADDLE_JOB_ID"] == "pj");
+}
+
+TEST_CASE("a --master name that does not resolve is retried, one line a second, until --elastic_timeout", "[launcher][multinode]") {
+  TempDir td;
+  const double t0 = now_s();
+  Proc p = c10d_node(td.path, 0, {"--nnodes", "2", "--master", "launch-test-no-such-host.invalid:29400",
+                                  "--elastic_timeout", "2"}, "true");
+  Reaper g(p.pid);
+  REQUIRE(wait_exit(p.pid, 20) == 1);
+  const double took = now_s() - t0;
+  CHECK(took > 1.5);
+  CHECK(took < 8.0);
+  const std::string err = p.err();
+  const auto retries = lines_of(err);
+  int said = 0;
+  for (const auto& l : retries) said += l.find("does not resolve yet") != std::string::npos;
+  CHECK(said >= 1);
+  CHECK(said <= 3);
+  CHECK_THAT(err, Catch::Contains("rendezvous timed out after 2 s: the host 'launch-test-no-such-host.invalid' of "
+                                  "--master does not resolve"));
+  CHECK_FALSE(exists(td.path + "/log0/workerlog.0"));
+}
