@@ -17,6 +17,7 @@ packages=(
   python3 python3-numpy python3-torch python3-torchvision python3-venv python3-pip
   clang-14 libfuzzer-14-dev
   iproute2 procps
+  python3-yaml  # issue 21: tests/launcher/k8s_netns.py reads the examples/k8s manifests
   slurm-wlm munge
   # issue 12 (trainer): plot_metrics.py, the digits convergence test, the .venv/tools venv
   python3-matplotlib python3-sklearn python3-pil python3-venv
