@@ -197,6 +197,9 @@ Plan make_plan(const Options& given, const EnvMap& parent) {
   job.job_id = opt.job_id;
   job.log_dir = own_log_dir(opt, parent, &p.log_dir_note);
   job.max_restarts = opt.max_restart;
+  job.role = opt.role;
+  job.signals_to_handle = opt.signals_to_handle;
+  job.virtual_local_rank = opt.virtual_local_rank;
   if (opt.checkpoint_signal) job.checkpoint_signal = signal_name(*opt.checkpoint_signal);
   return p;
 }

@@ -4,6 +4,7 @@
 #include <unistd.h>
 
 #include <csignal>
+#include <cstdlib>
 #include <iostream>
 
 #include "launcher/cli.h"
@@ -13,6 +14,7 @@
 #include "launcher/exit_policy.h"
 #include "launcher/failure_report.h"
 #include "launcher/job_mode.h"
+#include "launcher/line_prefix.h"
 #include "launcher/log.h"
 #include "launcher/output.h"
 #include "launcher/plan.h"
@@ -40,6 +42,23 @@ void make_dirs(const std::string& dir) {
   if (access(dir.c_str(), W_OK) < 0) throw UsageError("--log_dir " + dir + " is not writable; choose another --log_dir");
 }
 
+// The log directory; the default one (./log) that cannot be made -- a read-only working
+// directory, as in many container images -- falls back to a fresh folder under the temporary
+// directory, as torchrun's does, named in a warning.
+void make_log_dir(Plan& p) {
+  try {
+    make_dirs(p.job.log_dir);
+  } catch (const UsageError& e) {
+    if (p.opt.log_dir_given || !p.log_dir_note.empty()) throw;
+    const char* tmp = std::getenv("TMPDIR");
+    std::string dir = std::string(tmp && *tmp ? tmp : "/tmp") + "/launch-log-XXXXXX";
+    if (!mkdtemp(dir.data())) throw;
+    log::warn(std::string(e.what()).substr(0, std::string(e.what()).find(';')) + ": the logs go to " + dir +
+              " instead (--log_dir to choose)");
+    p.job.log_dir = dir;
+  }
+}
+
 // This generation's workers. A stale error file of an earlier run must not be reported as this one's.
 std::vector<WorkerPlan> worker_plans(const Plan& p, const RankLayout& layout, int generation) {
   std::vector<WorkerPlan> plans;
@@ -51,7 +70,8 @@ std::vector<WorkerPlan> worker_plans(const Plan& p, const RankLayout& layout, in
                 " processes on this node); set it yourself to override");
     unlink(worker_error_file(p.job.log_dir, rank).c_str());
     plans.push_back({rank, p.job.devices[size_t(i)], p.command, merge_env(p.parent, env),
-                     worker_log_path(p.job.log_dir, rank)});
+                     worker_log_path(p.job.log_dir, rank),
+                     line_prefix(p.opt.line_prefix_template, rank, layout.first_local_rank + i, p.job.role)});
   }
   return plans;
 }
@@ -78,15 +98,15 @@ bool restart_follows(const JobOutcome& o, int generation, int max_restart, StopS
 }
 
 // The job itself: the mode, the log directory, then one generation of workers per run.
-int run_job(const Plan& p, const ConsoleStreams& console) {
+int run_job(Plan& p, const ConsoleStreams& console) {
   // From here on signals are read from one signalfd only; blocked before any thread exists.
-  StopSignals stops(p.opt.checkpoint_signal.value_or(0));
+  StopSignals stops(p.opt.checkpoint_signal.value_or(0), p.opt.extra_stop_signals);
   // The store, the other nodes and the workers depend on us from here on: a stalled stderr must
   // not hold up a message, let alone the supervisor or the store's thread.
   log::never_block();
   std::signal(SIGPIPE, SIG_IGN);  // a closed console (launch | head) must not kill the launcher
   std::unique_ptr<JobMode> mode = make_job_mode(p, stops);  // a bad --start_port fails before the log dir
-  make_dirs(p.job.log_dir);
+  make_log_dir(p);
   // Cgroup, PID namespace or process groups (logged); makes us the subreaper of our orphans.
   const std::unique_ptr<Containment> containment = Containment::create();
 
@@ -146,7 +166,8 @@ int run_or_throw(int argc, char** argv, const ConsoleStreams& console) {
               "this launch's workers get their own");
   for (const auto& w : cli.warnings) log::warn(w);
   for (const auto& d : cli.debug) log::debug(d);
-  const Plan plan = make_plan(*cli.options, parent);
+  for (const auto& i : cli.infos) log::info(i);
+  Plan plan = make_plan(*cli.options, parent);
   if (!plan.log_dir_note.empty()) log::info(plan.log_dir_note);
   return plan.opt.dry_run ? dry_run(plan) : run_job(plan, console);
 }

@@ -81,6 +81,7 @@ enum class Phase { Running, Stopping, Killing, Done };
 
 struct Worker {
   WorkerRecord rec;
+  std::string prefix;  // of its console lines under --stream all
   int pipe_fd = -1;
   LogFile log;
   bool reaped = false;
@@ -99,6 +100,7 @@ class Loop {
       workers_[i].rec.rank = plans[i].rank;
       workers_[i].rec.device = plans[i].device;
       workers_[i].rec.log_path = plans[i].log_path;
+      workers_[i].prefix = plans[i].console_prefix;
     }
   }
   ~Loop() {
@@ -404,7 +406,7 @@ void Loop::emit(Worker& w, const char* data, size_t n) {
   w.log.write(std::string_view(data, n));
   const bool to_console = cfg_.stream == StreamMode::All || (cfg_.stream == StreamMode::Rank0 && w.rec.rank == 0);
   if (to_console && cfg_.stream == StreamMode::Rank0) console_write(std::string_view(data, n));
-  const std::string prefix = "[rank " + std::to_string(w.rec.rank) + "] ";
+  const std::string& prefix = w.prefix;
   w.lines.feed(std::string_view(data, n), [&](std::string_view line) {
     w.tail.push(line);
     if (line.find(proto::kPeerLostMarker) != std::string_view::npos)
@@ -614,7 +616,7 @@ JobOutcome Loop::run(const std::vector<WorkerPlan>& plans) {
     Worker& w = workers_[i];
     drain(i);
     const bool to_console = cfg_.stream == StreamMode::All;
-    const std::string prefix = "[rank " + std::to_string(w.rec.rank) + "] ";
+    const std::string& prefix = w.prefix;
     w.lines.finish([&](std::string_view line) {
       w.tail.push(line);
       if (to_console) console_->write(prefix + std::string(line) + "\n");

@@ -31,6 +31,7 @@ struct WorkerPlan {
   std::vector<std::string> argv;
   std::vector<std::string> env;  // "K=V", complete
   std::string log_path;
+  std::string console_prefix = "[rank 0] ";  // of its lines under --stream all (line_prefix.h)
 };
 
 struct WorkerRecord {

@@ -135,8 +135,13 @@ void JobMonitor::finish(ms timeout) {
 
 std::vector<int> JobMonitor::wait_all_finished(ms timeout) {
   const int g = cfg_.layout.generation;
+  // A node whose launcher is the root cause (it stopped responding) will never leave: not waited for.
+  const std::optional<FailureRecord> f = failure();
+  std::vector<NodeInfo> nodes;
+  for (const auto& n : cfg_.layout.nodes)
+    if (!(f && f->rank == -1 && f->node_rank == n.node_rank && n.node_rank != cfg_.layout.node_rank)) nodes.push_back(n);
   std::vector<std::string> keys;
-  for (const auto& n : cfg_.layout.nodes) keys.push_back(done_key(g, n.node_rank));
+  for (const auto& n : nodes) keys.push_back(done_key(g, n.node_rank));
   const auto deadline = std::chrono::steady_clock::now() + timeout;
   auto left = [&] {
     auto d = std::chrono::duration_cast<ms>(deadline - std::chrono::steady_clock::now());
@@ -152,7 +157,7 @@ std::vector<int> JobMonitor::wait_all_finished(ms timeout) {
     // every request that would park at once, so the only way left to wait is to look again.
     // TIMEOUT: the loop below looks once, to name who is still there.
     if (e.kind() != Kind::JobFailed && e.kind() != Kind::Timeout) {
-      for (const auto& n : cfg_.layout.nodes) running.push_back(n.node_rank);
+      for (const auto& n : nodes) running.push_back(n.node_rank);
       return running;
     }
   }
@@ -161,9 +166,9 @@ std::vector<int> JobMonitor::wait_all_finished(ms timeout) {
     try {
       auto present = writer_->check(keys, std::max(left(), ms(1000)));  // CHECK never parks
       for (size_t i = 0; i < keys.size(); ++i)
-        if (!present[i]) running.push_back(cfg_.layout.nodes[i].node_rank);
+        if (!present[i]) running.push_back(nodes[i].node_rank);
     } catch (const proto::StoreError&) {
-      for (const auto& n : cfg_.layout.nodes) running.push_back(n.node_rank);
+      for (const auto& n : nodes) running.push_back(n.node_rank);
       return running;
     }
     if (running.empty() || std::chrono::steady_clock::now() >= deadline) return running;
@@ -231,7 +236,7 @@ void JobMonitor::run() {
       next_beat = std::max(next_beat + period, now);
 
       if (!fired) {
-        if (now - last_ok > cfg_.heartbeat_timeout) {
+        if (now - last_ok > cfg_.store_timeout.value_or(cfg_.heartbeat_timeout)) {
           fire(store_unreachable(last_error));
           fired = true;
         } else if (fresh) {

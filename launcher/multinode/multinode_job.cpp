@@ -27,6 +27,25 @@ std::string resolve_multinode_token(const std::optional<std::string>& token_file
   }
 }
 
+std::chrono::milliseconds seconds_or(const std::optional<double>& s, std::chrono::milliseconds fallback) {
+  return s ? std::chrono::milliseconds(static_cast<long long>(*s * 1000)) : fallback;
+}
+
+mn::MonitorConfig monitor_config(const RdzvConf& conf) {
+  mn::MonitorConfig mc;
+  mc.heartbeat_period = seconds_or(conf.heartbeat_period_s, mc.heartbeat_period);
+  mc.heartbeat_timeout = seconds_or(conf.heartbeat_timeout_s, mc.heartbeat_timeout);
+  if (conf.store_timeout_s) mc.store_timeout = seconds_or(conf.store_timeout_s, mc.heartbeat_timeout);
+  return mc;
+}
+
+std::chrono::milliseconds remote_wait(const mn::MonitorConfig& mc) {
+  // A lost peer on another node waits for that node's report: declared after the heartbeat
+  // timeout (or the store's), noticed within a period more, and a margin.
+  return std::max(mc.heartbeat_timeout, mc.store_timeout.value_or(mc.heartbeat_timeout)) + mc.heartbeat_period +
+         std::chrono::milliseconds(2000);
+}
+
 namespace {
 
 class MultinodeJob final : public JobMode {
@@ -67,6 +86,8 @@ class MultinodeJob final : public JobMode {
                                   deadline - std::chrono::steady_clock::now()),
                               std::chrono::milliseconds(1000));
     max_restart_ = p.opt.max_restart;
+    monitor_cfg_ = monitor_config(p.opt.rdzv);
+    close_timeout_ = seconds_or(p.opt.rdzv.close_timeout_s, std::chrono::seconds(60));
   }
 
   RankLayout start(int generation) override {
@@ -92,7 +113,10 @@ class MultinodeJob final : public JobMode {
               std::to_string(layout_.nnodes) + ", global ranks " + std::to_string(layout_.rank_offset) + ".." +
               std::to_string(layout_.rank_offset + layout_.local_size - 1) + " of " +
               std::to_string(layout_.world_size));
-    monitor_ = std::make_unique<mn::JobMonitor>(mn::MonitorConfig{rc_.store, layout_});
+    mn::MonitorConfig mc = monitor_cfg_;
+    mc.store = rc_.store;
+    mc.layout = layout_;
+    monitor_ = std::make_unique<mn::JobMonitor>(mc);
     ports_.release_sockets();
 
     RankLayout l;
@@ -116,6 +140,7 @@ class MultinodeJob final : public JobMode {
       publish_in_store(monitor_->report_worker_exit(rc.rank, exit_code_of(t), sig));
     };
     cfg.remote_fd = monitor_->event_fd();
+    cfg.remote_wait = remote_wait(monitor_cfg_);
     cfg.remote_failure = [this]() -> std::pair<int, std::string> {
       auto f = monitor_->failure();
       if (!f) return {1, "unknown failure"};
@@ -132,7 +157,7 @@ class MultinodeJob final : public JobMode {
     const bool success = exit_code == 0;
     if (success) monitor_->finish();
     if (!serve_) return;
-    auto left = monitor_->wait_all_finished(success ? std::chrono::seconds(60) : std::chrono::seconds(3));
+    auto left = monitor_->wait_all_finished(success ? close_timeout_ : std::chrono::milliseconds(3000));
     if (!left.empty()) {
       std::string list;
       for (int r : left) list += (list.empty() ? "" : ", ") + std::to_string(r);
@@ -152,7 +177,8 @@ class MultinodeJob final : public JobMode {
   std::string host_;
   bool serve_ = false;
   int max_restart_ = 0;
-  std::chrono::milliseconds timeout_{0}, first_timeout_{0};
+  std::chrono::milliseconds timeout_{0}, first_timeout_{0}, close_timeout_{0};
+  mn::MonitorConfig monitor_cfg_;
   mn::RendezvousConfig rc_;
   std::optional<JobStore> store_;
   PortReservation ports_;

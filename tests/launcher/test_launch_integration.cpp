@@ -523,3 +523,78 @@ TEST_CASE("launch inside launch: never the outer launcher's log directory", "[la
     CHECK_THAT(log, !Catch::Contains("worker(s) of /usr/bin/true"));  // the inner job never started
   }
 }
+
+// --- torchrun's remaining options, with their effect (issue 21, item 6) ---------------------------
+
+TEST_CASE("launch: --tee 3 with --log-line-prefix-template and --role prefixes every console line", "[launcher][integration][torchrun]") {
+  TempDir td;
+  Proc p = launch_sh(td.path, {"--devices", "cpu", "--nproc_per_node", "2", "-t", "3", "--role", "trainer",
+                               "--log-line-prefix-template", "[${role_name}${rank}/${local_rank}]:"},
+                     "echo role=$ROLE_NAME signals=$TORCHELASTIC_SIGNALS_TO_HANDLE nccl=$TORCH_NCCL_ASYNC_ERROR_HANDLING");
+  Reaper guard(p.pid);
+  REQUIRE(wait_exit(p.pid, 20) == 0);
+  const std::string out = p.out();
+  CHECK_THAT(out, Catch::Contains("[trainer0/0]:role=trainer signals=SIGTERM,SIGINT,SIGHUP,SIGQUIT nccl=1\n"));
+  CHECK_THAT(out, Catch::Contains("[trainer1/1]:role=trainer"));
+  CHECK_THAT(out, !Catch::Contains("[rank "));
+}
+
+TEST_CASE("launch: --signals-to-handle SIGUSR1 makes SIGUSR1 stop the job, forwarded to the workers", "[launcher][integration][torchrun]") {
+  TempDir td;
+  const std::string& d = td.path;
+  // The worker says which signal ended it (a trap, then exit 0 would be no failure: it exits 7).
+  Proc p = launch_sh(d, {"--devices", "cpu", "--nproc_per_node", "1", "--signals-to-handle", "SIGTERM,SIGINT,SIGUSR1"},
+                     "trap 'echo got USR1 > " + d + "/got; exit 7' USR1; echo up > " + d + "/up; "
+                     "while :; do sleep 0.05; done");
+  Reaper guard(p.pid);
+  REQUIRE(wait_until([&] { return exists(d + "/up"); }, 10));
+  kill(p.pid, SIGUSR1);
+  CHECK(wait_exit(p.pid, 10) == 128 + SIGUSR1);
+  CHECK_THAT(slurp(d + "/got"), Catch::Contains("got USR1"));
+  CHECK_THAT(p.err(), Catch::Contains("received SIGUSR1: forwarding it to every worker"));
+  CHECK_THAT(p.err(), Catch::Contains("launch handles SIGINT, SIGTERM, SIGHUP and SIGQUIT whether listed or not"));
+}
+
+TEST_CASE("launch: a script without .py that is not executable runs under python3, as torchrun does", "[launcher][integration][torchrun]") {
+  TempDir td;
+  const std::string& d = td.path;
+  {
+    std::ofstream f(d + "/train");
+    f << "import os, sys\nprint('python', os.environ['RANK'], sys.argv[1:])\n";
+  }
+  Proc p = start({kLaunch, "--log_dir", d + "/log", "--devices", "cpu", "--nproc_per_node", "1", "train", "--lr", "1"}, d);
+  Reaper guard(p.pid);
+  REQUIRE(wait_exit(p.pid, 30) == 0);
+  CHECK_THAT(p.out(), Catch::Contains("python 0 ['--lr', '1']"));
+}
+
+TEST_CASE("launch: a read-only working directory: the default ./log falls back to the temporary folder, named", "[launcher][integration][torchrun]") {
+  TempDir td;
+  const std::string ro = td.path + "/ro";
+  REQUIRE(mkdir(ro.c_str(), 0555) == 0);
+  const std::string tmp = td.path + "/tmp";
+  REQUIRE(mkdir(tmp.c_str(), 0700) == 0);
+  // Root writes anywhere a mode allows nothing: a read-only bind mount of its own then, in a
+  // mount namespace of its own (unshare), so nothing outside sees it.
+  std::vector<std::string> argv{kLaunch, "--devices", "cpu", "--nproc_per_node", "1", "sh", "-c", "echo hi"};
+  if (geteuid() == 0) {
+    std::string cmd = "mount --bind " + ro + " " + ro + " && mount -o remount,bind,ro " + ro + " && cd " + ro + " && exec";
+    for (const auto& a : argv) cmd += " '" + a + "'";
+    argv = {"/usr/bin/unshare", "-m", "--propagation", "private", "sh", "-c", cmd};
+  }
+  Proc p = start(argv, ro, {{"TMPDIR", tmp}}, "../ro-launch");
+  Reaper guard(p.pid);
+  const auto code = wait_exit(p.pid, 20);
+  INFO(p.err());
+  if (code == 1 && p.err().find("unshare") != std::string::npos) {
+    WARN("not checked: cannot make a private mount namespace here");
+    return;
+  }
+  REQUIRE(code == 0);
+  CHECK_THAT(p.err(), Catch::Contains("cannot create log directory " + ro + "/log") &&
+                          Catch::Contains("the logs go to " + tmp + "/launch-log-"));
+  bool found = false;
+  for (const auto& e : std::filesystem::directory_iterator(tmp))
+    found = found || slurp(e.path().string() + "/workerlog.0") == "hi\n";
+  CHECK(found);
+}

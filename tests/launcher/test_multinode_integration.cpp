@@ -307,3 +307,28 @@ TEST_CASE("a --master name that does not resolve is retried, one line a second, 
                                   "--master does not resolve"));
   CHECK_FALSE(exists(td.path + "/log0/workerlog.0"));
 }
+
+TEST_CASE("--rdzv-conf keep_alive_interval and heartbeat_timeout: a killed node's launcher is declared dead sooner", "[launcher][multinode][torchrun]") {
+  TempDir td;
+  const std::string& d = td.path;
+  const std::string master = free_loopback_address();
+  const std::string script = "echo $$ > " + d + "/pid.$RANK; exec sleep 60";
+  const std::vector<std::string> conf{"--rdzv-conf", "keep_alive_interval=0.2,heartbeat_timeout=1"};
+  Proc n0 = node(d, 0, 2, master, script, conf), n1 = node(d, 1, 2, master, script, conf);
+  Reaper g0(n0.pid), g1(n1.pid);
+  REQUIRE(wait_until([&] {
+    for (int r = 0; r < 4; ++r)
+      if (slurp(d + "/pid." + std::to_string(r)).find('\n') == std::string::npos) return false;
+    return true;
+  }, 30));
+  kill(n1.pid, SIGKILL);
+  const double t_kill = now_s();
+  REQUIRE(wait_exit(n1.pid, 5) == 128 + SIGKILL);
+  auto code0 = wait_exit(n0.pid, 15);
+  const double took = now_s() - t_kill;
+  REQUIRE(code0.has_value());
+  CHECK(*code0 != 0);
+  // 1 s without a beat, 0.2 s to notice, the workers' teardown; the dead node is not waited for.
+  CHECK(took < 3.0);
+  CHECK_THAT(n0.err(), Catch::Contains("node 1 (127.0.0.1): launcher stopped responding"));
+}
