@@ -12,6 +12,7 @@
 #include "launcher/exit_policy.h"
 #include "launcher/line_prefix.h"
 #include "launcher/seconds.h"
+#include "proto/address.h"
 
 #ifndef LAUNCH_VERSION
 #define LAUNCH_VERSION "unknown"
@@ -44,6 +45,19 @@ bool truthy(const std::string& var, const std::string& value) {
   if (v == "1" || v == "true" || v == "yes" || v == "y" || v == "on" || v == "t") return true;
   if (v == "0" || v == "false" || v == "no" || v == "n" || v == "off" || v == "f") return false;
   throw UsageError(var + "='" + value + "' is not a boolean (use 1 or 0)");
+}
+
+// torchrun's --master-addr spells IPv6 "[::1]"; launch's options take the bare address.
+std::string unbracket(const std::string& host) {
+  return host.size() > 2 && host.front() == '[' && host.back() == ']' ? host.substr(1, host.size() - 2) : host;
+}
+
+// torchrun's endpoint without a port ("host", "[::1]", "::1") gets its default one.
+std::string with_default_port(const std::string& endpoint, uint16_t port) {
+  if (proto::split_host_port(endpoint)) return endpoint;
+  const std::string host = unbracket(endpoint);
+  if (host.empty() || (host.find(':') != std::string::npos && !proto::is_ipv6_literal(host))) return endpoint;
+  return proto::join_host_port(host, port);
 }
 
 std::string trim(std::string v) {
@@ -322,12 +336,14 @@ void apply_rendezvous(const Raw& r, Options& o) {
     throw UsageError("give the rendezvous address once: --master, --master-addr/--master-port or --rdzv-endpoint");
   if (o.nnodes > 1) {
     // torchrun's defaults: master port 29500, rendezvous endpoint port 29400.
-    if (addr || port) o.master = (addr ? r.master_addr : "127.0.0.1") + ":" + std::to_string(port ? r.master_port : 29500);
+    if (addr || port)
+      o.master = proto::join_host_port(addr ? unbracket(r.master_addr) : "127.0.0.1",
+                                       static_cast<uint16_t>(port ? r.master_port : 29500));
     if (endpoint)
-      o.master = r.rdzv_endpoint.find(':') == std::string::npos ? r.rdzv_endpoint + ":29400" : r.rdzv_endpoint;
+      o.master = with_default_port(r.rdzv_endpoint, 29400);
   } else {
     // One node: nobody to meet; torchrun's master is what the program's rank 0 binds.
-    if (addr) o.framework_addr = r.master_addr;
+    if (addr) o.framework_addr = unbracket(r.master_addr);
     if (port) o.framework_port = r.master_port;
   }
 }

@@ -332,3 +332,82 @@ TEST_CASE("--rdzv-conf keep_alive_interval and heartbeat_timeout: a killed node'
   CHECK(took < 3.0);
   CHECK_THAT(n0.err(), Catch::Contains("node 1 (127.0.0.1): launcher stopped responding"));
 }
+
+// --- IPv6 (issue 22, item 11) --------------------------------------------------------------------
+
+namespace {
+
+// "[::1]:PORT" with a port nobody holds now; empty when this machine has no IPv6 loopback.
+std::string free_ipv6_loopback_address() {
+  int s = socket(AF_INET6, SOCK_STREAM, 0);
+  if (s < 0) return "";
+  sockaddr_in6 a{};
+  a.sin6_family = AF_INET6;
+  a.sin6_addr = in6addr_loopback;
+  socklen_t len = sizeof a;
+  const bool ok = bind(s, reinterpret_cast<sockaddr*>(&a), sizeof a) == 0 &&
+                  getsockname(s, reinterpret_cast<sockaddr*>(&a), &len) == 0;
+  close(s);
+  return ok ? "[::1]:" + std::to_string(ntohs(a.sin6_port)) : "";
+}
+
+}  // namespace
+
+TEST_CASE("IPv6: --host ::1 on one node: bracketed endpoints the workers bind, the store on [::1]", "[launcher][multinode][ipv6]") {
+  if (free_ipv6_loopback_address().empty()) {
+    WARN("not checked: no IPv6 loopback here");
+    return;
+  }
+  TempDir td;
+  const std::string& d = td.path;
+  // Each rank binds its own endpoint over IPv6 and meets the others in the store.
+  const std::string script =
+      "env > " + d + "/env.$RANK && python3 -c \"import os, socket; h, p = os.environ['PADDLE_CURRENT_ENDPOINT']"
+      ".rsplit(':', 1); s = socket.socket(socket.AF_INET6); s.bind((h.strip('[]'), int(p))); print('bound', h, p)\" && " +
+      kLaunch + " kv barrier all --timeout 20";
+  Proc p = start({kLaunch, "--host", "::1", "--devices", "cpu", "--nproc_per_node", "2", "--stream", "all", "--log_dir",
+                  d + "/log", "sh", "-c", script},
+                 d, {}, "v6");
+  Reaper g(p.pid);
+  REQUIRE(wait_exit(p.pid, 30) == 0);
+  CHECK_THAT(p.out(), Catch::Contains("[rank 0] bound [::1]") && Catch::Contains("[rank 1] bound [::1]"));
+  auto e = parse_env_file(d + "/env.1");
+  CHECK(e["LAUNCH_STORE_ADDR"].rfind("[::1]:", 0) == 0);
+  CHECK(e["PADDLE_CURRENT_ENDPOINT"].rfind("[::1]:", 0) == 0);
+  CHECK(e["MASTER_ADDR"] == "::1");  // torch takes the bare address
+  CHECK(e["PADDLE_MASTER"] == "[::1]:" + e["MASTER_PORT"]);
+}
+
+TEST_CASE("IPv6: --master [::1]:PORT and torchrun's --rdzv-endpoint [::1]: two launches meet", "[launcher][multinode][ipv6]") {
+  const std::string master = free_ipv6_loopback_address();
+  if (master.empty()) {
+    WARN("not checked: no IPv6 loopback here");
+    return;
+  }
+  TempDir td;
+  const std::string& d = td.path;
+  const std::string script = "env > " + d + "/env.$RANK; " + kLaunch + " kv barrier all --timeout 20";
+  auto v6_node = [&](int i, std::vector<std::string> rdzv) {
+    std::vector<std::string> argv{kLaunch, "--devices", "cpu", "--nproc_per_node", "1", "--log_dir", d + "/l" + std::to_string(i)};
+    argv.insert(argv.end(), rdzv.begin(), rdzv.end());
+    argv.insert(argv.end(), {"sh", "-c", script});
+    return start(argv, d, kToken, "v6n" + std::to_string(i));
+  };
+  // One node in our spelling, the other in torchrun's (its host alone: port 29400 by default is
+  // not this test's, so the port is given).
+  Proc a = v6_node(0, {"--nnodes", "2", "--master", master});
+  Proc b = v6_node(1, {"--nnodes", "2", "--master-addr", "[::1]", "--master-port", master.substr(master.rfind(':') + 1)});
+  Reaper ga(a.pid), gb(b.pid);
+  REQUIRE(wait_exit(a.pid, 30) == 0);
+  REQUIRE(wait_exit(b.pid, 30) == 0);
+  for (int r = 0; r < 2; ++r) {
+    auto e = parse_env_file(d + "/env." + std::to_string(r));
+    CHECK(e["LAUNCH_STORE_ADDR"] == master);
+    CHECK(e["WORLD_SIZE"] == "2");
+    CHECK(e["PADDLE_TRAINER_ENDPOINTS"].find("[::1]:") == 0);
+  }
+  Proc bad = start({kLaunch, "--nnodes", "2", "--master", "::1:29400", "true"}, d, kToken, "v6bad");
+  Reaper gbad(bad.pid);
+  REQUIRE(wait_exit(bad.pid, 10) == 2);
+  CHECK_THAT(bad.err(), Catch::Contains("must be HOST:PORT, e.g. 10.0.0.1:29400 or [fd00::1]:29400"));
+}
