@@ -182,7 +182,7 @@ Parsed parse_args(const std::vector<std::string>& args) {
   opt("--devices", r.devices, "device ids like --gpus, or 'cpu' (with --nproc_per_node)");
   opt("--nproc_per_node,--nproc-per-node", r.nproc, "processes on this node: N, or gpu, cpu, auto (torchrun)");
   // --- nodes
-  opt("--nnodes", r.nnodes, "number of nodes (more than 1: with --master)");
+  opt("--nnodes", r.nnodes, "number of nodes (more than 1: with --master), or MIN:MAX: elastic membership");
   opt("--master", r.master, "HOST:PORT of the store of a multi-node job, served by node 0");
   opt("--rank,--node_rank,--node-rank", r.rank, "this node's rank, 0..nnodes-1; -1: in order of arrival")
       ->capture_default_str();
@@ -276,15 +276,25 @@ void apply_nproc(const std::string& v, Options& o) {
   o.nproc_per_node = std::stoi(v);
 }
 
-int parse_nnodes(const std::string& v) {
+// --nnodes N, or torchrun's (and paddle's) MIN:MAX: elastic membership when MIN < MAX.
+void apply_nnodes(const std::string& v, Options& o) {
   const size_t colon = v.find(':');
-  if (colon == std::string::npos) return to_int("--nnodes", v, 1, 65536);
-  const int lo = to_int("--nnodes", v.substr(0, colon), 1, 65536);
-  const int hi = to_int("--nnodes", v.substr(colon + 1), 1, 65536);
-  if (lo != hi)
-    throw UsageError("--nnodes " + v + ": launch runs a fixed number of nodes (no elastic membership); give "
-                     "--nnodes N");
-  return lo;
+  if (colon == std::string::npos) {
+    o.nnodes = to_int("--nnodes", v, 1, 65536);
+    o.nnodes_min = 0;
+    return;
+  }
+  auto part = [&](const std::string& x, const char* what) {
+    if (!all_digits(x) || std::stoi(x) < 1 || std::stoi(x) > 65536)
+      throw UsageError("--nnodes " + v + ": " + what + " '" + x + "' must be a whole number from 1 to 65536 (MIN:MAX)");
+    return std::stoi(x);
+  };
+  const int lo = part(v.substr(0, colon), "MIN"), hi = part(v.substr(colon + 1), "MAX");
+  if (lo > hi)
+    throw UsageError("--nnodes " + v + ": MIN " + std::to_string(lo) + " is above MAX " + std::to_string(hi) +
+                     " (give --nnodes MIN:MAX with MIN <= MAX)");
+  o.nnodes = hi;
+  o.nnodes_min = lo < hi ? lo : 0;
 }
 
 StreamMode parse_stream(const std::string& v) {
@@ -542,7 +552,7 @@ const std::vector<PaddleVar>& paddle_vars() {
       {"POD_IP", "--host", [](Options& o, const std::string& s) { o.host = s, o.host_given = true; }},
       {proto::env::kPaddleMaster, "--master", [](Options& o, const std::string& s) { o.master = s; }},
       {"PADDLE_DEVICES", "--devices", [](Options& o, const std::string& s) { o.devices = s, o.gpus.reset(); }},
-      {proto::env::kPaddleNnodes, "--nnodes", [](Options& o, const std::string& s) { o.nnodes = parse_nnodes(s), o.nnodes_given = true; }},
+      {proto::env::kPaddleNnodes, "--nnodes", [](Options& o, const std::string& s) { apply_nnodes(s, o), o.nnodes_given = true; }},
       {"PADDLE_LOG_LEVEL", "--log_level", [](Options& o, const std::string& s) { o.log_level = lower(s); }},
       {"PADDLE_LOG_OVERWRITE", "--log_overwrite",
        [](Options& o, const std::string& s) { o.log_overwrite = truthy("PADDLE_LOG_OVERWRITE", s); }},
@@ -596,8 +606,8 @@ void apply_paddle_env(const proto::EnvMap& env, Options& o, std::vector<std::str
 CliResult parse_cli(int argc, const char* const* argv, const proto::EnvMap& env) {
   std::vector<std::string> args(argv + 1, argv + argc);
   Parsed p = parse_args(args);
-  if (p.help_asked) return {std::nullopt, p.help, {}, {}};
-  if (p.raw.version) return {std::nullopt, std::string("launch ") + LAUNCH_VERSION + "\n", {}, {}};
+  if (p.help_asked) return {std::nullopt, p.help, {}, {}, {}};
+  if (p.raw.version) return {std::nullopt, std::string("launch ") + LAUNCH_VERSION + "\n", {}, {}, {}};
 
   // torchrun's PET_<OPTION> fill what the command line did not give: parse again with them first.
   std::vector<std::string> from_env;
@@ -621,7 +631,7 @@ CliResult parse_cli(int argc, const char* const* argv, const proto::EnvMap& env)
   o.gpus = r.given.at("--gpus") ? std::optional<std::string>(r.gpus) : std::nullopt;
   o.devices = r.given.at("--devices") ? std::optional<std::string>(r.devices) : std::nullopt;
   if (r.given.at("--nproc_per_node")) apply_nproc(r.nproc, o);
-  o.nnodes = parse_nnodes(r.nnodes);
+  apply_nnodes(r.nnodes, o);
   o.nnodes_given = r.given.at("--nnodes");
   if (r.given.at("--master")) o.master = r.master;
   o.rank = r.rank;

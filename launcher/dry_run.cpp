@@ -53,7 +53,7 @@ Preview preview(const Plan& p) {
     const std::string host = opt.host_given ? opt.host : master_ip ? route_source_address(*master_ip) : "127.0.0.1";
     l.nnodes = opt.nnodes;
     l.local_size = n;
-    v.ranks_known = opt.rank >= 0 && (opt.nproc_per_node.has_value() || !p.slurm_notes.empty());
+    v.ranks_known = !p.elastic && opt.rank >= 0 && (opt.nproc_per_node.has_value() || !p.slurm_notes.empty());
     l.node_rank = std::max(opt.rank, 0);
     l.world_size = opt.nnodes * n;
     l.first_rank = l.node_rank * n;
@@ -70,7 +70,8 @@ Preview preview(const Plan& p) {
       v.undecided.insert({kGroupRank, kPaddleCurrentEndpoint, kPodName});
     }
     v.marker = "<decided at the rendezvous>";
-    v.note = "# multi-node: " + std::to_string(opt.nnodes) + " nodes meet at " + p.master +
+    v.note = "# multi-node: " + (p.elastic ? std::to_string(opt.nnodes_min) + " to " : std::string()) +
+             std::to_string(opt.nnodes) + " nodes meet at " + p.master +
              " (the launch that binds it serves the store there); " +
              (v.ranks_known ? "this is node " + std::to_string(opt.rank) + " of " + std::to_string(opt.nnodes) +
                                   " with " + std::to_string(n) + " worker(s) per node"

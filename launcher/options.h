@@ -35,7 +35,8 @@ struct Options {
   std::optional<std::string> devices;  // --devices 0,1 | cpu
   std::optional<int> nproc_per_node;   // N; "gpu"/"cpu"/"auto" are resolved in make_plan
   std::optional<std::string> nproc_word;  // --nproc-per-node gpu|cpu|auto (torchrun's)
-  int nnodes = 1;
+  int nnodes = 1;      // --nnodes N, or MAX of --nnodes MIN:MAX
+  int nnodes_min = 0;  // MIN of --nnodes MIN:MAX (elastic membership); 0: a fixed number of nodes
   std::string job_id = "default";
   std::string log_dir = "log";
   std::string log_level = "info";

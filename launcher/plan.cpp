@@ -184,8 +184,12 @@ Plan make_plan(const Options& given, const EnvMap& parent) {
 
   // --- multi-node: --master and the token are checked before anything starts
   p.multinode = opt.nnodes > 1;
+  p.elastic = opt.nnodes_min > 0;
   if (p.multinode) {
     if (p.task) throw UsageError("one Slurm task per worker works on one node only");
+    if (p.elastic && !p.slurm_notes.empty())
+      throw UsageError("--nnodes " + std::to_string(opt.nnodes_min) + ":" + std::to_string(opt.nnodes) +
+                       ": a Slurm step has a fixed number of nodes; give --nnodes N");
     const bool from_slurm = !given.master && opt.master;
     p.master = check_master(*opt.master, from_slurm);
     p.master_origin = from_slurm ? "--master, derived from " + std::string(proto::env::kSlurmStepNodelist)

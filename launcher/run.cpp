@@ -125,14 +125,17 @@ int run_job(Plan& p, const ConsoleStreams& console) {
     mode->install(cfg);
     // The first run truncates the logs if asked; a restart appends to what the failed run wrote.
     cfg.log_overwrite = p.opt.log_overwrite && gen == 0;
-    const std::vector<WorkerPlan> plans = worker_plans(p, layout, gen);
+    const int restart_count = layout.restart_count.value_or(gen);
+    const std::vector<WorkerPlan> plans = worker_plans(p, layout, restart_count);
     log::info("job " + p.job.job_id + ": " + std::to_string(p.n()) + " worker(s) of " + join_command(p.command) +
               "; logs in " + p.job.log_dir + (layout.store_addr.empty() ? "" : "; store at " + layout.store_addr) +
-              (gen > 0 ? "; restart " + std::to_string(gen) + " of " + std::to_string(p.opt.max_restart) : ""));
+              (gen > 0 && !layout.restart_count ? "; restart " + std::to_string(gen) + " of " + std::to_string(p.opt.max_restart)
+                                                  : ""));
     outcome = supervise(plans, cfg);
-    outcome.restart_count = gen;
+    outcome.restart_count = restart_count;
     print_failure_report(outcome, p.job.log_dir);
-    const bool again = restart_follows(outcome, gen, p.opt.max_restart, stops);
+    std::optional<bool> decided = mode->another_generation(outcome, gen, stops);
+    const bool again = decided ? *decided : restart_follows(outcome, gen, p.opt.max_restart, stops);
     mode->finish(outcome.policy.exit_code(), !again);
     if (!again) break;
   }
@@ -185,6 +188,9 @@ int run(int argc, char** argv) {
   } catch (const UsageError& e) {
     last_words = std::string("launch: error: ") + e.what() + "\n";
     code = 2;
+  } catch (const JobOver& e) {
+    last_words = std::string("launch: ") + e.what() + "\n";
+    code = e.code();
   } catch (const StopRequested& e) {
     last_words = "launch: stopped by " + signal_name(e.sig()) + " while " + e.doing() + " (no worker was running)\n";
     code = exit_code_for_signal(e.sig());

@@ -73,6 +73,13 @@ struct SupervisorConfig {
   // before the worker is named (a dead launcher is declared after 5 s without a heartbeat, one
   // period more to notice, and a margin).
   std::chrono::milliseconds remote_wait{8000};
+  // Elastic membership: readable (an eventfd) when the job re-forms around a node that joins;
+  // reform_reason() says why. The workers get the checkpoint signal (when there is one) and
+  // `reform_save` to save, then they are stopped as at a failure, and the generation ends as a
+  // re-forming (ExitPolicy::reform), not as a failure.
+  int reform_fd = -1;
+  std::function<std::string()> reform_reason;
+  std::chrono::milliseconds reform_save{0};
 };
 
 struct JobOutcome {

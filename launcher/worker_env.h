@@ -45,6 +45,9 @@ struct RankLayout {
   std::string master;                  // "ip:port": free for the framework's rank 0
   std::string store_addr;              // LAUNCH_STORE_ADDR; empty: no store
   std::string store_token;             // LAUNCH_STORE_TOKEN
+  // The job's generation (PADDLE_RESTART_COUNT), when the mode knows it better than this
+  // launcher's count of its own runs (elastic membership: a node that joins late).
+  std::optional<int> restart_count;
 };
 
 struct WorkerEnv {

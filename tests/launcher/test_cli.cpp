@@ -218,3 +218,18 @@ TEST_CASE("cli: torchrun options without an effect here: accepted, one info line
   CHECK_THAT(usage_error({"--numa-binding", "all", "p"}), Catch::Contains("must be one of node"));
   CHECK_THAT(usage_error({"--monitor-interval", "-1", "p"}), Catch::Contains("positive number"));
 }
+
+TEST_CASE("cli: --nnodes MIN:MAX is elastic membership; MIN > MAX and 0 are refused", "[launcher][cli][elastic]") {
+  auto o = *parse({"--nnodes", "2:4", "--master", "10.0.0.1:29400", "p"}).options;
+  CHECK(o.nnodes == 4);
+  CHECK(o.nnodes_min == 2);
+  o = *parse({"--nnodes", "3:3", "--master", "10.0.0.1:29400", "p"}).options;  // torchrun's N:N: fixed
+  CHECK(o.nnodes == 3);
+  CHECK(o.nnodes_min == 0);
+  CHECK(parse_env({"--master", "10.0.0.1:1", "p"}, {{"PET_NNODES", "1:2"}}).options->nnodes_min == 1);
+  CHECK(parse_env({"--master", "10.0.0.1:1", "p"}, {{"PADDLE_NNODES", "2:3"}}).options->nnodes == 3);
+  CHECK_THAT(usage_error({"--nnodes", "3:2", "--master", "10.0.0.1:1", "p"}), Catch::Contains("MIN 3 is above MAX 2"));
+  CHECK_THAT(usage_error({"--nnodes", "0:2", "--master", "10.0.0.1:1", "p"}), Catch::Contains("MIN '0' must be"));
+  CHECK_THAT(usage_error({"--nnodes", "2:x", "--master", "10.0.0.1:1", "p"}), Catch::Contains("MAX 'x' must be"));
+  CHECK_THAT(usage_error({"--nnodes", "1:3", "p"}), Catch::Contains("needs --master"));
+}

@@ -411,3 +411,59 @@ TEST_CASE("IPv6: --master [::1]:PORT and torchrun's --rdzv-endpoint [::1]: two l
   REQUIRE(wait_exit(bad.pid, 10) == 2);
   CHECK_THAT(bad.err(), Catch::Contains("must be HOST:PORT, e.g. 10.0.0.1:29400 or [fd00::1]:29400"));
 }
+
+// --- Elastic membership: bad input (issue 21, item 2) ---------------------------------------------
+
+TEST_CASE("elastic: another job id, another --nproc_per_node, another MIN:MAX, a wrong token: one line, exit 2, nothing left", "[launcher][multinode][elastic]") {
+  TempDir td;
+  const std::string& d = td.path;
+  const std::string master = free_loopback_address();
+  auto el_node = [&](const std::string& tag, std::vector<std::string> extra, const std::map<std::string, std::string>& env) {
+    std::vector<std::string> argv{kLaunch, "--host", "127.0.0.1", "--devices", "cpu", "--rdzv-endpoint", master,
+                                  "--log_dir", d + "/log." + tag, "--elastic_timeout", "20"};
+    argv.insert(argv.end(), extra.begin(), extra.end());
+    argv.insert(argv.end(), {"sh", "-c", "echo ran > " + d + "/ran." + tag});
+    return start(argv, d, env, tag);
+  };
+  // The job: one node of 2:3, waiting for a second (it serves the store).
+  Proc job = el_node("job", {"--nnodes", "2:3", "--nproc_per_node", "1", "--job_id", "j1"}, kToken);
+  Reaper gj(job.pid);
+  REQUIRE(wait_until([&] { return job.err().find("1 of 2:3 node(s) joined round 0") != std::string::npos; }, 10));
+  struct Bad {
+    std::string tag;
+    std::vector<std::string> args;
+    std::map<std::string, std::string> env;
+    std::string says;
+  };
+  const std::vector<Bad> cases = {
+      {"job", {"--nnodes", "2:3", "--nproc_per_node", "1", "--job_id", "j2"}, kToken, "refused this node"},
+      {"nproc", {"--nnodes", "2:3", "--nproc_per_node", "2", "--job_id", "j1"}, kToken,
+       "this node runs 2 worker process(es), the job's nodes 1 each"},
+      {"range", {"--nnodes", "2:4", "--nproc_per_node", "1", "--job_id", "j1"}, kToken, "runs --nnodes 2:3"},
+      {"token", {"--nnodes", "2:3", "--nproc_per_node", "1", "--job_id", "j1"},
+       {{"LAUNCH_STORE_TOKEN", "ffffffffffffffffffffffffffffffff-other"}}, "BAD_TOKEN"},
+  };
+  for (const auto& c : cases) {
+    INFO(c.tag);
+    Proc bad = el_node("bad-" + c.tag, c.args, c.env);
+    Reaper g(bad.pid);
+    REQUIRE(wait_exit(bad.pid, 15) == 2);
+    const std::string err = bad.err();
+    CHECK_THAT(err, Catch::Contains(c.says));
+    CHECK(std::count(err.begin(), err.end(), '\n') >= 1);
+    int errors = 0;
+    for (const auto& l : lines_of(err)) errors += l.rfind("launch: error: ", 0) == 0;
+    CHECK(errors == 1);
+    CHECK_FALSE(exists(d + "/ran.bad-" + c.tag));
+  }
+  // The job was not disturbed: still one node, waiting; a good second node completes it.
+  CHECK_THAT(job.err(), !Catch::Contains("round 1"));
+  Proc good = el_node("good", {"--nnodes", "2:3", "--nproc_per_node", "1", "--job_id", "j1", "--rdzv-conf",
+                               "last_call_timeout=0.5"},
+                      kToken);
+  Reaper gg(good.pid);
+  CHECK(wait_exit(good.pid, 20) == 0);
+  CHECK(wait_exit(job.pid, 20) == 0);
+  CHECK(exists(d + "/ran.job"));
+  CHECK(exists(d + "/ran.good"));
+}
