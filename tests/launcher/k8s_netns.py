@@ -5,7 +5,8 @@ it, its command the manifest's (with $(VAR) expanded as the kubelet does), all p
 once, and the pods' names resolvable only after a delay (a Service gets its address once its pod
 runs). The environments follow the operators' sources:
 
-  PyTorchJob  kubeflow/training-operator pkg/controller.v1/pytorch/envvar.go + master.go
+  PyTorchJob  kubeflow/training-operator pkg/controller.v1/pytorch/envvar.go + master.go (+ elastic.go
+              for the elastic one)
   TrainJob    kubeflow/trainer pkg/runtime/framework/plugins/torch/torch.go (EnforceMLPolicy)
   PaddleJob   kubeflow/training-operator pkg/controller.v1/paddlepaddle/envvar.go
 
@@ -87,6 +88,37 @@ def pytorchjob_pods(job):
                         "WORLD_SIZE": str(total * nproc_int), "RANK": str(rank), "PET_NPROC_PER_NODE": nproc,
                         "PET_NODE_RANK": str(rank), "PET_NNODES": str(total)})
             pods.append((f"{name}-{rtype.lower()}-{i}", c, env))
+    return pods
+
+
+def pytorchjob_elastic_pods(job):
+    """Workers only, with an elasticPolicy: envvar.go's setPodEnv (no Master: no MASTER_*, RANK
+    or PET_NODE_RANK; no PET_NNODES of its own) plus elastic.go's Generate."""
+    name, spec = job["metadata"]["name"], job["spec"]
+    policy = spec["elasticPolicy"]
+    worker = spec["pytorchReplicaSpecs"]["Worker"]
+    c = worker["template"]["spec"]["containers"][0]
+    port = policy.get("rdzvPort") or port_named(c, "pytorchjob-port", 23456)
+    host = policy.get("rdzvHost") or f"{name}-worker-0"
+    elastic = {"PET_RDZV_ENDPOINT": f"{host}:{port}", "PET_RDZV_BACKEND": policy.get("rdzvBackend", "c10d")}
+    if "minReplicas" in policy or "maxReplicas" in policy:
+        elastic["PET_NNODES"] = f"{policy['minReplicas']}:{policy['maxReplicas']}"
+    else:
+        elastic["PET_NNODES"] = str(worker["replicas"])
+    if "maxRestarts" in policy:
+        elastic["PET_MAX_RESTARTS"] = str(policy["maxRestarts"])
+    if "nProcPerNode" in policy:
+        elastic["PET_NPROC_PER_NODE"] = str(policy["nProcPerNode"])
+    if "rdzvId" in policy:
+        elastic["PET_RDZV_ID"] = policy["rdzvId"]
+    if policy.get("rdzvConf"):
+        elastic["PET_RDZV_CONF"] = ",".join(f"{kv['key']}={kv['value']}" for kv in policy["rdzvConf"])
+    pods = []
+    for i in range(worker["replicas"]):
+        env = container_env(c)
+        env["PYTHONUNBUFFERED"] = "0"
+        env.update(elastic)
+        pods.append((f"{name}-worker-{i}", c, env))
     return pods
 
 
@@ -228,10 +260,10 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--launch", required=True)
     ap.add_argument("--train", required=True)
-    ap.add_argument("--case", action="append", choices=["pytorchjob", "trainjob", "paddlejob"])
+    ap.add_argument("--case", action="append", choices=["pytorchjob", "pytorchjob-elastic", "trainjob", "paddlejob"])
     args = ap.parse_args()
     args.launch, args.train = os.path.abspath(args.launch), os.path.abspath(args.train)
-    cases = args.case or ["pytorchjob", "trainjob", "paddlejob"]
+    cases = args.case or ["pytorchjob", "pytorchjob-elastic", "trainjob", "paddlejob"]
     if os.geteuid() != 0:
         skip("not running as root (network namespaces and /etc/netns need it)")
     if not shutil.which("ip"):
@@ -252,6 +284,13 @@ def main():
                 names = {f"{job['metadata']['name']}-master-0": hosts.ip(0),
                          f"{job['metadata']['name']}-worker-0": hosts.ip(1)}
                 expect = lambda i: i  # RANK / PET_NODE_RANK: master 0, worker 1
+            elif case == "pytorchjob-elastic":
+                job = load("pytorchjob-elastic.yaml")
+                # The manifest's 30 s last call, shortened: MIN of MAX pods run here.
+                job["spec"]["elasticPolicy"]["rdzvConf"] = [{"key": "last_call_timeout", "value": "1"}]
+                pods = pytorchjob_elastic_pods(job)
+                names = {f"{job['metadata']['name']}-worker-{i}": hosts.ip(i) for i in range(len(pods))}
+                expect = lambda i: 0 if i == 0 else None  # no rank: worker 0 serves the store
             elif case == "trainjob":
                 job = load("trainjob.yaml")
                 job["spec"]["trainer"]["numProcPerNode"] = 1
