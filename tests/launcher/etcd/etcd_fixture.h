@@ -155,7 +155,8 @@ class EtcdServer {
 };
 
 // One etcd for the tests that do not stop or pause it (about 0.5 s to start); each test keeps
-// to keys under its own unique_prefix().
+// to keys under its own unique_prefix(). Ask for it first on the test's own thread: etcd's
+// PR_SET_PDEATHSIG follows the thread that started it.
 inline EtcdServer& shared_etcd() {
   require_etcd();
   static EtcdServer server;
