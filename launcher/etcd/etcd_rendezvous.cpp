@@ -129,7 +129,9 @@ void EtcdRendezvous::leave() { lease_->stop(LeaseKeeper::Revoke::Yes); }
 void EtcdRendezvous::join(std::string_view record) {
   const std::string key = nodes_prefix(cfg_.job_id) + cfg_.node_id;
   CreateResult r = create_if_absent(client_, key, encode_node_record(record), lease_->id());
-  if (!r.created)
+  // With this node's lease it is this node's own write (libcurl resent the request after a
+  // connection was lost with it in flight).
+  if (!r.created && r.existing.lease != lease_->id())
     throw RendezvousError("node id '" + cfg_.node_id + "' is registered already in job '" + cfg_.job_id + "' at etcd " +
                           cfg_.etcd.endpoint + " (since revision " + std::to_string(r.existing.create_revision) +
                           "): give every launcher its own id");
@@ -185,7 +187,7 @@ StoreHolder EtcdRendezvous::claim_store(std::string_view address) {
     return h;
   }
   StoreHolder h = decode_store_record(key, r.existing);
-  h.mine = h.node_id == cfg_.node_id;  // claimed by this node before (a retried call)
+  h.mine = h.node_id == cfg_.node_id && r.existing.lease == lease_->id();  // its own claim, resent
   return h;
 }
 

@@ -1,6 +1,7 @@
 #include "launcher/etcd/gateway.h"
 
 #include <charconv>
+#include <cstdint>
 #include <cstdio>
 
 #include <nlohmann/json.hpp>
@@ -38,6 +39,8 @@ const json& object_field(const json& o, const char* name) {
 int64_t int64_field(const json& o, const char* name) {
   auto it = o.find(name);
   if (it == o.end() || it->is_null()) return 0;
+  if (it->is_number_unsigned() && it->get<uint64_t>() > uint64_t(INT64_MAX))
+    throw GatewayFormatError(std::string("field '") + name + "' is not an int64");
   if (it->is_number_integer()) return it->get<int64_t>();
   if (it->is_string()) {
     const std::string& s = it->get_ref<const std::string&>();

@@ -129,6 +129,8 @@ TEST_CASE("gateway: malformed answers are refused with what was wrong", "[etcd][
   CHECK_THROWS_WITH(parse_range(R"({"header":{"revision":"12x"}})"), Catch::Contains("'revision' is not an int64"));
   CHECK_THROWS_WITH(parse_range(R"({"header":{"revision":1.5}})"), Catch::Contains("'revision' is not an int64"));
   CHECK_THROWS_WITH(parse_range(R"({"header":{"revision":"99999999999999999999"}})"), Catch::Contains("not an int64"));
+  CHECK_THROWS_WITH(parse_range(R"({"header":{"revision":18446744073709551615}})"), Catch::Contains("not an int64"));
+  CHECK(parse_range(R"({"header":{"revision":9}})").revision == 9);  // a plain number is taken too
   CHECK_THROWS_WITH(parse_txn(R"({"succeeded":"yes"})"), Catch::Contains("'succeeded' is not a boolean"));
   CHECK_THROWS_WITH(parse_txn(R"({"responses":[{"response_what":{}}]})"), Catch::Contains("no known kind"));
   CHECK_THROWS_WITH(parse_lease_grant(with_header("")), Catch::Contains("without an ID"));
