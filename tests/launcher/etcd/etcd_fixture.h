@@ -31,9 +31,9 @@
 
 namespace etcdtest {
 
-// $ETCD_BIN, else `etcd` on PATH; "" when there is none.
+// $ETCD_BIN, else `etcd` on PATH; "" when there is none (or $ETCD_BIN is not executable).
 inline std::string etcd_binary() {
-  if (const char* e = std::getenv("ETCD_BIN")) return e;
+  if (const char* e = std::getenv("ETCD_BIN")) return ::access(e, X_OK) == 0 ? e : "";
   const char* path = std::getenv("PATH");
   std::stringstream dirs(path ? path : "/usr/bin:/bin");
   for (std::string d; std::getline(dirs, d, ':');)
