@@ -56,6 +56,7 @@ struct Options {
   std::string role = "default";          // --role: ROLE_NAME
   std::string line_prefix_template;      // --log-line-prefix-template: --stream all's prefixes; empty: "[rank N] "
   bool virtual_local_rank = false;       // --virtual-local-rank: LOCAL_RANK 0, one GPU visible per worker
+  bool requeue = false;                  // --requeue: Slurm batch jobs, after a time limit or preemption
   // Multi-node (launcher/multinode): node 0 serves the store on --master, every node meets there.
   std::optional<std::string> master;      // --master HOST:PORT (or --master-addr/--master-port, --rdzv-endpoint)
   int rank = -1;                          // --rank / --node-rank: this node's rank; -1: in arrival order

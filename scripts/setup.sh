@@ -22,6 +22,8 @@ packages=(
   # issue 12 (trainer): plot_metrics.py, the digits convergence test, the .venv/tools venv
   python3-matplotlib python3-sklearn python3-pil python3-venv
   libjpeg62-turbo-dev libpng-dev  # issue 11: the image pipeline (python3-pil, above, is its reference too)
+  # issue 21: the etcd client (launcher/etcd/) over libcurl; the real etcd its tests start
+  libcurl4-openssl-dev etcd-server etcd-client
 )
 
 missing=()
