@@ -12,7 +12,8 @@
 # Usage: tests/launcher/elastic.sh PATH/TO/launch PATH/TO/train_resnet [loopback|netns]
 #   loopback: four launchers on 127.0.0.1; netns: four network-namespace hosts
 #   (scripts/netns_hosts.sh; needs root, else exits 77). Every wait is bounded. ELASTIC_KEEP=1
-#   keeps the logs and says where.
+#   keeps the logs and says where; ELASTIC_RDZV_CONF replaces the short --rdzv-conf timings
+#   (last_call_timeout=1,keep_alive_interval=0.2,heartbeat_timeout=1,checkpoint_timeout=1).
 set -uo pipefail
 launch=${1:-}
 train=${2:-}
@@ -61,7 +62,7 @@ chmod +x "$dir/worker.sh"
 node() {
   local name=$1 i=$2 cmd
   cmd=("$launch" --nnodes 2:3 --rdzv-endpoint "$master" --max_restart 3 --checkpoint-signal USR2 --grace 5
-       --rdzv-conf last_call_timeout=1,keep_alive_interval=0.2,heartbeat_timeout=1,checkpoint_timeout=1
+       --rdzv-conf "${ELASTIC_RDZV_CONF:-last_call_timeout=1,keep_alive_interval=0.2,heartbeat_timeout=1,checkpoint_timeout=1}"
        --elastic_timeout 60 --devices cpu --nproc_per_node 1 --log_dir "$dir/log.$name" "$dir/worker.sh")
   if [[ $where == netns ]]; then
     ip netns exec "${NETNS_PREFIX}$i" "${cmd[@]}" >"$dir/$name.out" 2>"$dir/$name.err" &
@@ -129,4 +130,5 @@ join=$(since "$t_join" "$dir/a.err" "job default: 1 worker" "round 2: this is no
 grep -q "params checksum" "$dir/a.out" || fail "the job did not finish (no checksum): $(tail -2 "$dir/a.out")"
 
 [[ $failures == 0 ]] || exit 1
-echo "OK ($where): loss -> running at 2 nodes ${loss} s; join -> running at 3 nodes ${join} s (checkpoint_timeout 1 s)"
+echo "OK ($where): loss -> running at 2 nodes ${loss} s; join -> running at 3 nodes ${join} s" \
+  "(--rdzv-conf ${ELASTIC_RDZV_CONF:-last_call_timeout=1,keep_alive_interval=0.2,heartbeat_timeout=1,checkpoint_timeout=1})"
