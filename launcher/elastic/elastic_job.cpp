@@ -128,19 +128,9 @@ class ElasticJob final : public JobMode {
     serve_ = mp.serves;
     store_ = std::move(mp.store);
     host_ = mp.host;
-    const int n = p.n();
-    ports_ = reserve_ports(host_, n + 1, std::nullopt);
-
+    ports_ = reserve_ports(host_, p.n() + 1, std::nullopt);
     mn::NodeRegistration& me = self_.me.node;
-    me.host = host_;
-    me.serves_store = serve_;
-    me.nproc = n;
-    for (int i = 0; i < n; ++i) {
-      const RankDevice& d = p.job.devices[size_t(i)];
-      if (d.kind == DeviceKind::Gpu) me.devices.push_back(std::to_string(d.gpu));
-      me.endpoints.push_back(proto::join_host_port(host_, ports_.ports()[size_t(i)]));
-    }
-    me.master_endpoint = proto::join_host_port(host_, ports_.ports()[size_t(n)]);
+    me = local_registration(p, host_, ports_, serve_);
     me.id = mn::make_node_id();
     char name[256] = {};
     if (::gethostname(name, sizeof name - 1) == 0) me.hostname = name;
@@ -169,9 +159,7 @@ class ElasticJob final : public JobMode {
     self_.ended.reset();
     self_.me.since = place_.members[place_.index].since;
     layout_ = place_.layout(store_opts_.address);
-    log::info("rendezvous: round " + std::to_string(place_.round) + ": this is node " + std::to_string(layout_.node_rank) +
-              " of " + std::to_string(layout_.nnodes) + ", global ranks " + std::to_string(layout_.rank_offset) + ".." +
-              std::to_string(layout_.rank_offset + layout_.local_size - 1) + " of " + std::to_string(layout_.world_size));
+    log::info("rendezvous: round " + std::to_string(place_.round) + ": " + placement(layout_));
 
     mn::MonitorConfig mc = monitor_cfg_;
     mc.store = store_opts_;
@@ -181,31 +169,13 @@ class ElasticJob final : public JobMode {
     watcher_ = std::make_unique<JoinWatcher>(mc.store, place_.round, version_);
     ports_.release_sockets();
 
-    RankLayout l;
-    l.world_size = layout_.world_size;
-    l.nnodes = layout_.nnodes;
-    l.node_rank = layout_.node_rank;
-    l.local_size = layout_.local_size;
-    l.first_rank = layout_.rank_offset;
-    l.endpoints = layout_.endpoints;
-    l.master = layout_.framework_master;
-    l.store_addr = layout_.store_address;
-    l.store_token = store_opts_.token;
+    RankLayout l = rank_layout(layout_, store_opts_.token);
     l.restart_count = place_.round;
     return l;
   }
 
   void install(SupervisorConfig& cfg) override {
-    cfg.on_failure = [this](const RootCause& rc) {
-      const Termination t = rc.end.value_or(Termination{Termination::How::Exited, rc.exit_code});
-      monitor_->report_worker_exit(rc.rank, exit_code_of(t), t.how == Termination::How::Signaled ? t.value : 0);
-    };
-    cfg.remote_fd = monitor_->event_fd();
-    cfg.remote_failure = [this]() -> std::pair<int, std::string> {
-      auto f = monitor_->failure();
-      return f ? std::pair<int, std::string>{f->exit_code, f->describe()} : std::pair<int, std::string>{1, "unknown failure"};
-    };
-    cfg.remote_wait = remote_wait(monitor_cfg_);
+    install_monitor(cfg, *monitor_, monitor_cfg_);
     cfg.reform_fd = watcher_->fd();
     cfg.reform_reason = [this] { return watcher_->reason(); };
     cfg.reform_save = save_;

@@ -5,6 +5,8 @@
 
 #include <nlohmann/json.hpp>
 
+#include "launcher/multinode/json_record.h"
+
 namespace launch::elastic {
 
 namespace {
@@ -244,21 +246,9 @@ std::string encode_state(const State& s) {
 
 State decode_state(const std::string& text) {
   if (text.empty()) return State{};
-  nlohmann::json j;
-  try {
-    j = nlohmann::json::parse(text);
-  } catch (const nlohmann::json::exception& e) {
-    throw StateError(std::string("the membership record in the store is not JSON: ") + e.what());
-  }
-  if (!j.is_object()) throw StateError("the membership record in the store is not a JSON object");
-  auto field = [&](const char* name, auto& out) {
-    try {
-      j.at(name).get_to(out);
-    } catch (const nlohmann::json::exception&) {
-      throw StateError(std::string("the membership record in the store: field '") + name +
-                       "' missing or of the wrong type (is every node running the same launch version?)");
-    }
-  };
+  const std::string what = "the membership record in the store";
+  const nlohmann::json j = multinode::parse_record<StateError>(text, what);
+  auto field = [&](const char* name, auto& out) { multinode::record_field<StateError>(j, name, out, what); };
   int format = 0;
   field("format", format);
   if (format != kFormat)

@@ -8,6 +8,8 @@
 
 #include <nlohmann/json.hpp>
 
+#include "launcher/multinode/json_record.h"
+
 namespace launch::multinode {
 namespace {
 
@@ -210,22 +212,10 @@ std::string encode_registration(const NodeRegistration& r) {
 }
 
 NodeRegistration decode_registration(const std::string& text) {
-  nlohmann::json j;
-  try {
-    j = nlohmann::json::parse(text);
-  } catch (const nlohmann::json::exception& e) {
-    throw LayoutError(std::string("malformed node record in the store (not JSON): ") + e.what());
-  }
+  const std::string what = "the node record in the store";
+  const nlohmann::json j = parse_record<LayoutError>(text, what);
   NodeRegistration r;
-  auto field = [&](const char* name, auto& out) {
-    try {
-      j.at(name).get_to(out);
-    } catch (const nlohmann::json::exception&) {
-      throw LayoutError(std::string("malformed node record in the store: field '") + name +
-                        "' missing or of the wrong type (is every node running the same launch version?)");
-    }
-  };
-  if (!j.is_object()) throw LayoutError("malformed node record in the store: not a JSON object");
+  auto field = [&](const char* name, auto& out) { record_field<LayoutError>(j, name, out, what); };
   field("host", r.host);
   field("hostname", r.hostname);
   field("rank", r.requested_rank);

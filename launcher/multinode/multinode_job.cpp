@@ -46,6 +46,62 @@ std::chrono::milliseconds remote_wait(const mn::MonitorConfig& mc) {
          std::chrono::milliseconds(2000);
 }
 
+mn::NodeRegistration local_registration(const Plan& p, const std::string& host, const PortReservation& ports,
+                                        bool serves_store) {
+  mn::NodeRegistration self;
+  const int n = p.n();
+  self.host = host;
+  self.requested_rank = p.opt.rank;
+  self.serves_store = serves_store;
+  self.nproc = n;
+  for (int i = 0; i < n; ++i) {
+    const RankDevice& d = p.job.devices[size_t(i)];
+    if (d.kind == DeviceKind::Gpu) self.devices.push_back(std::to_string(d.gpu));
+    self.endpoints.push_back(proto::join_host_port(host, ports.ports()[size_t(i)]));
+  }
+  self.master_endpoint = proto::join_host_port(host, ports.ports()[size_t(n)]);
+  return self;
+}
+
+RankLayout rank_layout(const mn::JobLayout& layout, const std::string& store_token) {
+  RankLayout l;
+  l.world_size = layout.world_size;
+  l.nnodes = layout.nnodes;
+  l.node_rank = layout.node_rank;
+  l.local_size = layout.local_size;
+  l.first_rank = layout.rank_offset;
+  l.endpoints = layout.endpoints;
+  l.master = layout.framework_master;
+  l.store_addr = layout.store_address;
+  l.store_token = store_token;
+  return l;
+}
+
+std::string placement(const mn::JobLayout& l) {
+  return "this is node " + std::to_string(l.node_rank) + " of " + std::to_string(l.nnodes) + ", global ranks " +
+         std::to_string(l.rank_offset) + ".." + std::to_string(l.rank_offset + l.local_size - 1) + " of " +
+         std::to_string(l.world_size);
+}
+
+void install_monitor(SupervisorConfig& cfg, mn::JobMonitor& monitor, const mn::MonitorConfig& mc,
+                     std::function<void(const mn::FailureRecord&)> published) {
+  if (!published) published = [](const mn::FailureRecord&) {};
+  cfg.on_failure = [&monitor, published](const RootCause& rc) {
+    // A rank that stopped responding never ended: the record carries the job's code for it.
+    const Termination t = rc.end.value_or(Termination{Termination::How::Exited, rc.exit_code});
+    const int sig = t.how == Termination::How::Signaled ? t.value : 0;
+    published(monitor.report_worker_exit(rc.rank, exit_code_of(t), sig));
+  };
+  cfg.remote_fd = monitor.event_fd();
+  cfg.remote_wait = remote_wait(mc);
+  cfg.remote_failure = [&monitor, published]() -> std::pair<int, std::string> {
+    auto f = monitor.failure();
+    if (!f) return {1, "unknown failure"};
+    published(*f);
+    return {f->exit_code, f->describe()};
+  };
+}
+
 namespace {
 
 class MultinodeJob final : public JobMode {
@@ -58,19 +114,8 @@ class MultinodeJob final : public JobMode {
     host_ = mp.host;
     serve_ = mp.serves;
     store_ = std::move(mp.store);
-    const int n = p.n();
-    ports_ = reserve_ports(host_, n + 1, std::nullopt);
-    mn::NodeRegistration self;
-    self.host = host_;
-    self.requested_rank = p.opt.rank;
-    self.serves_store = serve_;
-    self.nproc = n;
-    for (int i = 0; i < n; ++i) {
-      const RankDevice& d = p.job.devices[size_t(i)];
-      if (d.kind == DeviceKind::Gpu) self.devices.push_back(std::to_string(d.gpu));
-      self.endpoints.push_back(proto::join_host_port(host_, ports_.ports()[size_t(i)]));
-    }
-    self.master_endpoint = proto::join_host_port(host_, ports_.ports()[size_t(n)]);
+    ports_ = reserve_ports(host_, p.n() + 1, std::nullopt);
+    const mn::NodeRegistration self = local_registration(p, host_, ports_, serve_);
 
     rc_.store.address = mp.master;
     rc_.store.address_source = p.master_origin;
@@ -109,44 +154,18 @@ class MultinodeJob final : public JobMode {
     } catch (const proto::StoreError& e) {
       stops_.rethrow(e, "waiting for the other nodes");
     }
-    log::info("rendezvous: this is node " + std::to_string(layout_.node_rank) + " of " +
-              std::to_string(layout_.nnodes) + ", global ranks " + std::to_string(layout_.rank_offset) + ".." +
-              std::to_string(layout_.rank_offset + layout_.local_size - 1) + " of " +
-              std::to_string(layout_.world_size));
+    log::info("rendezvous: " + placement(layout_));
     mn::MonitorConfig mc = monitor_cfg_;
     mc.store = rc_.store;
     mc.layout = layout_;
     monitor_ = std::make_unique<mn::JobMonitor>(mc);
     ports_.release_sockets();
 
-    RankLayout l;
-    l.world_size = layout_.world_size;
-    l.nnodes = layout_.nnodes;
-    l.node_rank = layout_.node_rank;
-    l.local_size = layout_.local_size;
-    l.first_rank = layout_.rank_offset;
-    l.endpoints = layout_.endpoints;
-    l.master = layout_.framework_master;
-    l.store_addr = layout_.store_address;
-    l.store_token = rc_.store.token;
-    return l;
+    return rank_layout(layout_, rc_.store.token);
   }
 
   void install(SupervisorConfig& cfg) override {
-    cfg.on_failure = [this](const RootCause& rc) {
-      // A rank that stopped responding never ended: the record carries the job's code for it.
-      const Termination t = rc.end.value_or(Termination{Termination::How::Exited, rc.exit_code});
-      const int sig = t.how == Termination::How::Signaled ? t.value : 0;
-      publish_in_store(monitor_->report_worker_exit(rc.rank, exit_code_of(t), sig));
-    };
-    cfg.remote_fd = monitor_->event_fd();
-    cfg.remote_wait = remote_wait(monitor_cfg_);
-    cfg.remote_failure = [this]() -> std::pair<int, std::string> {
-      auto f = monitor_->failure();
-      if (!f) return {1, "unknown failure"};
-      publish_in_store(*f);
-      return {f->exit_code, f->describe()};
-    };
+    install_monitor(cfg, *monitor_, monitor_cfg_, [this](const mn::FailureRecord& f) { publish_in_store(f); });
   }
 
   // This generation is over here: tell the others; the store's node keeps it up until they have

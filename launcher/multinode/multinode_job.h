@@ -5,10 +5,14 @@
 #pragma once
 
 #include <chrono>
+#include <functional>
 #include <optional>
 #include <string>
 
 #include "launcher/multinode/monitor.h"
+#include "launcher/plan.h"
+#include "launcher/ports.h"
+#include "launcher/supervisor.h"
 #include "launcher/options.h"
 #include "proto/worker_env.h"
 
@@ -21,6 +25,21 @@ namespace launch {
 multinode::MonitorConfig monitor_config(const RdzvConf& conf);
 std::chrono::milliseconds remote_wait(const multinode::MonitorConfig& mc);
 std::chrono::milliseconds seconds_or(const std::optional<double>& s, std::chrono::milliseconds fallback);
+
+// --- What both multi-node modes (fixed --nnodes, elastic MIN:MAX) share ---
+// This node's registration: its address, its devices, one endpoint per worker and the
+// framework's master port from `ports` (n + 1 of them, reserved on `host`).
+multinode::NodeRegistration local_registration(const Plan& p, const std::string& host, const PortReservation& ports,
+                                               bool serves_store);
+// Where this node's workers sit, from the rendezvous' layout.
+RankLayout rank_layout(const multinode::JobLayout& l, const std::string& store_token);
+// "this is node 1 of 3, global ranks 2..3 of 6"
+std::string placement(const multinode::JobLayout& l);
+// The supervisor's hooks into the heartbeat monitor: a worker's failure recorded for the whole
+// job, another node's failure stopping this one. `published` also sees every root cause (the
+// store's node records it in its store too).
+void install_monitor(SupervisorConfig& cfg, multinode::JobMonitor& monitor, const multinode::MonitorConfig& mc,
+                     std::function<void(const multinode::FailureRecord&)> published = {});
 
 std::string resolve_multinode_token(const std::optional<std::string>& token_file, const proto::EnvMap& env);
 

@@ -33,12 +33,6 @@ std::vector<uint16_t> ports_of(const std::string& list) {
   return out;
 }
 
-bool all_files(const std::string& dir, const std::string& prefix, int n) {
-  for (int r = 0; r < n; ++r)
-    if (slurp(dir + "/" + prefix + std::to_string(r)).find('\n') == std::string::npos) return false;
-  return true;
-}
-
 }  // namespace
 
 // ---------------------------------------------------------------------------------------------
@@ -187,8 +181,8 @@ TEST_CASE("launch: SIGTERM to launch -> every descendant gone, grandchildren too
   Proc p = launch_sh(d, {"--devices", "cpu", "--nproc_per_node", "2", "--grace", "0.5"}, script);
   Reaper guard(p.pid);
   REQUIRE(wait_until([&] {
-    return all_files(d, "pid.", 2) && all_files(d, "gc_a.", 2) && all_files(d, "gc_b.", 2) &&
-           all_files(d, "gc_c.", 2);
+    return all_written(d, "pid.", 2) && all_written(d, "gc_a.", 2) && all_written(d, "gc_b.", 2) &&
+           all_written(d, "gc_c.", 2);
   }, 20));
   std::vector<pid_t> all;
   for (const char* f : {"pid.", "gc_a.", "gc_b.", "gc_c."})
@@ -222,7 +216,7 @@ TEST_CASE("launch: SIGTERM, SIGCONT, SIGTERM (Slurm's time limit) is one request
                          "/pid.$RANK; while [ $n = 0 ]; do sleep 0.05; done; sleep 1.5; echo saved > " + d +
                          "/saved.$RANK; exit 0");
   Reaper guard(p.pid);
-  REQUIRE(wait_until([&] { return all_files(d, "pid.", 2); }, 20));
+  REQUIRE(wait_until([&] { return all_written(d, "pid.", 2); }, 20));
   const double t0 = now_s();
   kill(p.pid, SIGTERM);
   // The second one after launch took the first (two pending SIGTERMs are one to the kernel).
@@ -248,7 +242,7 @@ TEST_CASE("launch: SIGINT is forwarded; a second SIGINT kills at once", "[launch
   Proc p = launch_sh(d, {"--devices", "cpu", "--nproc_per_node", "2", "--grace", "60"},
                      "trap '' INT TERM; echo $$ > " + d + "/pid.$RANK; while :; do sleep 1; done");
   Reaper guard(p.pid);
-  REQUIRE(wait_until([&] { return all_files(d, "pid.", 2); }, 20));
+  REQUIRE(wait_until([&] { return all_written(d, "pid.", 2); }, 20));
   kill(p.pid, SIGINT);
   REQUIRE(wait_until([&] { return p.err().find("received SIGINT") != std::string::npos; }, 5));
   kill(p.pid, SIGTERM);
@@ -266,7 +260,7 @@ TEST_CASE("launch: SIGKILL to launch -> workers gone within 1 s", "[launcher][in
   Proc p = launch_sh(d, {"--devices", "cpu", "--nproc_per_node", "3"},
                      "echo $$ > " + d + "/pid.$RANK; exec sleep 30");
   Reaper guard(p.pid);
-  REQUIRE(wait_until([&] { return all_files(d, "pid.", 3); }, 20));
+  REQUIRE(wait_until([&] { return all_written(d, "pid.", 3); }, 20));
   kill(p.pid, SIGKILL);
   REQUIRE(wait_exit(p.pid, 5) == 128 + SIGKILL);
   for (int r = 0; r < 3; ++r) {

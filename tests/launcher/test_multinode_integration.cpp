@@ -26,6 +26,15 @@ Proc node(const std::string& dir, int rank, int nnodes, const std::string& maste
   return start(argv, dir, kToken, "node" + std::to_string(rank));
 }
 
+// Runs a launch that must refuse its input (exit 2 within 10 s) and returns what it said.
+std::string refusal(const std::vector<std::string>& argv, const std::string& dir,
+                    const std::map<std::string, std::string>& env) {
+  Proc p = start(argv, dir, env, "refused");
+  Reaper g(p.pid);
+  REQUIRE(wait_exit(p.pid, 10) == 2);
+  return p.err();
+}
+
 }  // namespace
 
 // ---------------------------------------------------------------------------------------------
@@ -112,11 +121,7 @@ TEST_CASE("multinode: a node's launcher killed -> the other stops within 10 s", 
   const std::string script = "echo $$ > " + d + "/pid.$RANK; exec sleep 60";
   Proc n0 = node(d, 0, 2, master, script), n1 = node(d, 1, 2, master, script);
   Reaper g0(n0.pid), g1(n1.pid);
-  REQUIRE(wait_until([&] {
-    for (int r = 0; r < 4; ++r)
-      if (slurp(d + "/pid." + std::to_string(r)).find('\n') == std::string::npos) return false;
-    return true;
-  }, 30));
+  REQUIRE(wait_until([&] { return all_written(d, "pid.", 4); }, 30));
   kill(n1.pid, SIGKILL);
   const double t_kill = now_s();
   REQUIRE(wait_exit(n1.pid, 5) == 128 + SIGKILL);
@@ -144,15 +149,10 @@ TEST_CASE("multinode: a node that never arrives -> timeout naming it; SIGTERM wh
   kill(waiting.pid, SIGTERM);
   CHECK(wait_exit(waiting.pid, 2) == 128 + SIGTERM);
 
-  Proc bare = start({kLaunch, "--nnodes", "2", "--master", "127.0.0.1:1", "true"}, d, {{"LAUNCH_STORE_TOKEN", ""}}, "bare");
-  Reaper g1(bare.pid);
-  REQUIRE(wait_exit(bare.pid, 10) == 2);
-  CHECK_THAT(bare.err(), Catch::Contains("head -c 32 /dev/urandom"));
-
-  Proc bad = start({kLaunch, "--nnodes", "2", "--master", "10.0.0.1:port", "true"}, d, kToken, "bad");
-  Reaper g3(bad.pid);
-  REQUIRE(wait_exit(bad.pid, 10) == 2);
-  CHECK_THAT(bad.err(), Catch::Contains("--master '10.0.0.1:port' must be HOST:PORT"));
+  CHECK_THAT(refusal({kLaunch, "--nnodes", "2", "--master", "127.0.0.1:1", "true"}, d, {{"LAUNCH_STORE_TOKEN", ""}}),
+             Catch::Contains("head -c 32 /dev/urandom"));
+  CHECK_THAT(refusal({kLaunch, "--nnodes", "2", "--master", "10.0.0.1:port", "true"}, d, kToken),
+             Catch::Contains("--master '10.0.0.1:port' must be HOST:PORT"));
 }
 
 // Issue 14, item 9: a node started without node 0 was told "check LAUNCH_STORE_ADDR".
@@ -316,11 +316,7 @@ TEST_CASE("--rdzv-conf keep_alive_interval and heartbeat_timeout: a killed node'
   const std::vector<std::string> conf{"--rdzv-conf", "keep_alive_interval=0.2,heartbeat_timeout=1"};
   Proc n0 = node(d, 0, 2, master, script, conf), n1 = node(d, 1, 2, master, script, conf);
   Reaper g0(n0.pid), g1(n1.pid);
-  REQUIRE(wait_until([&] {
-    for (int r = 0; r < 4; ++r)
-      if (slurp(d + "/pid." + std::to_string(r)).find('\n') == std::string::npos) return false;
-    return true;
-  }, 30));
+  REQUIRE(wait_until([&] { return all_written(d, "pid.", 4); }, 30));
   kill(n1.pid, SIGKILL);
   const double t_kill = now_s();
   REQUIRE(wait_exit(n1.pid, 5) == 128 + SIGKILL);
@@ -406,10 +402,8 @@ TEST_CASE("IPv6: --master [::1]:PORT and torchrun's --rdzv-endpoint [::1]: two l
     CHECK(e["WORLD_SIZE"] == "2");
     CHECK(e["PADDLE_TRAINER_ENDPOINTS"].find("[::1]:") == 0);
   }
-  Proc bad = start({kLaunch, "--nnodes", "2", "--master", "::1:29400", "true"}, d, kToken, "v6bad");
-  Reaper gbad(bad.pid);
-  REQUIRE(wait_exit(bad.pid, 10) == 2);
-  CHECK_THAT(bad.err(), Catch::Contains("must be HOST:PORT, e.g. 10.0.0.1:29400 or [fd00::1]:29400"));
+  CHECK_THAT(refusal({kLaunch, "--nnodes", "2", "--master", "::1:29400", "true"}, d, kToken),
+             Catch::Contains("must be HOST:PORT, e.g. 10.0.0.1:29400 or [fd00::1]:29400"));
 }
 
 // --- Elastic membership: bad input (issue 21, item 2) ---------------------------------------------
