@@ -69,13 +69,15 @@ Preview preview(const Plan& p) {
       v.undecided.insert(kWorldVars.begin(), kWorldVars.end());
       v.undecided.insert({kGroupRank, kPaddleCurrentEndpoint, kPodName});
     }
+    if (p.elastic) v.undecided.insert({kGroupWorldSize, kPaddleNnodes, kPaddleRestartCount, kTorchRestartCount});
     v.marker = "<decided at the rendezvous>";
     v.note = "# multi-node: " + (p.elastic ? std::to_string(opt.nnodes_min) + " to " : std::string()) +
              std::to_string(opt.nnodes) + " nodes meet at " + p.master +
              " (the launch that binds it serves the store there); " +
              (v.ranks_known ? "this is node " + std::to_string(opt.rank) + " of " + std::to_string(opt.nnodes) +
                                   " with " + std::to_string(n) + " worker(s) per node"
-                            : std::string("this node's rank is given in arrival order")) +
+                            : std::string(p.elastic ? "every round of the job gives this node its rank and the job's size"
+                                                    : "this node's rank is given in arrival order")) +
              "; values marked " + v.marker + " are the rendezvous'; ports are examples\n";
   } else {
     PortReservation ports = reserve_ports(opt.host, n + 1, opt.start_port, "");
