@@ -695,8 +695,11 @@ CliResult parse_cli(int argc, const char* const* argv, const proto::EnvMap& env)
     throw UsageError("unknown option " + o.command.front() + " (see launch --help; put -- before a "
                      "program whose name starts with '-')");
   if (o.nnodes > 1 && !o.master)
-    throw UsageError("--nnodes " + std::to_string(o.nnodes) +
-                     " needs --master IP:PORT (the address node 0 serves the job's store on)");
+    throw UsageError("--nnodes " +
+                     (o.nnodes_min > 0 ? std::to_string(o.nnodes_min) + ":" + std::to_string(o.nnodes) +
+                                             " (elastic membership)"
+                                       : std::to_string(o.nnodes)) +
+                     " needs --master HOST:PORT or --rdzv-endpoint HOST:PORT (where the job's store is served)");
   if (o.rank >= o.nnodes)
     throw UsageError("--rank " + std::to_string(o.rank) + " is not below --nnodes " + std::to_string(o.nnodes));
   if (o.job_id.empty() || o.job_id.find_first_of(" \t\n/=,") != std::string::npos)

@@ -77,7 +77,7 @@ TEST_CASE("cli: bad input is a one-line usage error", "[launcher][cli]") {
   // Seconds as the user wrote them, not std::to_string's "-2.500000".
   CHECK_THAT(err({"--grace", "-2.5", "env"}), Catch::Contains("--grace -2.5 must be 0 to 86400 seconds"));
   CHECK_THAT(err({"--elastic_timeout", "0.5", "env"}), Catch::Contains("--elastic_timeout 0.5 must be"));
-  CHECK_THAT(err({"--nnodes", "2", "env"}), Catch::Contains("needs --master IP:PORT"));
+  CHECK_THAT(err({"--nnodes", "2", "env"}), Catch::Contains("--nnodes 2 needs --master HOST:PORT or --rdzv-endpoint HOST:PORT"));
   CHECK_THAT(err({"--nnodes", "2", "--master", "10.0.0.1:29400", "--rank", "2", "env"}), Catch::Contains("--rank 2 is not below"));
   CHECK_THAT(err({"--bogus", "env"}), Catch::Contains("unknown option --bogus"));
   CHECK_THAT(err({"--job_id", "a b", "env"}), Catch::Contains("--job_id"));
