@@ -26,7 +26,7 @@ export NETNS_PREFIX="be$$x"
 cleanup() {
   for i in 1 2 3 4; do ip netns pids "${NETNS_PREFIX}$i" 2>/dev/null | xargs -r kill -9; done
   "$hosts" down >/dev/null 2>&1
-  rm -rf "$dir"
+  if [[ ${BENCH_KEEP:-0} == 1 ]]; then echo "kept $dir"; else rm -rf "$dir"; fi
 }
 trap cleanup EXIT
 "$hosts" reap be
@@ -63,15 +63,21 @@ EOF
       cmd=("$launch" --nnodes 2:3 --rdzv-endpoint "$master" --max_restart 3 --checkpoint-signal USR2
            --rdzv-conf last_call_timeout=1 --devices cpu --nproc_per_node 1 --log_dir "$run/log.$1" "$run/worker.sh")
     else
+      # is_host: torchrun matches the endpoint against gethostname()'s addresses, which inside a
+      # network namespace are the machine's own: host 1 must be told it hosts the store.
+      local conf=last_call_timeout=1
+      [[ $2 == 1 ]] && conf+=,is_host=1
       cmd=("${torchrun[@]}" --nnodes 2:3 --rdzv_backend c10d --rdzv_endpoint "$master" --max_restarts 3
-           --rdzv_conf last_call_timeout=1 --nproc_per_node 1 --no_python "$run/worker.sh")
+           --rdzv_conf "$conf" --nproc_per_node 1 --no_python "$run/worker.sh")
     fi
     ip netns exec "${NETNS_PREFIX}$2" "${cmd[@]}" >"$run/$1.out" 2>"$run/$1.err" &
   }
   # The time by which $1 workers of world size $2 have all (re)started after $3.
   started() {
-    cat "$run"/start.* 2>/dev/null | awk -v w="$2" -v after="$3" -v n="$1" '
-      $2 == w && $1 > after { t[++k] = $1 } END { if (k < n) exit 1; asort(t); printf "%.3f", t[n] }'
+    local t
+    t=$(cat "$run"/start.* 2>/dev/null | awk -v w="$2" -v after="$3" '$2 == w && $1 > after { print $1 }' | sort -n |
+        sed -n "${1}p")
+    [[ -n $t ]] && echo "$t"
   }
   wait_started() {  # count world after limit_s
     local i
