@@ -16,6 +16,7 @@
 #include "launcher/failure_report.h"
 #include "launcher/job_mode.h"
 #include "launcher/log.h"
+#include "launcher/log_lock.h"
 #include "launcher/output.h"
 #include "launcher/plan.h"
 #include "launcher/program.h"
@@ -121,8 +122,12 @@ int run_job(const Plan& p, const ConsoleStreams& console) {
 
   JobOutcome outcome;
   RestartBackoff backoff(p.opt.restart_backoff);
+  LogLocks log_locks;  // held until we exit, whatever the generation
   for (int gen = 0;; ++gen) {
     const RankLayout layout = mode->start(gen);
+    std::vector<int> ranks;
+    for (int i = 0; i < p.n(); ++i) ranks.push_back(layout.first_rank + i);
+    log_locks.hold(p.job.log_dir, ranks);  // a second launch on these workerlog.N is refused
     mode->install(cfg);
     // The first run truncates the logs if asked; a restart appends to what the failed run wrote.
     cfg.log_overwrite = p.opt.log_overwrite && gen == 0;
