@@ -298,6 +298,7 @@ namespace {
     case Status::TooLarge:
     case Status::NotInteger:
     case Status::ReservedKey:
+    case Status::QuotaExceeded:
       throw StoreError(Kind::Invalid, "store rejected " + what + " (" + std::string(status_name(r.status)) +
                                           "): " + r.message);
     default:

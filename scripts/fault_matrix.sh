@@ -144,7 +144,7 @@ import resource, socket, struct, sys, time
 port, pid = int(sys.argv[1]), sys.argv[2]
 soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
 resource.setrlimit(resource.RLIMIT_NOFILE, (min(hard, max(soft, 4096)), hard))
-def hdr(op, n): return b"LSTR\x01" + bytes([op]) + b"\0\0" + struct.pack("<Q", n)
+def hdr(op, n): return b"LSTR\x02" + bytes([op]) + b"\0\0" + struct.pack("<Q", n)
 socks = []
 for i in range(1000):
     s = socket.create_connection(("127.0.0.1", port)); s.settimeout(0.2); socks.append(s)

@@ -257,7 +257,7 @@ TEST_CASE("a client that stalls mid-frame or never says HELLO is closed; others 
   RawConn stalled(ts.server->address());
   REQUIRE(stalled.send(hello_frame(ts.cfg.job_id, ts.cfg.token)));
   REQUIRE(stalled.read_reply(5s).value.status == proto::Status::Ok);
-  REQUIRE(stalled.send(std::string("LSTR\x01\x02", 6)));
+  REQUIRE(stalled.send("LSTR" + std::string(1, char(proto::kVersion)) + "\x02"));
   auto c = ts.client();
   auto t0 = std::chrono::steady_clock::now();
   CHECK(stalled.read_until_close(5s).second);
