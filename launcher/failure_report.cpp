@@ -68,7 +68,9 @@ void print_failure_report(const JobOutcome& o, const std::string& log_dir, NextS
   } else {
     log::info("all " + std::to_string(o.records.size()) + " worker(s) exited with code 0");
   }
-  if (o.stragglers > 0) log::error(std::to_string(o.stragglers) + " process(es) could not be killed");
+  if (!o.stragglers.empty())
+    log::error(std::to_string(o.stragglers.size()) + " process(es) could not be killed: " +
+               describe_processes(o.stragglers) + "; " + o.stragglers_left);
 }
 
 }  // namespace launch

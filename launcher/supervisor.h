@@ -22,6 +22,7 @@
 #include "launcher/exit_policy.h"
 #include "launcher/options.h"
 #include "launcher/output.h"
+#include "launcher/proc_info.h"
 
 namespace launch {
 
@@ -77,7 +78,10 @@ struct SupervisorConfig {
 struct JobOutcome {
   ExitPolicy policy;
   std::vector<WorkerRecord> records;
-  int stragglers = 0;  // processes still alive after SIGKILL and the last bound (should be 0)
+  // Processes still alive after SIGKILL and the last bound (uninterruptible sleep; should be
+  // none), and what the containment leaves of them (Containment::leave).
+  std::vector<ProcessInfo> stragglers;
+  std::string stragglers_left;
   int restart_count = 0;  // which generation this was (set by the caller; 0: the first run)
 };
 
