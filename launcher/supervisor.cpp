@@ -354,6 +354,7 @@ void Loop::act_on(const LostPeerReport& r) {
                  seconds_text(std::chrono::duration<double>(cfg_.remote_wait).count()) + " s for that node's report");
       begin_stop(SIGTERM);
       arm(await_fd_, std::chrono::duration<double>(cfg_.remote_wait).count());
+      if (cfg_.remote_peer_lost && r.peer) cfg_.remote_peer_lost(*r.peer, r.what);
       break;
     case ExitPolicy::Verdict::Consequence:
       log::debug(describe(r.noticer, r.end) + " (lost a peer: " + r.what + ")");

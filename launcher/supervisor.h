@@ -73,6 +73,10 @@ struct SupervisorConfig {
   // before the worker is named (a dead launcher is declared after 5 s without a heartbeat, one
   // period more to notice, and a margin).
   std::chrono::milliseconds remote_wait{8000};
+  // Multi-node: told (on this thread, bounded) when one of our workers lost global rank `rank`
+  // of another node, before the wait above: that evidence lets the job monitor name a dead
+  // launcher at once (remote_fd fires) instead of after the heartbeat timeout.
+  std::function<void(int rank, const std::string& what)> remote_peer_lost;
 };
 
 struct JobOutcome {
