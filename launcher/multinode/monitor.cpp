@@ -135,11 +135,15 @@ void JobMonitor::peer_lost(int rank, const std::string& what) {
   const int node = node_of_rank(rank);
   if (node < 0 || node == L.node_rank || failure()) return;
   const std::string evidence = "rank " + std::to_string(rank) + " there was lost: " + what;
-  std::lock_guard<std::mutex> lock(writer_mu_);
   if (node == cfg_.store_node) {
-    // Its launcher is the store: alive, it answers at once, whatever its workers do.
+    // Its launcher is the store: alive, it answers at once, whatever its workers do. One
+    // connection attempt: a refused one (its host is up, nobody listens) is the answer.
+    proto::ClientOptions o = cfg_.store;
+    o.client_name = "node " + std::to_string(L.node_rank) + " probe";
+    o.connect_timeout = cfg_.probe_timeout;
+    o.retry_connect = false;
     try {
-      writer_->ping(cfg_.probe_timeout);
+      proto::Client(o).ping(cfg_.probe_timeout);
     } catch (const proto::StoreError& e) {
       FailureRecord f = store_unreachable("no answer to a PING within " + seconds_text(cfg_.probe_timeout) + ": " +
                                           e.what() + "; " + evidence);
@@ -148,6 +152,7 @@ void JobMonitor::peer_lost(int rank, const std::string& what) {
     return;
   }
   if (!cfg_.presence) return;  // the store's node will tell (presence), or the heartbeat
+  std::lock_guard<std::mutex> lock(writer_mu_);
   if (auto since = cfg_.presence->gone_since(L.generation, node)) {
     const ms gone_for = std::chrono::duration_cast<ms>(Clock::now() - *since);
     declare(*writer_, node_gone(node, gone_for, evidence), cfg_.probe_timeout);

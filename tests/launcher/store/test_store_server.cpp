@@ -338,6 +338,12 @@ TEST_CASE("an unreachable store is a Connection error naming the address", "[sto
     CHECK(e.kind() == Kind::Connection);
     CHECK_THAT(e.what(), Catch::Contains(addr));
   }
+  // One attempt (a probe): refused at once, not retried until the connect timeout.
+  o.connect_timeout = 5s;
+  o.retry_connect = false;
+  const auto t0 = std::chrono::steady_clock::now();
+  CHECK_THROWS_AS(proto::Client(o).ping(5s), StoreError);
+  CHECK(std::chrono::steady_clock::now() - t0 < 1s);
   o.address = "no-port-here";
   CHECK_THROWS_WITH(proto::Client(o).ping(1s), Catch::Contains("is not ip:port"));
 }
