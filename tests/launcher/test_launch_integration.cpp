@@ -363,6 +363,20 @@ TEST_CASE("launch: a second launch on the same --log_dir is refused, naming the 
   CHECK(exists(d + "/fourth.0"));
 }
 
+TEST_CASE("launch: 100,000 arguments make no 600 KB log line", "[launcher][integration]") {
+  // Issue 22, item 15: the job's first log line held the whole command (589 KB).
+  TempDir td;
+  std::vector<std::string> argv{kLaunch, "--log_dir", td.path + "/log", "--devices", "cpu", "true"};
+  for (int i = 1; i <= 100000; ++i) argv.push_back(std::to_string(i));
+  Proc p = start(argv, td.path);
+  Reaper guard(p.pid);
+  REQUIRE(wait_exit(p.pid, 20) == 0);
+  size_t longest = 0;
+  for (const auto& l : lines_of(p.err())) longest = std::max(longest, l.size());
+  CHECK(longest < 2048);
+  CHECK_THAT(p.err(), Catch::Contains("more argument(s), ") && Catch::Contains(" bytes, not shown)"));
+}
+
 TEST_CASE("launch: bad input -> one line, exit 2, nothing started", "[launcher][integration]") {
   TempDir td;
   const std::string& d = td.path;
