@@ -210,37 +210,31 @@ signal_rank 4 2 KILL
 result=FAIL; [ "$rc" = 137 ] && grep -q 'root cause: rank 2 killed by SIGKILL' err && result=PASS
 row "SIGKILL of rank 2 of 4" "$result" "root cause rank 2 after $ms ms, exit $rc"
 
-# --- one node's launcher killed: two launchers on loopback, train_resnet across them
-fresh
-master="127.0.0.1:$("$py" -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')"
-export LAUNCH_STORE_TOKEN=0123456789abcdef0123456789abcdef-fault-matrix
-for n in 0 1; do
-  "$launch" --nnodes 2 --master "$master" --rank $n --host 127.0.0.1 --devices cpu --nproc_per_node 1 \
-    --log_dir log "$train" "${TA[@]}" --num-samples 100000 --epochs 1 --log-every 1 >out.$n 2>err.$n &
-  eval "node$n=\$!"
-done
-unset LAUNCH_STORE_TOKEN
-wait_for 'grep -q "Batch\[2\]" log/workerlog.0 2>/dev/null' 60
-t0=$(now_ms); kill -KILL "$node1"; wait "$node1" 2>/dev/null
-wait_exit "$node0" 30; ms=$(( $(now_ms) - t0 ))
+# --- one node's launcher killed: two launchers on loopback (one address), train_resnet across
+# them. kill_node VICTIM: once they train, SIGKILL node VICTIM's launcher; sets rc and ms (kill ->
+# the other node's exit), the other node's stderr in err.OTHER.
+kill_node() {
+  local victim=$1 other=$((1 - $1)) n
+  fresh
+  local master="127.0.0.1:$("$py" -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')"
+  local pids=()
+  for n in 0 1; do
+    LAUNCH_STORE_TOKEN=0123456789abcdef0123456789abcdef-fault-matrix \
+      "$launch" --nnodes 2 --master "$master" --rank $n --host 127.0.0.1 --devices cpu --nproc_per_node 1 \
+      --log_dir log "$train" "${TA[@]}" --num-samples 100000 --epochs 1 --log-every 1 >out.$n 2>err.$n &
+    pids+=($!)
+  done
+  wait_for 'grep -q "Batch\[2\]" log/workerlog.'"$other"' 2>/dev/null' 60
+  local t0; t0=$(now_ms); kill -KILL "${pids[$victim]}"; wait "${pids[$victim]}" 2>/dev/null
+  wait_exit "${pids[$other]}" 30; ms=$(( $(now_ms) - t0 ))
+}
+kill_node 1
 result=FAIL
 grep -q 'root cause, on another node: node 1' err.0 && ! grep -q 'root cause: rank 0' err.0 && [ "$rc" != 0 ] &&
   [ "$ms" -le 2000 ] && result=PASS
 row "one node's launcher killed (2 nodes, ring)" "$result" "node 0 names node 1 after $ms ms, exit $rc"
-
-# --- issue 22, item 4: node 0 (the store's host) killed, both nodes on 127.0.0.1
-fresh
-master="127.0.0.1:$("$py" -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')"
-export LAUNCH_STORE_TOKEN=0123456789abcdef0123456789abcdef-fault-matrix
-for n in 0 1; do
-  "$launch" --nnodes 2 --master "$master" --rank $n --host 127.0.0.1 --devices cpu --nproc_per_node 1 \
-    --log_dir log "$train" "${TA[@]}" --num-samples 100000 --epochs 1 --log-every 1 >out.$n 2>err.$n &
-  eval "node$n=\$!"
-done
-unset LAUNCH_STORE_TOKEN
-wait_for 'grep -q "Batch\[2\]" log/workerlog.1 2>/dev/null' 60
-t0=$(now_ms); kill -KILL "$node0"; wait "$node0" 2>/dev/null
-wait_exit "$node1" 30; ms=$(( $(now_ms) - t0 ))
+# issue 22, item 4: node 0, the store's host, killed; node 1 shares its address
+kill_node 0
 result=FAIL
 grep -q 'root cause, on another node: node 0 (127.0.0.1): launcher stopped responding' err.1 &&
   ! grep -q 'node 1 (127.0.0.1): launcher stopped' err.1 && [ "$rc" != 0 ] && [ "$ms" -le 2000 ] && result=PASS

@@ -131,23 +131,40 @@ TEST_CASE("root cause: SIGSTOP of one train_resnet rank names that rank (--comm-
 
 namespace {
 
-// Two launchers on 127.0.0.1 as nodes 0 and 1, one worker each. The worker of node `noticer`
-// waits for d/go, then says it lost its ring neighbour on the other node -- as train_resnet's
-// ring does 0.1 s after that node died -- long before a heartbeat could tell who died.
-std::pair<Proc, Proc> two_nodes(const std::string& d, int noticer) {
+struct NodeKilled {
+  std::optional<int> code;  // the other node's launcher's
+  double took = 0;          // from the worker's report to that exit
+  std::string err;          // its stderr
+};
+
+// Two launchers on 127.0.0.1 as nodes 0 and 1, one worker each. Node `victim`'s launcher is
+// SIGKILLed; then the other node's worker says it lost its ring neighbour on the victim -- as
+// train_resnet's ring does 0.1 s after a node died -- long before a heartbeat could tell.
+NodeKilled kill_node(const std::string& d, int victim) {
+  const int other = 1 - victim;
   const std::string master = free_loopback_address();
   const std::map<std::string, std::string> token = {{"LAUNCH_STORE_TOKEN", "0123456789abcdef0123456789abcdef-test"}};
   const std::string script =
-      "touch " + d + "/up.$RANK; if [ $RANK = " + std::to_string(noticer) + " ]; then while [ ! -e " + d +
-      "/go ]; do sleep 0.01; done; echo 'LAUNCH_PEER_LOST rank=" + std::to_string(1 - noticer) +
-      ": rank " + std::to_string(1 - noticer) + " closed the connection (emulated)' >&2; exit 86; fi; exec sleep 60";
-  auto node = [&](int rank) {
-    return start({kLaunch, "--nnodes", "2", "--master", master, "--rank", std::to_string(rank), "--host", "127.0.0.1",
-                  "--devices", "cpu", "--nproc_per_node", "1", "--log_dir", d + "/log", "sh", "-c", script},
-                 d, token, "node" + std::to_string(rank));
-  };
-  Proc n0 = node(0), n1 = node(1);
-  return {n0, n1};
+      "touch " + d + "/up.$RANK; if [ $RANK = " + std::to_string(other) + " ]; then while [ ! -e " + d +
+      "/go ]; do sleep 0.01; done; echo 'LAUNCH_PEER_LOST rank=" + std::to_string(victim) + ": rank " +
+      std::to_string(victim) + " closed the connection (emulated)' >&2; exit 86; fi; exec sleep 60";
+  std::vector<Proc> nodes;
+  for (int rank : {0, 1})
+    nodes.push_back(start({kLaunch, "--nnodes", "2", "--master", master, "--rank", std::to_string(rank), "--host",
+                           "127.0.0.1", "--devices", "cpu", "--nproc_per_node", "1", "--log_dir", d + "/log", "sh", "-c",
+                           script},
+                          d, token, "node" + std::to_string(rank)));
+  Reaper g0(nodes[0].pid), g1(nodes[1].pid);
+  REQUIRE(wait_until([&] { return exists(d + "/up.0") && exists(d + "/up.1"); }, 30));
+  kill(nodes[size_t(victim)].pid, SIGKILL);
+  REQUIRE(wait_exit(nodes[size_t(victim)].pid, 5) == 128 + SIGKILL);
+  const double t_report = now_s();
+  { std::ofstream(d + "/go") << "1"; }
+  NodeKilled r;
+  r.code = wait_exit(nodes[size_t(other)].pid, 20);
+  r.took = now_s() - t_report;
+  r.err = nodes[size_t(other)].err();
+  return r;
 }
 
 }  // namespace
@@ -156,29 +173,18 @@ TEST_CASE("root cause: one node's launcher killed; the other node names that nod
           "[launcher][root_cause][multinode]") {
   // Issue 22, item 4: the verdict came 8.5-8.7 s after the kill although the ring noticed in 0.1 s.
   TempDir td;
-  const std::string& d = td.path;
-  auto [n0, n1] = two_nodes(d, 0);
-  Reaper g0(n0.pid), g1(n1.pid);
-  REQUIRE(wait_until([&] { return exists(d + "/up.0") && exists(d + "/up.1"); }, 30));
-  kill(n1.pid, SIGKILL);
-  REQUIRE(wait_exit(n1.pid, 5) == 128 + SIGKILL);
-  const double t_report = now_s();
-  { std::ofstream(d + "/go") << "1"; }
-  auto code = wait_exit(n0.pid, 20);
-  const double took = now_s() - t_report;
-  const std::string err = n0.err();
-  INFO(err);
-  // The verdict waits 0.25 s for what explains a lost peer, then asks: node 1's connection to
-  // node 0's store closed with its launcher. Then node 0 stops its workers (SIGTERM) and exits.
-  CHECK(took < 1.5);
-  WARN("worker's report -> node 0's exit: " << int(took * 1000) << " ms");
-  REQUIRE(code.has_value());
-  CHECK(*code == 1);  // a launcher that stopped responding has no exit code of its own
-  CHECK_THAT(err, Catch::Contains("after losing rank 1, which runs on another node"));
-  CHECK_THAT(err, Catch::Contains("root cause, on another node: node 1 (127.0.0.1): launcher stopped responding "
-                                  "(its connection to the store closed"));
-  CHECK_THAT(err, !Catch::Contains("root cause: rank 0"));
-  CHECK_THAT(err, !Catch::Contains("closing the store while node(s)"));  // the dead node is not waited for
+  const NodeKilled k = kill_node(td.path, 1);
+  INFO(k.err);
+  // The verdict asks node 0's store whether node 1's connection closed (with its launcher); then
+  // node 0 stops its workers (SIGTERM) and exits.
+  CHECK(k.took < 1.5);
+  WARN("worker's report -> node 0's exit: " << int(k.took * 1000) << " ms");
+  CHECK(k.code == 1);  // a launcher that stopped responding has no exit code of its own
+  CHECK_THAT(k.err, Catch::Contains("after losing rank 1, which runs on another node"));
+  CHECK_THAT(k.err, Catch::Contains("root cause, on another node: node 1 (127.0.0.1): launcher stopped responding "
+                                    "(its connection to the store closed"));
+  CHECK_THAT(k.err, !Catch::Contains("root cause: rank 0"));
+  CHECK_THAT(k.err, !Catch::Contains("closing the store while node(s)"));  // the dead node is not waited for
 }
 
 TEST_CASE("root cause: node 0's launcher killed, both nodes on one address: node 1 names node 0, not itself",
@@ -186,25 +192,15 @@ TEST_CASE("root cause: node 0's launcher killed, both nodes on one address: node
   // Issue 22, item 4: node 1 named itself ("node 1 (127.0.0.1): launcher stopped responding: its
   // store ... is unreachable"), the store's address being its own too.
   TempDir td;
-  const std::string& d = td.path;
-  auto [n0, n1] = two_nodes(d, 1);
-  Reaper g0(n0.pid), g1(n1.pid);
-  REQUIRE(wait_until([&] { return exists(d + "/up.0") && exists(d + "/up.1"); }, 30));
-  kill(n0.pid, SIGKILL);
-  REQUIRE(wait_exit(n0.pid, 5) == 128 + SIGKILL);
-  const double t_report = now_s();
-  { std::ofstream(d + "/go") << "1"; }
-  auto code = wait_exit(n1.pid, 20);
-  const double took = now_s() - t_report;
-  const std::string err = n1.err();
-  INFO(err);
-  CHECK(took < 1.5);
-  WARN("worker's report -> node 1's exit: " << int(took * 1000) << " ms");
-  REQUIRE(code.has_value());
-  CHECK(*code == 1);
-  CHECK_THAT(err, Catch::Contains("root cause, on another node: node 0 (127.0.0.1): launcher stopped responding: its "
-                                  "store at " ) && Catch::Contains("no answer to a PING within 0.5 s"));
-  CHECK_THAT(err, !Catch::Contains("node 1 (127.0.0.1): launcher stopped"));
+  const NodeKilled k = kill_node(td.path, 0);
+  INFO(k.err);
+  CHECK(k.took < 1.5);
+  WARN("worker's report -> node 1's exit: " << int(k.took * 1000) << " ms");
+  CHECK(k.code == 1);
+  CHECK_THAT(k.err, Catch::Contains("root cause, on another node: node 0 (127.0.0.1): launcher stopped responding: "
+                                    "its store at ") &&
+                        Catch::Contains("no answer to a PING within 0.5 s"));
+  CHECK_THAT(k.err, !Catch::Contains("node 1 (127.0.0.1): launcher stopped"));
 }
 
 // --- item 3: a console nobody reads -----------------------------------------------------------
