@@ -13,6 +13,7 @@
 #include <stdexcept>
 
 #include "worker/core/safetensors.h"
+#include "worker/train/architecture.h"
 #include "worker/train/optimizer.h"
 
 namespace worker {
@@ -238,6 +239,7 @@ void write_weights(const std::string& path, const Model& model, const ModelState
   std::map<std::string, std::string> meta = extra;
   meta["format"] = "pt";
   meta["step"] = std::to_string(step);
+  for (const auto& [key, value] : architecture_metadata(model.config())) meta[key] = value;  // --eval-only reads it
   ensure_parent_dir(path);
   write_safetensors(path, model_state_to_tensors(model, state), meta);
 }
