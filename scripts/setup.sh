@@ -221,8 +221,9 @@ running_steps() {
 mmss() { printf '%d:%02d' $(($1 / 60)) $(($1 % 60)); }
 
 # build DIR [TARGET...]: the build in the background, a line at least every 10 s: steps done of
-# the total, the time so far, an ETA at the pace so far, what compiles now; its warnings and
-# errors at the end. The whole log stays in DIR/build.log.
+# the total, the time so far, an ETA at the pace so far (from 10 % of the steps on: the first
+# ones, Catch2's main among them, are no measure of the rest), what compiles now; its warnings
+# and errors at the end. The whole log stays in DIR/build.log.
 build() {
   local dir="$1" jobs log="$1/build.log" name="${1#"$root"/}" total="" pid started next finished eta now
   shift
@@ -248,7 +249,7 @@ build() {
       finished="${finished%/*}"
       finished="${finished:-0}"
       line="$finished/$total steps ($((finished * 100 / total)) %), $(mmss "$t")"
-      if [ "$finished" -gt 0 ]; then
+      if [ $((finished * 10)) -ge "$total" ] && [ "$finished" -gt 0 ]; then  # the pace of 10 % is worth a forecast
         eta=$((t * (total - finished) / finished))
         line+=", ETA $(mmss "$eta")"
       fi

@@ -114,13 +114,8 @@ bool random_flip(double p, uint64_t seed, int64_t epoch, int64_t index) {
 SamplePlan plan_train(int width, int height, const TransformConfig& tf, uint64_t seed, int64_t epoch, int64_t index) {
   if (tf.augment == Augment::None) return plan_eval(width, height, tf);
   if (tf.augment == Augment::PadCrop) {
-    // The crop's corner in the padded image, in the image's own pixels: minus all padding.
     const CropBox c = random_pad_crop(width, height, tf.size, tf.padding, seed, epoch, index);
-    const int left_pad = tf.padding + pad_if_needed(width + 2 * tf.padding, tf.size);
-    const int top_pad = tf.padding + pad_if_needed(height + 2 * tf.padding, tf.size);
-    SamplePlan p = native_window(width, height, tf.size, c.left - left_pad, c.top - top_pad);
-    p.flip = random_flip(tf.hflip, seed, epoch, index);
-    return p;
+    return plan_pad_crop(width, height, tf, c.top, c.left, random_flip(tf.hflip, seed, epoch, index));
   }
   const CropBox b = random_resized_crop(width, height, tf.scale_min, tf.scale_max, tf.ratio_min, tf.ratio_max, seed,
                                         epoch, index);
@@ -132,6 +127,15 @@ SamplePlan plan_train(int width, int height, const TransformConfig& tf, uint64_t
   p.out_w = p.out_h = tf.size;
   p.size = tf.size;
   p.flip = random_flip(tf.hflip, seed, epoch, index);
+  return p;
+}
+
+SamplePlan plan_pad_crop(int width, int height, const TransformConfig& tf, int top, int left, bool flip) {
+  // The crop's corner in the padded image, in the image's own pixels: minus all padding.
+  const int left_pad = tf.padding + pad_if_needed(width + 2 * tf.padding, tf.size);
+  const int top_pad = tf.padding + pad_if_needed(height + 2 * tf.padding, tf.size);
+  SamplePlan p = native_window(width, height, tf.size, left - left_pad, top - top_pad);
+  p.flip = flip;
   return p;
 }
 

@@ -70,6 +70,8 @@ CropBox random_pad_crop(int width, int height, int size, int padding, uint64_t s
 bool random_flip(double p, uint64_t seed, int64_t epoch, int64_t index);
 
 SamplePlan plan_train(int width, int height, const TransformConfig& tf, uint64_t seed, int64_t epoch, int64_t index);
+// pad-crop's plan for the crop at (top, left) of the padded image (random_pad_crop's box).
+SamplePlan plan_pad_crop(int width, int height, const TransformConfig& tf, int top, int left, bool flip);
 SamplePlan plan_eval(int width, int height, const TransformConfig& tf);
 
 // The weights of one axis of the resize (Pillow's precompute_coeffs, relative to the box):

@@ -397,7 +397,8 @@ void validate(const TrainOptions& o) {
 
   // --- recipe (issue 12)
   require(std::isfinite(o.warmup_epochs) && o.warmup_epochs >= 0 && o.warmup_epochs <= o.epochs,
-          "--warmup-epochs must be between 0 and --epochs (" + std::to_string(o.epochs) + ")");
+          "--warmup-epochs must be between 0 and --epochs (" + std::to_string(o.epochs) + ")" +
+              (o.given.count("--warmup-epochs") ? "" : "; --recipe " + o.recipe + " sets it: give --warmup-epochs"));
   for (size_t i = 0; i < o.lr_steps.size(); ++i) {
     require(o.lr_steps[i] >= 1 && (i == 0 || o.lr_steps[i] > o.lr_steps[i - 1]),
             "--lr-steps must be epochs >= 1 in increasing order, e.g. 30,60,90");
