@@ -28,6 +28,10 @@ std::map<std::string, std::string> architecture_metadata(const ModelConfig& c) {
           {"label_smoothing", number_text(double(c.label_smoothing))}};
 }
 
+std::map<std::string, std::string> eval_transform_metadata(bool native_scale) {
+  return {{"eval_transform", native_scale ? "center-crop" : "resize-center-crop"}};
+}
+
 std::optional<Architecture> read_architecture(const std::string& path) {
   std::map<std::string, std::string> meta;
   read_safetensors(path, &meta);
@@ -61,6 +65,10 @@ std::optional<Architecture> read_architecture(const std::string& path) {
     a.label_smoothing = std::strtod(meta["label_smoothing"].c_str(), &end);
     if (meta["label_smoothing"].empty() || *end || !(a.label_smoothing >= 0 && a.label_smoothing < 1))
       throw bad("label_smoothing");
+  }
+  if (meta.count("eval_transform")) {
+    if (meta["eval_transform"] == "center-crop") a.native_scale_eval = true;
+    else if (meta["eval_transform"] != "resize-center-crop") throw bad("eval_transform");
   }
   return a;
 }

@@ -15,10 +15,14 @@ struct Architecture {
   int depth = 50, width = 64, num_classes = 1000, image_size = 224;
   Stem stem = Stem::ImageNet;
   double label_smoothing = 0.0;  // of the training loss, which validation reports
+  bool native_scale_eval = false;  // validated with CenterCrop at the images' own scale (--augment pad-crop)
 };
 
 // The metadata entries ("depth", "width", "stem", "num_classes", "image_size", "label_smoothing").
 std::map<std::string, std::string> architecture_metadata(const ModelConfig& c);
+// The evaluation transform's entry ("eval_transform": "center-crop" after --augment pad-crop, else
+// "resize-center-crop"), which the trainer adds to what it saves.
+std::map<std::string, std::string> eval_transform_metadata(bool native_scale);
 // The architecture a file's metadata records; nullopt when it records none (a file exported from
 // torchvision, or written before issue 25). Throws std::runtime_error naming the file and the key
 // for a value that is not valid.

@@ -198,7 +198,7 @@ std::string resume_source(const std::string& resume, const std::string& save) {
 }
 
 void save_checkpoint(const std::string& path, const Model& model, const ModelState& state,
-                     const TrainState& train) {
+                     const TrainState& train, const std::map<std::string, std::string>& extra) {
   const std::string step = std::to_string(train.step);
   ensure_parent_dir(path);
   std::vector<StTensor> ts;
@@ -229,7 +229,7 @@ void save_checkpoint(const std::string& path, const Model& model, const ModelSta
   }
   // Phase 1: both files complete under their pending names; phase 2: the two renames.
   write_safetensors(tpath + kPending, ts, tmeta);
-  write_weights(path + kPending, model, state, train.step);
+  write_weights(path + kPending, model, state, train.step, extra);
   rename_or_throw(tpath + kPending, tpath);  // the commit point
   rename_or_throw(path + kPending, path);
 }

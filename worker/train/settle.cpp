@@ -41,10 +41,14 @@ void take_architecture(TrainOptions& o, Settled& out) {
   o.num_classes_given = true;  // the classifier's classes are the checkpoint's, not the data's
   take("--image-size", o.image_size, a->image_size, "", false);  // evaluating at another size is allowed
   take("--label-smoothing", o.label_smoothing, a->label_smoothing, "", false);
+  // The evaluation transform of the training run's validation (pad-crop's is a centre crop at the
+  // images' own scale); --augment given chooses its own.
+  if (!o.given.count("--augment")) o.augment = a->native_scale_eval ? Augment::PadCrop : Augment::Standard;
   o.given.insert({"--image-size", "--label-smoothing"});
   out.lines.push_back("Architecture from " + o.init + ": ResNet-" + std::to_string(o.depth) + ", width " +
                       std::to_string(o.width) + ", " + to_string(o.stem) + " stem, " + std::to_string(o.num_classes) +
                       " classes, " + std::to_string(o.image_size) + "x" + std::to_string(o.image_size) +
+                      ", " + (o.augment == Augment::PadCrop ? "CenterCrop" : "Resize + CenterCrop") +
                       "; loss with label smoothing " + fmt("%g", o.label_smoothing) +
                       (o.label_smoothing == a->label_smoothing ? " (the training run's)" : " (--label-smoothing)"));
 }

@@ -10,6 +10,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "worker/train/architecture.h"
 #include "worker/train/recipes.h"
 #include "worker/train/report.h"
 
@@ -36,10 +37,14 @@ SamplerConfig sampler_config(const TrainOptions& opt, const BatchSource& data, i
   return {data.info().size, world, opt.accum_steps, opt.batch_size, opt.seed};
 }
 
-// Checked before the model is built: a data set too small for one step is a usage error.
-int64_t checked_steps_per_epoch(const Sampler& sampler, const TrainOptions& opt, int world) {
-  if (sampler.steps_per_epoch() > 0) return sampler.steps_per_epoch();
-  throw UsageError("--num-samples " + std::to_string(opt.num_samples) + " is too small: split over " +
+// Checked before the model is built: a data set too small for one step is a usage error (but
+// for --eval-only, which trains nothing).
+int64_t checked_steps_per_epoch(const Sampler& sampler, const TrainOptions& opt, int world, int64_t size) {
+  if (sampler.steps_per_epoch() > 0 || opt.eval_only) return sampler.steps_per_epoch();
+  const std::string data = opt.data == DataSourceKind::Images
+                               ? "the training split's " + std::to_string(size) + " images are too few"
+                               : "--num-samples " + std::to_string(opt.num_samples) + " is too small";
+  throw UsageError(data + ": split over " +
                    std::to_string(world) + " rank(s) x " + std::to_string(opt.accum_steps) +
                    " micro-batch(es), each gets " + std::to_string(sampler.shard_length()) +
                    " samples per epoch, fewer than --batch-size " + std::to_string(opt.batch_size));
@@ -115,7 +120,7 @@ TrainingSession::TrainingSession(const TrainOptions& opt, const DataEnv& data_en
                                                   ops.compute_dtype() == DType::F16, opt.accum_steps})),
       train_data_(train_source(opt, data_env, ops)),
       val_data_(make_batch_source(opt, data_env, Split::Val, ops)),
-      sampler_(sampler_config(opt, *train_data_, world_)), steps_per_epoch_(checked_steps_per_epoch(sampler_, opt, world_)),
+      sampler_(sampler_config(opt, *train_data_, world_)), steps_per_epoch_(checked_steps_per_epoch(sampler_, opt, world_, train_data_->info().size)),
       global_batch_(int64_t(world_) * opt.batch_size * opt.accum_steps),
       model_(model_config(opt, *train_data_, !shards_master(opt, ops, world_)), ops),
       zero_(opt.zero == 1), shard_master_(!model_.config().whole_params),
@@ -591,8 +596,9 @@ void TrainingSession::validate(int64_t epoch) {
   if (best && opt_.save_best) {  // the same verdict on every rank: the counts are summed everywhere
     const ModelState ms = lead_model_state();
     lead_writes([&] {
-      write_weights(best_weights_path(opt_.save), model_, ms, state_.step,
-                    {{"top1", strf("%.4f", c.top1_percent())}, {"epoch", std::to_string(epoch)}});
+      std::map<std::string, std::string> meta = eval_transform_metadata(opt_.augment == Augment::PadCrop);
+      meta.insert({{"top1", strf("%.4f", c.top1_percent())}, {"epoch", std::to_string(epoch)}});
+      write_weights(best_weights_path(opt_.save), model_, ms, state_.step, meta);
       out_ << "Saved " << best_weights_path(opt_.save) << " (best top-1 so far)" << std::endl;
     });
   }
@@ -634,7 +640,7 @@ void TrainingSession::save(const Position& next) {
     s.loss_scale_growth_tracker = scaler_.growth_tracker;
     s.skipped_steps = scaler_.skipped;
     s.optimizer_state = std::move(optimizer_state);
-    save_checkpoint(opt_.save, model_, ms, s);
+    save_checkpoint(opt_.save, model_, ms, s, eval_transform_metadata(opt_.augment == Augment::PadCrop));
   });
   saved_ = {state_.step, next.epoch, next.batch, state_.best_top1};
 }
