@@ -180,6 +180,8 @@ std::unique_ptr<BatchSource> open_image_source(const DataSourceOptions& o, Split
 }
 
 ImageSizeSample sample_image_sizes(const DataSourceOptions& o, int count) {
+  struct stat st{};
+  if (::stat(o.data.c_str(), &st) != 0) throw DataError("--data " + o.data + ": no such file or folder");
   const DatasetIndex index = is_dir(o.data) ? load_image_folder(o.data, "train", default_cache_dirs(o.log_dir)).index
                                             : read_list_file(o.data);
   std::vector<int> sides;

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cstdio>
 
+#include "worker/data/data_error.h"
 #include "worker/data/open_image_source.h"
 #include "worker/train/architecture.h"
 
@@ -61,7 +62,12 @@ Settled settle_options(TrainOptions& o) {
   if (o.data != DataSourceKind::Images) return out;
   DataSourceOptions d;
   d.data = o.data_path;
-  const ImageSizeSample s = sample_image_sizes(d, kImageSizeSample);
+  ImageSizeSample s;
+  try {
+    s = sample_image_sizes(d, kImageSizeSample);
+  } catch (const DataError&) {  // a missing or bad data set: the loader says what is wrong, later
+    return out;
+  }
   if (s.sampled == 0) return out;  // nothing readable: the loader names the files
   const std::string measured = "median short side " + std::to_string(s.median_short) + " px (" +
                                std::to_string(s.min_short) + "-" + std::to_string(s.max_short) + " over " +
