@@ -48,6 +48,7 @@ run_packages=(
   build-essential cmake ninja-build pkg-config
   libcli11-dev libspdlog-dev libfmt-dev nlohmann-json3-dev libeigen3-dev
   libjpeg62-turbo-dev libpng-dev  # issue 11: the image pipeline
+  libcurl4-openssl-dev  # issue 21: launch's etcd client (launcher/etcd/) over libcurl
 )
 # ... and what the tests add (test mode): Catch2, the torch/torchvision comparisons, the fuzzer,
 # network namespaces, a Slurm cluster, and the Python side of issue 12 (plot_metrics.py, the
@@ -59,6 +60,7 @@ test_packages=(
   iproute2 procps
   slurm-wlm munge
   python3-matplotlib python3-sklearn python3-pil
+  etcd-server etcd-client  # issue 21: the real etcd the etcd client's tests start
 )
 case "$mode" in
   run) packages=("${run_packages[@]}") ;;

@@ -134,6 +134,7 @@ TrainingSession::TrainingSession(const TrainOptions& opt, const DataEnv& data_en
                      missing_validation(opt));
   }
   schedule_ = lr_schedule(opt, global_batch_, steps_per_epoch_);
+  if (const char* d = std::getenv("WORKER_TEST_STEP_DELAY_MS"); d && *d) test_step_delay_ = std::chrono::milliseconds(std::atoll(d));
   total_steps_ = int64_t(opt.epochs) * steps_per_epoch_;
   if (opt.max_steps > 0) total_steps_ = std::min(total_steps_, opt.max_steps);
   // fp16 needs loss scaling (GradScaler's semantics); bf16 and fp32 do not.
@@ -165,6 +166,7 @@ TrainResult TrainingSession::run() {
     for (int64_t b = first; b < steps_per_epoch_ && !finished(); ++b) {
       const bool log_now = b % opt_.log_every == 0;
       const StepStats s = step(log_now);
+      if (test_step_delay_.count() > 0) std::this_thread::sleep_for(test_step_delay_);
       pos_ = {epoch + (b + 1) / steps_per_epoch_, (b + 1) % steps_per_epoch_};
       if (log_now) log({epoch, b}, s);
       const Verdict asked = requests_.at_boundary();  // what the ranks had received a step ago
