@@ -14,7 +14,7 @@ no flips or crops), EPOCHS epochs.
   1. 2 CPU ranks x batch 32 under `launch`: the final validation top-1 must reach THRESHOLD.
   2. 1 rank x batch 64 (the same global batch): its top-1 within one point of run 1's.
   3. --recipe small-images (issue 25: the cifar stem, pad-crop + flip, its schedule and optimizer)
-     at this test's budget (--width 16 --batch-size 32 --epochs EPOCHS, 2 ranks): at least run 1's
+     at this test's budget (--width 16 --batch-size 32 --epochs EPOCHS, no flips, 2 ranks): at least run 1's
      top-1 less one point (the recipe in full, width 32, 30 epochs: see README, "Quick start").
 
 Why 95 %: a small CNN separates these digits at 98-99 % (scikit-learn's own SVM example reaches
@@ -49,8 +49,10 @@ RECIPE = ["--depth", "18", "--width", "16", "--image-size", "32", "--augment", "
           "--log-every", "10", "--threads", "1"]
 
 
+# The recipe's flip is off (--hflip 0) for digits, which a mirror changes (a mirrored 2 is no 2): with
+# it, 97.49 % against run 1's 98.33 % in one run (2026-12-01).
 SMALL_IMAGES = ["--recipe", "small-images", "--width", "16", "--batch-size", "32", "--epochs", str(EPOCHS),
-                "--seed", "1", "--log-every", "10", "--threads", "1"]
+                "--hflip", "0", "--seed", "1", "--log-every", "10", "--threads", "1"]
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "..", "scripts"))
 from make_digits import write_digits  # noqa: E402  (the quick start's data set too)
