@@ -3,6 +3,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <csignal>
@@ -22,6 +23,7 @@
 #include "launcher/program.h"
 #include "launcher/restart_backoff.h"
 #include "launcher/seconds.h"
+#include "launcher/slurm/requeue.h"
 #include "launcher/stop_signals.h"
 #include "launcher/summary.h"
 #include "launcher/supervisor.h"
@@ -98,6 +100,20 @@ bool wait_before_restart(double delay_s, int restart, const Plan& p, size_t work
   return true;
 }
 
+// Ctrl-C through `launch ... | tee log`: the same SIGINT ends tee, so what the workers print while
+// they stop (train_resnet's "continue with --resume PATH") finds no reader on stdout and is only in
+// the logs. Where the launcher's signal ended the job and stdout's reader had gone, rank 0's last
+// lines go to stderr (usually still the terminal) too.
+void repeat_last_words(const JobOutcome& o, const ConsoleStreams& console) {
+  if (!o.policy.launcher_signal() || !console.out || !console.out->reader_gone() || console.out == console.err) return;
+  for (const WorkerRecord& r : o.records) {
+    if (r.rank != 0 || r.tail.empty()) continue;
+    log::info("stdout's reader went away before the job ended; rank 0's last lines (all of them in " + r.log_path + "):");
+    const size_t n = std::min<size_t>(r.tail.size(), 3);
+    for (size_t k = r.tail.size() - n; k < r.tail.size(); ++k) log::info("[rank 0] " + r.tail[k]);
+  }
+}
+
 // The job itself: the mode, the log directory, then one generation of workers per run.
 int run_job(const Plan& p, const ConsoleStreams& console) {
   // From here on signals are read from one signalfd only; blocked before any thread exists.
@@ -142,6 +158,7 @@ int run_job(const Plan& p, const ConsoleStreams& console) {
     std::string why_not;
     bool again = restart_follows(outcome, gen, p.opt.max_restart, stops, why_not);
     print_failure_report(outcome, p.job.log_dir, again ? NextStep{gen + 1, p.opt.max_restart} : NextStep{});
+    repeat_last_words(outcome, console);
     if (!why_not.empty()) log::error(why_not);
     if (again) {
       const double ran = std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
@@ -152,6 +169,9 @@ int run_job(const Plan& p, const ConsoleStreams& console) {
   }
 
   const int code = outcome.policy.exit_code();
+  // The workers have saved and ended: now the job may go back into the queue (a running job
+  // that is requeued is killed, so not before).
+  if (!p.requeue_job.empty() && outcome.policy.launcher_signal()) slurm::requeue_after_stop(p.requeue_job);
   if (!p.summary_path.empty()) {
     // The job's code is the job's: batch scripts branch on it. A summary that cannot be written
     // is worth a warning, not a different exit code.

@@ -7,7 +7,7 @@ Cases: refuse (bad --save, partial checkpoints, another optimizer, --seed -1), i
 temporary files, a save killed between its two renames), stop (SIGINT alone, SIGTERM to `launch`
 with two ranks), one_rank (the checkpoint signal, then SIGTERM, to rank 1 alone: both ranks act at
 one step), slow_save (rank 0's saves far longer than --comm-timeout end no healthy run), save_once
-(the same state is written once).
+(the same state is written once), tee (Ctrl-C with stdout's reader gone: the resume hint on stderr).
 Exit 0 pass, 1 fail, 77 skipped (`launch` not built).
 """
 import os
@@ -123,15 +123,26 @@ def read_until(p, needle, timeout=60):
             return lines
 
 
-def stop_and_resume(a, tmp, cmd, sig, expect_rc, env=None):
+def children(pid):
+    with open(f"/proc/{pid}/task/{pid}/children") as f:
+        return [int(c) for c in f.read().split()]
+
+
+def stop_and_resume(a, tmp, cmd, sig, expect_rc, env=None, as_slurm=False):
     """Sends `sig` once training runs; checks the exit code, the save and that resuming from it
-    ends as an uninterrupted run would."""
+    ends as an uninterrupted run would. as_slurm: as Slurm's time limit and scancel do, the signal
+    comes again (SIGTERM, SIGCONT, SIGTERM), to the process and to each of its children."""
     ck = os.path.join(tmp, "stop.safetensors")
     p = subprocess.Popen(cmd + ["--save", ck], env=clean_env(env), stdout=subprocess.PIPE,
                          stderr=subprocess.STDOUT, text=True)
     try:
         lines = read_until(p, "Batch[3]")
         p.send_signal(sig)
+        if as_slurm:
+            time.sleep(0.005)
+            for pid in [p.pid] + children(p.pid):
+                os.kill(pid, signal.SIGCONT)
+                os.kill(pid, sig)
         t0 = time.monotonic()
         rc = p.wait(timeout=60)
         elapsed = time.monotonic() - t0
@@ -158,6 +169,11 @@ def case_stop(a, tmp):
     full = ok([a.train] + base)
     check(checksums(resumed.stdout) == checksums(full.stdout), "resuming after Ctrl-C changed the result")
     print(f"SIGINT: saved step {step}, exited 130 after {dt:.2f} s; the resumed run matches an uninterrupted one")
+    # A repeated SIGTERM is the same request (Slurm: SIGTERM, SIGCONT, SIGTERM): one save, 143.
+    ck, step, dt = stop_and_resume(a, tmp, [a.train] + base, signal.SIGTERM, 143, as_slurm=True)
+    resumed = ok([a.train] + base + ["--resume", ck])
+    check(checksums(resumed.stdout) == checksums(full.stdout), "resuming after a repeated SIGTERM changed the result")
+    print(f"SIGTERM twice: saved step {step}, exited 143 after {dt:.2f} s; the resumed run matches an uninterrupted one")
 
     if not os.access(a.launch, os.X_OK):
         print(f"skipped the launcher part: {a.launch} is not built")
@@ -166,14 +182,42 @@ def case_stop(a, tmp):
     # saves, launch exits 143 within its grace.
     logs = os.path.join(tmp, "logs")
     cmd = [a.launch, "--devices", "cpu", "--nproc_per_node", "2", "--log_dir", logs, a.train] + base
-    ck, step, dt = stop_and_resume(a, tmp, cmd, signal.SIGTERM, 143)
+    # As scancel and Slurm's time limit: SIGTERM to launch and to each worker, twice.
+    ck, step, dt = stop_and_resume(a, tmp, cmd, signal.SIGTERM, 143, as_slurm=True)
     resumed = ok([a.launch, "--devices", "cpu", "--nproc_per_node", "2", "--log_dir", logs + "2", "--stream", "all",
                   a.train] + base + ["--resume", ck])
     full = ok([a.launch, "--devices", "cpu", "--nproc_per_node", "2", "--log_dir", logs + "3", "--stream", "all",
                a.train] + base)
     check(checksums(resumed.stdout) and checksums(resumed.stdout) == checksums(full.stdout),
           "resuming after SIGTERM changed the result")
-    print(f"SIGTERM to launch (2 ranks): saved step {step}, exited 143 after {dt:.2f} s; resumed = uninterrupted")
+    print(f"SIGTERM twice to launch and its workers (2 ranks): saved step {step}, exited 143 after {dt:.2f} s; "
+          "resumed = uninterrupted")
+
+
+def case_tee(a, tmp):
+    """Ctrl-C through `launch ... | tee` (issue 25): the SIGINT that stops the job ends tee too, so
+    the hint to resume has no reader on stdout; launch repeats rank 0's last lines on stderr."""
+    if not os.access(a.launch, os.X_OK):
+        print(f"SKIPPED: {a.launch} is not built")
+        return SKIP
+    ck = os.path.join(tmp, "tee.safetensors")
+    cmd = [a.launch, "--devices", "cpu", "--nproc_per_node", "2", "--log_dir", os.path.join(tmp, "logs"), a.train] + \
+        SMALL + ["--log-every", "1", "--epochs", "3", "--max-steps", "40", "--save", ck]
+    p = subprocess.Popen(cmd, env=clean_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        read_until(p, "Batch[3]")
+        p.stdout.close()  # tee, gone with the Ctrl-C
+        p.send_signal(signal.SIGINT)
+        rc = p.wait(timeout=60)
+        err = p.stderr.read()
+    finally:
+        if p.poll() is None:
+            p.kill()
+            p.wait()
+    check(rc == 130, f"exit {rc} after SIGINT, expected 130:\n{err[-3000:]}")
+    hint = [l for l in err.splitlines() if "[rank 0] Stopped by signal 2" in l and "continue with --resume " + ck in l]
+    check(hint, f"no resume hint on stderr:\n{err[-3000:]}")
+    print(f"Ctrl-C with stdout's reader gone: stderr repeats rank 0's last lines, '{hint[0].split('[rank 0] ')[1][:60]}...'")
 
 
 def endpoint_ranks(a, tmp, args, env=None, n=2):
