@@ -29,7 +29,8 @@ BackoffSpec parse_restart_backoff(const std::string& text) {
   const size_t colon = text.find(':');
   BackoffSpec s;
   s.initial_s = seconds(text.substr(0, colon), text);
-  s.max_s = colon == std::string::npos ? std::max(s.initial_s, BackoffSpec{}.max_s) : seconds(text.substr(colon + 1), text);
+  s.max_s = colon == std::string::npos ? std::max(s.initial_s, BackoffSpec{}.max_s)
+                                        : seconds(text.substr(colon + 1), text);
   if (s.max_s < s.initial_s)
     throw UsageError("--restart-backoff '" + text + "': MAX (" + seconds_text(s.max_s) + " s) is below INITIAL (" +
                      seconds_text(s.initial_s) + " s)");

@@ -11,8 +11,8 @@ TEST_CASE("presence: a monitor's client name carries its node and generation", "
   CHECK(parse_monitor_client_name("node 12 monitor, generation 3") == std::make_pair(3, 12));
   CHECK(monitor_client_name(1000000, 65535).size() <= 64);  // the store keeps 64 bytes of a name
   for (const char* other : {"rank 3", "node 1 supervisor", "launcher on 10.0.0.2", "node 1 monitor",
-                            "node 1 monitor, generation 2x", "node -1 monitor, generation 0", "node 01 monitor, generation 0",
-                            "node 1 monitor, generation 0 ", ""}) {
+                            "node 1 monitor, generation 2x", "node -1 monitor, generation 0",
+                            "node 01 monitor, generation 0", "node 1 monitor, generation 0 ", ""}) {
     INFO(other);
     CHECK_FALSE(parse_monitor_client_name(other));
   }

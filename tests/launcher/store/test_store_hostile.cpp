@@ -176,14 +176,16 @@ TEST_CASE("store: 1,000 hostile clients at once keep the launcher below 64 MB; t
   CHECK_THAT(p.err(), Catch::Contains("not logged one by one") || Catch::Contains("not logged)"));
 }
 
-TEST_CASE("store: one authenticated client writing 500,000 keys meets the quota; launch stays small", "[store][hostile][quota]") {
+TEST_CASE("store: one authenticated client writing 500,000 keys meets the quota; launch stays small",
+          "[store][hostile][quota]") {
   // Issue 22, item 10: 500,000 keys of 1 KiB took the launcher to 559 MB.
   TempDir td;
   const std::string& d = td.path;
+  // After the flood the worker reads a stored key, then tries to store 1 KiB more.
   const std::string script = "echo $LAUNCH_STORE_ADDR > " + d + "/addr; echo $LAUNCH_STORE_TOKEN > " + d +
                              "/token; while [ ! -e " + d + "/go ]; do sleep 0.02; done; " + kLaunch +
-                             " kv get flood/0 --timeout 10 > " + d + "/got; " + kLaunch + " kv set one \"$(printf %01024d 0)\" 2> " + d +
-                             "/set.err; echo $? > " + d + "/set.rc";
+                             " kv get flood/0 --timeout 10 > " + d + "/got; " + kLaunch +
+                             " kv set one \"$(printf %01024d 0)\" 2> " + d + "/set.err; echo $? > " + d + "/set.rc";
   Proc p = start({kLaunch, "--log_dir", d + "/log", "--devices", "cpu", "--nproc_per_node", "1", "sh", "-c", script},
                  d);
   Reaper guard(p.pid);
