@@ -7,17 +7,17 @@
 #                                 and run it, the targets `launch` and `train_resnet`; the CUDA
 #                                 backend (and its wheels) only where a GPU is visible
 #   scripts/setup.sh test         (the default) everything (scripts/test.sh): the test tools and
-#                                 PyPI environments too, every target; with the CUDA toolkit but
-#                                 no visible GPU also a compile check of the GPU backend in build-gpu/
+#                                 PyPI environments too, every target, and the GPU backend wherever
+#                                 the CUDA toolkit is (its [gpu] tests report SKIPPED without a GPU)
 #   scripts/setup.sh tensorboard  only .venv/tools with the tensorboard package (scripts/tensorboard.sh)
-# run and test build in the same folder with the same configuration (the GPU backend where a GPU
-# is visible), so `test` after `run` compiles only what `run` did not build; the CUDA compile
-# check has a folder of its own because turning the backend on changes the trainer's flags
-# (WORKER_HAVE_GPU), which would recompile it there and again on the next `run`.
+# run and test build in one folder. `run` keeps the GPU setting a folder already has (after
+# `test`, the trainer it runs is the tested one); `test` turns the backend on where the toolkit is,
+# which changes the trainer's flags (WORKER_HAVE_GPU): with ccache, compiling back and forth
+# costs cache hits, not compiles.
 #   SETUP_SKIP_APT=1   do not touch system packages
 #   SETUP_SKIP_PIP=1   do not make the .venv/ environments (their tests then report SKIPPED)
-#   SETUP_GPU_CHECK=0  test mode: no CUDA compile check in build-gpu/
-#   BUILD_DIR=DIR      build folder (default: build); GPU_CHECK_DIR=DIR the check's (default: build-gpu)
+#   SETUP_GPU=0        test mode: build without the GPU backend even where the toolkit is
+#   BUILD_DIR=DIR      build folder (default: build)
 #   BUILD_TYPE=TYPE    CMake build type (default: Release)
 set -euo pipefail
 root="$(cd "$(dirname "$0")/.." && pwd)"
@@ -27,7 +27,6 @@ case "$mode" in
   *) echo "setup: unknown mode '$mode': use run, test or tensorboard" >&2; exit 2 ;;
 esac
 build_dir="${BUILD_DIR:-$root/build}"
-gpu_check_dir="${GPU_CHECK_DIR:-$root/build-gpu}"
 
 # A GPU is visible as the launcher decides it (launcher/devices.cpp): CUDA_VISIBLE_DEVICES when
 # set (its first entry neither empty nor negative), else a /dev/nvidiaN device node.
@@ -49,6 +48,7 @@ run_packages=(
   libcli11-dev libspdlog-dev libfmt-dev nlohmann-json3-dev libeigen3-dev
   libjpeg62-turbo-dev libpng-dev  # issue 11: the image pipeline
   libcurl4-openssl-dev  # issue 21: launch's etcd client (launcher/etcd/) over libcurl
+  ccache  # a folder configured again (run <-> test) recompiles from the cache
 )
 # ... and what the tests add (test mode): Catch2, the torch/torchvision comparisons, the fuzzer,
 # network namespaces, a Slurm cluster, and the Python side of issue 12 (plot_metrics.py, the
@@ -103,11 +103,17 @@ if [ "$mode" = tensorboard ]; then
   exit 0
 fi
 
-# The CUDA toolkit matters where the GPU backend is built: run mode where a GPU is visible, test
-# mode wherever the toolkit is (in build/ or in the compile check).
+# The CUDA toolkit matters where the GPU backend is built: run mode where a GPU is visible (or the
+# folder has the backend already), test mode wherever the toolkit is.
 nvcc_bin="$(command -v nvcc || echo /usr/local/cuda/bin/nvcc)"
+configured_gpu="$(sed -n 's/^LAUNCH_ENABLE_GPU:[A-Z]*=//p' "$build_dir/CMakeCache.txt" 2>/dev/null)"
 want_cuda=0
-[ -x "$nvcc_bin" ] && { [ "$mode" = test ] || [ "$with_gpu" = 1 ]; } && want_cuda=1
+if [ -x "$nvcc_bin" ]; then
+  case "$mode" in
+    test) [ "${SETUP_GPU:-1}" != 0 ] && want_cuda=1 ;;
+    run) { [ "$with_gpu" = 1 ] || [ "$configured_gpu" = ON ]; } && want_cuda=1 ;;
+  esac
+fi
 
 # --- nvJPEG (issue 11): the nvidia-nvjpeg wheel's header and library, unpacked into .whl/ for
 # CMake (worker/data/CMakeLists.txt); without it the GPU data loader is not built.
@@ -193,6 +199,9 @@ configure() {
   command -v ninja >/dev/null && [ ! -f "$dir/Makefile" ] && generator=(-G Ninja)
   cached() { sed -n "s/^$1:[A-Z]*=//p" "$cache" 2>/dev/null; }
   [ "$(cached LAUNCH_ENABLE_GPU)" = "$gpu" ] || args+=(-DLAUNCH_ENABLE_GPU="$gpu")
+  if command -v ccache >/dev/null && [ -z "$(cached CMAKE_CXX_COMPILER_LAUNCHER)" ]; then
+    args+=(-DCMAKE_C_COMPILER_LAUNCHER=ccache -DCMAKE_CXX_COMPILER_LAUNCHER=ccache -DCMAKE_CUDA_COMPILER_LAUNCHER=ccache)
+  fi
   if [ "$testing" = keep ]; then
     [ -f "$cache" ] || args+=(-DBUILD_TESTING=OFF)
   elif [ "$(cached BUILD_TESTING)" != "$testing" ]; then
@@ -271,8 +280,11 @@ build() {
   echo "setup: built ${*:-everything} in $name in $(mmss $((SECONDS - started)))"
 }
 
+# ccache: paths relative to the tree, so that a clone elsewhere (or the folder configured again)
+# hits the same entries.
+export CCACHE_BASEDIR="$root"
 gpu=OFF
-[ "$with_gpu" = 1 ] && gpu=ON
+[ "$want_cuda" = 1 ] && gpu=ON
 if [ "$mode" = run ]; then
   configure "$build_dir" "$gpu" keep
   build "$build_dir" launch train_resnet
@@ -280,17 +292,3 @@ if [ "$mode" = run ]; then
 fi
 configure "$build_dir" "$gpu" ON
 build "$build_dir"
-# The CUDA code compiles on a machine without a GPU too (its [gpu] tests run on a GPU machine:
-# scripts/gpu_check.sh): the targets that hold it, in a folder of their own.
-if [ "$want_cuda" = 1 ] && [ "$with_gpu" = 0 ] && [ "${SETUP_GPU_CHECK:-1}" != 0 ]; then
-  configure "$gpu_check_dir" ON ON
-  targets=()
-  for t in worker_gpu worker_gpu_data train_resnet test_worker_gpu test_worker_gpu_host gpu_model_driver test_worker_gpu_data; do
-    ninja -C "$gpu_check_dir" -t query "$t" >/dev/null 2>&1 && targets+=("$t")
-  done
-  if [ "${#targets[@]}" -gt 0 ]; then
-    build "$gpu_check_dir" "${targets[@]}"
-  else
-    echo "setup: no GPU backend in ${gpu_check_dir#"$root"/} (CMake found no cuDNN or NCCL: see .cmake-configure.log)"
-  fi
-fi
