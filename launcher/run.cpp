@@ -3,6 +3,9 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
+#include <chrono>
+#include <cmath>
 #include <csignal>
 #include <cstdlib>
 #include <iostream>
@@ -16,9 +19,12 @@
 #include "launcher/job_mode.h"
 #include "launcher/line_prefix.h"
 #include "launcher/log.h"
+#include "launcher/log_lock.h"
 #include "launcher/output.h"
 #include "launcher/plan.h"
 #include "launcher/program.h"
+#include "launcher/restart_backoff.h"
+#include "launcher/seconds.h"
 #include "launcher/slurm/requeue.h"
 #include "launcher/stop_signals.h"
 #include "launcher/summary.h"
@@ -77,25 +83,55 @@ std::vector<WorkerPlan> worker_plans(const Plan& p, const RankLayout& layout, in
   return plans;
 }
 
-// After a failed generation: whether the job starts again.
-bool restart_follows(const JobOutcome& o, int generation, int max_restart, StopSignals& stops) {
+// After a generation: whether the job starts again; `why_not` says why it does not when a
+// restart was asked for (logged after the failure report).
+bool restart_follows(const JobOutcome& o, int generation, int max_restart, StopSignals& stops, std::string& why_not) {
   const ExitPolicy& policy = o.policy;
   if (policy.exit_code() == 0 || policy.launcher_signal() || (!policy.root_rank() && !policy.remote_failure()))
     return false;
   if (generation >= max_restart) {
     if (max_restart > 0)
-      log::error("no restart left (--max_restart " + std::to_string(max_restart) + "); launch exits with " +
-                 std::to_string(policy.exit_code()));
+      why_not = "no restart left (--max_restart " + std::to_string(max_restart) + "); launch exits with " +
+                std::to_string(policy.exit_code());
     return false;
   }
   if (auto s = stops.poll()) {
-    log::warn(signal_name(*s) + " arrived while the job was failing: not restarting");
+    why_not = signal_name(*s) + " arrived while the job was failing: not restarting";
     return false;
   }
-  log::warn("restarting all " + std::to_string(o.records.size()) + " worker(s) (restart " +
-            std::to_string(generation + 1) + " of " + std::to_string(max_restart) +
-            ", PADDLE_RESTART_COUNT=" + std::to_string(generation + 1) + ")");
   return true;
+}
+
+// The wait before restart `restart` (--restart-backoff); a stop signal ends it, and the job.
+bool wait_before_restart(double delay_s, int restart, const Plan& p, size_t workers, StopSignals& stops) {
+  log::warn("restarting all " + std::to_string(workers) + " worker(s) " +
+            (delay_s > 0 ? "in " + seconds_text(delay_s) + " s " : std::string()) + "(restart " +
+            std::to_string(restart) + " of " + std::to_string(p.opt.max_restart) +
+            ", PADDLE_RESTART_COUNT=" + std::to_string(restart) + "; --restart-backoff " +
+            describe(p.opt.restart_backoff) + ")");
+  if (delay_s <= 0) return true;
+  try {
+    stops.wait_readable(-1, static_cast<int>(std::ceil(delay_s * 1000)), "waiting to restart");
+  } catch (const StopRequested& e) {
+    log::warn(signal_name(e.sig()) + " arrived during the wait before restart " + std::to_string(restart) +
+              ": not restarting");
+    return false;
+  }
+  return true;
+}
+
+// Ctrl-C through `launch ... | tee log`: the same SIGINT ends tee, so what the workers print while
+// they stop (train_resnet's "continue with --resume PATH") finds no reader on stdout and is only in
+// the logs. Where the launcher's signal ended the job and stdout's reader had gone, rank 0's last
+// lines go to stderr (usually still the terminal) too.
+void repeat_last_words(const JobOutcome& o, const ConsoleStreams& console) {
+  if (!o.policy.launcher_signal() || !console.out || !console.out->reader_gone() || console.out == console.err) return;
+  for (const WorkerRecord& r : o.records) {
+    if (r.rank != 0 || r.tail.empty()) continue;
+    log::info("stdout's reader went away before the job ended; rank 0's last lines (all of them in " + r.log_path + "):");
+    const size_t n = std::min<size_t>(r.tail.size(), 3);
+    for (size_t k = r.tail.size() - n; k < r.tail.size(); ++k) log::info("[rank 0] " + r.tail[k]);
+  }
 }
 
 // The job itself: the mode, the log directory, then one generation of workers per run.
@@ -121,22 +157,40 @@ int run_job(Plan& p, const ConsoleStreams& console) {
   cfg.log_console = console.err.get();
 
   JobOutcome outcome;
+  RestartBackoff backoff(p.opt.restart_backoff);
+  LogLocks log_locks;  // held until we exit, whatever the generation
   for (int gen = 0;; ++gen) {
     const RankLayout layout = mode->start(gen);
+    std::vector<int> ranks;
+    for (int i = 0; i < p.n(); ++i) ranks.push_back(layout.first_rank + i);
+    log_locks.hold(p.job.log_dir, ranks);  // a second launch on these workerlog.N is refused
     mode->install(cfg);
     // The first run truncates the logs if asked; a restart appends to what the failed run wrote.
     cfg.log_overwrite = p.opt.log_overwrite && gen == 0;
     const int restart_count = layout.restart_count.value_or(gen);
     const std::vector<WorkerPlan> plans = worker_plans(p, layout, restart_count);
-    log::info("job " + p.job.job_id + ": " + std::to_string(p.n()) + " worker(s) of " + join_command(p.command) +
-              "; logs in " + p.job.log_dir + (layout.store_addr.empty() ? "" : "; store at " + layout.store_addr) +
+    log::info("job " + p.job.job_id + ": " + std::to_string(p.n()) + " worker(s) of " +
+              join_command(p.command, kLoggedCommandChars) + "; logs in " + p.job.log_dir +
+              (layout.store_addr.empty() ? "" : "; store at " + layout.store_addr) +
               (gen > 0 && !layout.restart_count ? "; restart " + std::to_string(gen) + " of " + std::to_string(p.opt.max_restart)
                                                   : ""));
+    const auto started = std::chrono::steady_clock::now();
     outcome = supervise(plans, cfg);
     outcome.restart_count = restart_count;
-    print_failure_report(outcome, p.job.log_dir);
-    std::optional<bool> decided = mode->another_generation(outcome, gen, stops);
-    const bool again = decided ? *decided : restart_follows(outcome, gen, p.opt.max_restart, stops);
+    std::string why_not;
+    // The mode decides when it can (elastic membership re-forms), else --max_restart's rule.
+    const std::optional<bool> decided = mode->another_generation(outcome, gen, stops);
+    bool again = decided ? *decided : restart_follows(outcome, gen, p.opt.max_restart, stops, why_not);
+    // A re-forming around a node that joins is no failure: no report, no back-off.
+    const bool after_failure = again && !outcome.policy.reform();
+    print_failure_report(outcome, p.job.log_dir,
+                         after_failure ? NextStep{restart_count + 1, p.opt.max_restart} : NextStep{});
+    repeat_last_words(outcome, console);
+    if (!why_not.empty()) log::error(why_not);
+    if (after_failure) {
+      const double ran = std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
+      again = wait_before_restart(backoff.next(ran), restart_count + 1, p, plans.size(), stops);
+    }
     mode->finish(outcome.policy.exit_code(), !again);
     if (!again) break;
   }

@@ -127,6 +127,7 @@ class ElasticJob final : public JobMode {
     MeetingPoint mp = meet_at_master(p, stops, deadline);
     serve_ = mp.serves;
     store_ = std::move(mp.store);
+    presence_ = mp.presence;
     host_ = mp.host;
     ports_ = reserve_ports(host_, p.n() + 1, std::nullopt);
     mn::NodeRegistration& me = self_.me.node;
@@ -165,6 +166,8 @@ class ElasticJob final : public JobMode {
     mc.store = store_opts_;
     mc.store.connect_timeout = ms(5000);
     mc.layout = layout_;
+    mc.presence = presence_;
+    mc.store_node = store_node(layout_);
     monitor_ = std::make_unique<mn::JobMonitor>(mc);
     watcher_ = std::make_unique<JoinWatcher>(mc.store, place_.round, version_);
     ports_.release_sockets();
@@ -325,6 +328,7 @@ class ElasticJob final : public JobMode {
   StopSignals& stops_;
   bool serve_ = false;
   std::optional<JobStore> store_;
+  std::shared_ptr<mn::Presence> presence_;  // where this launcher serves the store: who is connected to it
   std::string host_;
   PortReservation ports_;
   proto::ClientOptions store_opts_;

@@ -97,6 +97,7 @@ std::vector<NodeInfo> assign_node_ranks(const std::vector<NodeRegistration>& by_
     n.hostname = r.hostname;
     n.nproc = r.nproc;
     n.devices = r.devices;
+    n.serves_store = r.serves_store;
   }
   int offset = 0;
   for (auto& n : nodes) {

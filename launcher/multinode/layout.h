@@ -38,6 +38,7 @@ struct NodeInfo {
   int nproc = 0;
   int rank_offset = 0;  // global rank of its local rank 0
   std::vector<std::string> devices;
+  bool serves_store = false;  // its launcher serves the job's store
 };
 
 // This node's view of the job: what the environment builder needs for its workers.

@@ -77,6 +77,12 @@ RankLayout rank_layout(const mn::JobLayout& layout, const std::string& store_tok
   return l;
 }
 
+int store_node(const mn::JobLayout& l) {
+  for (const auto& n : l.nodes)
+    if (n.serves_store) return n.node_rank;
+  return 0;
+}
+
 std::string placement(const mn::JobLayout& l) {
   return "this is node " + std::to_string(l.node_rank) + " of " + std::to_string(l.nnodes) + ", global ranks " +
          std::to_string(l.rank_offset) + ".." + std::to_string(l.rank_offset + l.local_size - 1) + " of " +
@@ -94,6 +100,7 @@ void install_monitor(SupervisorConfig& cfg, mn::JobMonitor& monitor, const mn::M
   };
   cfg.remote_fd = monitor.event_fd();
   cfg.remote_wait = remote_wait(mc);
+  cfg.remote_peer_lost = [&monitor](int rank, const std::string& what) { monitor.peer_lost(rank, what); };
   cfg.remote_failure = [&monitor, published]() -> std::pair<int, std::string> {
     auto f = monitor.failure();
     if (!f) return {1, "unknown failure"};
@@ -114,6 +121,7 @@ class MultinodeJob final : public JobMode {
     host_ = mp.host;
     serve_ = mp.serves;
     store_ = std::move(mp.store);
+    presence_ = mp.presence;
     ports_ = reserve_ports(host_, p.n() + 1, std::nullopt);
     const mn::NodeRegistration self = local_registration(p, host_, ports_, serve_);
 
@@ -158,6 +166,8 @@ class MultinodeJob final : public JobMode {
     mn::MonitorConfig mc = monitor_cfg_;
     mc.store = rc_.store;
     mc.layout = layout_;
+    mc.presence = presence_;  // null but where this launcher serves the store
+    mc.store_node = store_node(layout_);
     monitor_ = std::make_unique<mn::JobMonitor>(mc);
     ports_.release_sockets();
 
@@ -199,6 +209,7 @@ class MultinodeJob final : public JobMode {
   std::chrono::milliseconds timeout_{0}, first_timeout_{0}, close_timeout_{0};
   mn::MonitorConfig monitor_cfg_;
   mn::RendezvousConfig rc_;
+  std::shared_ptr<mn::Presence> presence_;  // where this launcher serves the store: who is connected to it
   std::optional<JobStore> store_;
   PortReservation ports_;
   mn::JobLayout layout_;

@@ -33,6 +33,8 @@ multinode::NodeRegistration local_registration(const Plan& p, const std::string&
                                                bool serves_store);
 // Where this node's workers sit, from the rendezvous' layout.
 RankLayout rank_layout(const multinode::JobLayout& l, const std::string& store_token);
+// The node rank of the node whose launcher serves the store (the monitors' store_node).
+int store_node(const multinode::JobLayout& l);
 // "this is node 1 of 3, global ranks 2..3 of 6"
 std::string placement(const multinode::JobLayout& l);
 // The supervisor's hooks into the heartbeat monitor: a worker's failure recorded for the whole

@@ -66,7 +66,12 @@ MeetingPoint meet_at_master(const Plan& p, StopSignals& stops, Clock::time_point
   const Role role = store_role(p);
   if (role == Role::Join) return mp;
   try {
-    mp.store = start_shared_job_store(mp.master_ip, p.job.job_id, m->port, p.token);
+    auto presence = std::make_shared<multinode::Presence>();
+    auto seen = [presence](const std::string& name, bool open) {
+      presence->on_client(name, open, multinode::Presence::Clock::now());
+    };
+    mp.store = start_shared_job_store(mp.master_ip, p.job.job_id, m->port, p.token, seen);
+    mp.presence = presence;
     mp.serves = true;
     log::info("rendezvous: serving the job's store on " + mp.master);
     return mp;

@@ -7,9 +7,11 @@
 #pragma once
 
 #include <chrono>
+#include <memory>
 #include <optional>
 #include <string>
 
+#include "launcher/multinode/presence.h"
 #include "launcher/plan.h"
 #include "launcher/stop_signals.h"
 #include "launcher/store/job_store.h"
@@ -21,7 +23,8 @@ struct MeetingPoint {
   std::string master_ip;
   std::string host;    // this node's address: --host, else the one that routes to the master
   bool serves = false;  // this launch serves the store
-  std::optional<JobStore> store;  // when it does
+  std::optional<JobStore> store;  // when it does ...
+  std::shared_ptr<multinode::Presence> presence;  // ... and who is connected to it (presence.h)
 };
 
 // Resolves --master until `deadline` (one log line per retry; a stop signal ends the wait:
