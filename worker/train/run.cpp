@@ -115,6 +115,10 @@ std::unique_ptr<Comm> make_comm(const TrainOptions& opt, const WorkerEnv& env, c
   else if (master) rc.bind_host = master->local_host();
   rc.key_prefix = "ring/world/" + std::to_string(env.restart_count);  // a restart meets anew
   rc.timeout = timeout;
+  // The set-up's MACs are keyed with the store's token (LAUNCH_STORE_TOKEN; under torchrun's
+  // contract rank 0's store has no secret); without a store there is none (RingConfig::token).
+  if (client) rc.token = client->options().token;
+  rc.warn = [](const std::string& line) { std::cerr << "train_resnet: warning: " << line << std::endl; };
   std::unique_ptr<Rendezvous> rdv;
   if (client) {
     rdv = make_store_rendezvous(*client);
