@@ -21,6 +21,8 @@ packages=(
   # issue 12 (trainer): plot_metrics.py, the digits convergence test, the .venv/tools venv
   python3-matplotlib python3-sklearn python3-pil python3-venv
   libjpeg62-turbo-dev libpng-dev  # issue 11: the image pipeline (python3-pil, above, is its reference too)
+  libssl-dev      # issue 22: HMAC-SHA256 of the CPU ring's set-up (OpenSSL's libcrypto)
+  libxxhash-dev   # issue 22: XXH3 checksums of the checkpoints' tensors
 )
 
 missing=()
