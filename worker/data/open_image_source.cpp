@@ -114,6 +114,7 @@ std::unique_ptr<BatchSource> open_image_source(const DataSourceOptions& o, Split
   cfg.threads = o.threads > 0 ? o.threads : default_data_threads(o.local_ranks);
   cfg.prefetch = o.prefetch;
   cfg.strict = o.strict;
+  cfg.max_image_bytes = o.max_image_bytes;
   cfg.seed = o.seed;
   cfg.tf = o.tf;
 

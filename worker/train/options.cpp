@@ -68,6 +68,22 @@ CLI::Option* add_choice(CLI::App& app, const std::string& flag, E& target, const
   return opt;
 }
 
+// Digits only: CLI11 would read "-1" as 2^64-1.
+uint64_t parse_u64(const std::string& flag, const std::string& v) {
+  size_t used = 0;
+  uint64_t x = 0;
+  const bool digits = !v.empty() && v.find_first_not_of("0123456789") == std::string::npos;
+  try {
+    if (digits) x = std::stoull(v, &used);
+  } catch (const std::exception&) {
+    used = 0;
+  }
+  if (!digits || used != v.size()) {
+    throw UsageError(flag + " must be an integer from 0 to 18446744073709551615, got '" + v + "'");
+  }
+  return x;
+}
+
 // --- data (issue 11): the image pipeline's options
 void describe_images(CLI::App& app, TrainOptions& o) {
   app.add_option("--val-data", o.val_data, "list file of the val split (with a list-file --data)");
@@ -77,6 +93,10 @@ void describe_images(CLI::App& app, TrainOptions& o) {
       ->capture_default_str();
   app.add_option("--data-prefetch", o.data_prefetch, "micro-batches decoded ahead")->capture_default_str();
   app.add_flag("--strict-data", o.strict_data, "an unreadable image stops the run (default: skipped with a warning, counted)");
+  app.add_option_function<std::string>(
+         "--max-image-bytes", [&o](const std::string& v) { o.max_image_bytes = parse_u64("--max-image-bytes", v); },
+         "an image file larger than this is unreadable, judged by its size before it is read")
+      ->default_str(std::to_string(kDefaultMaxImageBytes));
   app.add_option("--crop-scale", "RandomResizedCrop's area range MIN,MAX (default 0.08,1)")
       ->each([&o](const std::string& v) {
         const size_t comma = v.find(',');
@@ -105,22 +125,8 @@ void validate_images(const TrainOptions& o) {
           "--crop-scale MIN,MAX needs 0 < MIN <= MAX <= 1");
   require(std::isfinite(o.hflip) && o.hflip >= 0 && o.hflip <= 1, "--hflip must be a probability in [0, 1]");
   require(o.val_data.empty() || o.data == DataSourceKind::Images, "--val-data needs a list-file --data");
-}
-
-// Digits only: CLI11 would read "-1" as 2^64-1.
-uint64_t parse_seed(const std::string& v) {
-  size_t used = 0;
-  uint64_t x = 0;
-  const bool digits = !v.empty() && v.find_first_not_of("0123456789") == std::string::npos;
-  try {
-    if (digits) x = std::stoull(v, &used);
-  } catch (const std::exception&) {
-    used = 0;
-  }
-  if (!digits || used != v.size()) {
-    throw UsageError("--seed must be an integer from 0 to 18446744073709551615, got '" + v + "'");
-  }
-  return x;
+  require(o.max_image_bytes >= 1024, "--max-image-bytes must be at least 1024 (bytes), got " +
+                                         std::to_string(o.max_image_bytes));
 }
 
 // "30,60,90" -> {30, 60, 90}; one repeated option replaces the whole list.
@@ -163,7 +169,7 @@ CLI::App& describe(CLI::App& app, TrainOptions& o) {
       ->capture_default_str();
   app.add_option("--accum-steps", o.accum_steps, "micro-batches accumulated per optimizer step")->capture_default_str();
   app.add_option_function<std::string>(
-         "--seed", [&o](const std::string& v) { o.seed = parse_seed(v); },
+         "--seed", [&o](const std::string& v) { o.seed = parse_u64("--seed", v); },
          "seed of the initialisation, the data and the shuffling (0 .. 2^64-1)")
       ->default_str("0");
   app.add_option("--init", o.init, "start from these weights (safetensors, torchvision names)");

@@ -77,6 +77,7 @@ struct TrainOptions {
   int data_threads = 0;                  // decode threads per rank; 0: the node's cores / its ranks
   int data_prefetch = 3;                 // micro-batches decoded ahead
   bool strict_data = false;              // an unreadable image is an error instead of skipped
+  uint64_t max_image_bytes = kDefaultMaxImageBytes;  // a larger image file is unreadable, judged by its size
   double crop_scale_min = 0.08, crop_scale_max = 1.0;  // RandomResizedCrop's scale
   double hflip = 0.5;                    // probability of a horizontal flip
   Augment augment = Augment::Standard;   // none: the evaluation transform for training too
