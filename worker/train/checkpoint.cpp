@@ -63,6 +63,7 @@ std::vector<float> f32_from(const std::vector<StTensor>& ts, const std::string& 
     }
     std::vector<float> v(count);
     if (count) std::memcpy(v.data(), t.data.data(), count * sizeof(float));
+    check_finite(v.data(), count, "training state '" + path + "'", name);
     return v;
   }
   throw std::runtime_error("training state '" + path + "': tensor '" + name + "' is missing");
