@@ -8,6 +8,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <algorithm>
 #include <filesystem>
 #include <map>
 #include <stdexcept>
@@ -92,6 +93,44 @@ std::string float_text(float v) {
   char buf[32];
   std::snprintf(buf, sizeof buf, "%.9g", double(v));
   return buf;
+}
+
+// Why `path` is not a checkpoint to load, and what is there instead: the folder's checkpoints
+// (for --resume weights with their training state beside them, for --init any weights) when it
+// names a folder or a missing file.
+std::string not_a_checkpoint(const std::string& path, const std::string& what) {
+  const bool need_state = what == "--resume";
+  namespace fs = std::filesystem;
+  std::error_code ec;
+  const bool is_dir = fs::is_directory(path, ec);
+  const fs::path dir = is_dir ? fs::path(path) : fs::path(path).parent_path();
+  std::vector<std::string> found;
+  if (fs::is_directory(dir.empty() ? fs::path(".") : dir, ec)) {
+    for (const fs::directory_entry& e : fs::directory_iterator(dir.empty() ? fs::path(".") : dir, ec)) {
+      const std::string p = e.path().string();
+      if (ends_with(p, ".safetensors") && !ends_with(p, ".train.safetensors") && file_exists(p) &&
+          (!need_state || file_exists(train_state_path(p)))) {
+        found.push_back(p);
+      }
+    }
+  }
+  std::sort(found.begin(), found.end());
+  std::string there;
+  for (size_t i = 0; i < found.size() && i < 5; ++i) there += (i ? ", " : "") + found[i];
+  if (found.size() > 5) there += " and " + std::to_string(found.size() - 5) + " more";
+  const std::string looked = what + " '" + path + "'";
+  const std::string shape = need_state ? "a checkpoint is a weights file NAME.safetensors with its training state "
+                                         "NAME.train.safetensors beside it"
+                                       : "weights are a file NAME.safetensors";
+  if (is_dir) {
+    return looked + " is a folder, not a checkpoint (" + shape + "); " +
+           (found.empty() ? "that folder holds none" : "in it: " + there + "; give one of them");
+  }
+  std::string msg = looked + (fs::exists(path, ec) ? " is not a regular file" : " does not exist");
+  if (!dir.empty() && !fs::is_directory(dir, ec)) return msg + " (nor its folder '" + dir.string() + "')";
+  const std::string folder = dir.empty() ? "the current folder" : "'" + dir.string() + "'";
+  return msg + "; " + (found.empty() ? folder + " holds no checkpoint (" + shape + ")"
+                                     : "checkpoints in " + folder + ": " + there);
 }
 
 }  // namespace
@@ -244,13 +283,13 @@ void write_weights(const std::string& path, const Model& model, const ModelState
 }
 
 ModelState load_weights(const std::string& path, const Model& model) {
-  if (!file_exists(path)) throw std::runtime_error("checkpoint '" + path + "' does not exist");
+  if (!file_exists(path)) throw std::runtime_error(not_a_checkpoint(path, "--init"));
   return model_state_from_tensors(model, read_safetensors(path), path);
 }
 
 void load_checkpoint(const std::string& path, const Model& model, ModelState* state, TrainState* train) {
   const std::string tpath = train_state_path(path);
-  if (!file_exists(path)) throw std::runtime_error("checkpoint '" + path + "' does not exist");
+  if (!file_exists(path)) throw std::runtime_error(not_a_checkpoint(path, "--resume"));
   if (!file_exists(tpath)) {
     throw std::runtime_error("checkpoint '" + path + "' has no training state '" + tpath +
                              "' beside it (use --init to start from weights alone)");

@@ -713,14 +713,15 @@ class RingComm final : public Comm {
 
 class StoreRendezvous final : public Rendezvous {
  public:
-  explicit StoreRendezvous(proto::Client& c) : client_(c) {}
-  void publish(const std::string& key, const std::string& value) override { client_.set(key, value); }
+  StoreRendezvous(proto::Client& c, ms timeout) : client_(c), timeout_(timeout) {}
+  void publish(const std::string& key, const std::string& value) override { client_.set(key, value, timeout_); }
   std::string lookup(const std::string& key, ms timeout, const std::string& writer) override {
     return client_.get(key, timeout, writer);
   }
 
  private:
   proto::Client& client_;
+  ms timeout_;
 };
 
 // Fixed endpoints (PADDLE_TRAINER_ENDPOINTS): nothing to publish, every address is known.
@@ -749,8 +750,8 @@ std::unique_ptr<Rendezvous> make_endpoint_rendezvous(const std::vector<std::stri
   return std::make_unique<EndpointRendezvous>(endpoints, key_prefix);
 }
 
-std::unique_ptr<Rendezvous> make_store_rendezvous(proto::Client& client) {
-  return std::make_unique<StoreRendezvous>(client);
+std::unique_ptr<Rendezvous> make_store_rendezvous(proto::Client& client, std::chrono::milliseconds timeout) {
+  return std::make_unique<StoreRendezvous>(client, timeout);
 }
 
 std::unique_ptr<Comm> make_ring_comm(const RingConfig& cfg, Rendezvous& rendezvous) {

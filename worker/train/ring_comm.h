@@ -54,8 +54,9 @@ class Rendezvous {
                              const std::string& writer) = 0;
 };
 
-// A Rendezvous over the launcher's store (the client must outlive it).
-std::unique_ptr<Rendezvous> make_store_rendezvous(proto::Client& client);
+// A Rendezvous over the launcher's store (the client must outlive it); `timeout` bounds each
+// publish (train_resnet: --comm-timeout), as RingConfig::timeout bounds each lookup.
+std::unique_ptr<Rendezvous> make_store_rendezvous(proto::Client& client, std::chrono::milliseconds timeout);
 // Without a store: rank r is at endpoints[r] (listen there with RingConfig::bind_port set and
 // retry_connect on, since nobody says when a peer has started listening).
 std::unique_ptr<Rendezvous> make_endpoint_rendezvous(const std::vector<std::string>& endpoints,

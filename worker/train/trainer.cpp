@@ -10,6 +10,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "worker/train/agreement.h"
 #include "worker/train/report.h"
 
 namespace worker {
@@ -362,6 +363,7 @@ void TrainingSession::resume() {
            << pos_.batch << ")" << std::endl;
     }
   }
+  check_same_run();  // the first collective: before it, nothing another rank does depends on this one
   // Every rank starts from rank 0's weights and buffers (as DDP does at construction).
   if (world_ > 1) {
     comm_.broadcast(whole_weights(), model_.num_params() * sizeof(float), 0);
@@ -369,6 +371,19 @@ void TrainingSession::resume() {
     comm_.wait();
     take_whole_weights();
   }
+}
+
+void TrainingSession::check_same_run() {
+  RunFacts f;
+  f.precision = ops_.compute_dtype();
+  f.train_samples = train_data_->info().size;
+  f.val_samples = val_data_ ? val_data_->info().size : 0;
+  f.num_classes = model_.config().num_classes;
+  f.num_params = model_.num_params();
+  f.resumed_step = state_.step;
+  f.resumed_epoch = pos_.epoch;
+  f.resumed_batch = pos_.batch;
+  check_settings_agree(shared_settings(opt_, f), comm_);
 }
 
 void TrainingSession::announce() {

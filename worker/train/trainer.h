@@ -70,6 +70,7 @@ class TrainingSession {
   using Clock = std::chrono::steady_clock;
 
   void resume();                             // --init, --resume or fresh; rank 0's state for all
+  void check_same_run();                     // every rank's settings are rank 0's (agreement.h)
   void announce();                           // the start-up lines: model, data, recipe
   StepStats step(bool want_loss);            // one optimizer step at the current position
   StepStats replayed_step(bool want_loss);   // the same as one captured graph (captured on its first call)
