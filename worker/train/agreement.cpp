@@ -154,6 +154,12 @@ void check_settings_agree(const std::vector<Setting>& mine, Comm& comm) {
   std::vector<std::string> texts;
   for (int r = 0; r < world; ++r) texts.push_back(all.substr(size_t(r) * width, size_t(lens[size_t(r)])));
   const std::string why = describe_disagreement(texts);
+  // Every rank leaves with the texts in hand: one that left at once could cut off the last bytes
+  // of another's all-gather (its unread input makes the kernel reset the connection).
+  try {
+    comm.barrier_untimed();
+  } catch (const CommFailure&) {
+  }
   throw UsageError(why.empty() ? "the ranks' settings hash differently but read the same (a bug)" : why);
 }
 

@@ -432,7 +432,13 @@ class RingComm final : public Comm {
           if (fds[first_cand + k].revents && on_candidate(cands[k], what)) recv_fd_ = std::move(cands[k].fd);
         }
         if (recv_fd_.get() >= 0) {
-          cands.clear();  // the left neighbour is in: whoever else is still trying is dropped
+          // The left neighbour is in: whoever else is still trying is dropped.
+          const auto open = std::count_if(cands.begin(), cands.end(), [](const Candidate& c) { return c.fd.get() >= 0; });
+          if (open > 0 && cfg_.warn) {
+            cfg_.warn(what + ": " + peer_name(left_) + " is in; closed " + std::to_string(open) +
+                      " other connection(s) still setting up");
+          }
+          cands.clear();
         } else {
           const auto now = Clock::now();
           for (Candidate& c : cands) {
