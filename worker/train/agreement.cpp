@@ -84,11 +84,13 @@ std::vector<Setting> shared_settings(const TrainOptions& o, const RunFacts& f) {
       {"--save (set)", yes(!o.save.empty())},
       {"--save-every", std::to_string(o.save_every)},
       {"--save-best", yes(o.save_best)},
+      {"--log-samples (set)", yes(!o.log_samples.empty())},
       {"--zero", std::to_string(o.zero)},
       {"--bucket-mb", num(o.bucket_mb)},
       // --- where a resumed run continues
-      {"the resumed position (step, epoch, batch)",
-       std::to_string(f.resumed_step) + ", " + std::to_string(f.resumed_epoch) + ", " + std::to_string(f.resumed_batch)},
+      {"the resumed position (step, epoch, batch, sample)",
+       std::to_string(f.resumed_step) + ", " + std::to_string(f.resumed_epoch) + ", " + std::to_string(f.resumed_batch) +
+           ", " + std::to_string(f.resumed_start)},
   };
 }
 

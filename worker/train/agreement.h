@@ -41,6 +41,7 @@ struct RunFacts {
   int num_classes = 0;           // the model's
   size_t num_params = 0;
   int64_t resumed_step = 0, resumed_epoch = 0, resumed_batch = 0;  // where this run continues (0: afresh)
+  int64_t resumed_start = 0;  // ... from this sample of the epoch (sampler.h's segments)
 };
 
 // Pure: the settings every rank must share, in a fixed order.

@@ -256,6 +256,9 @@ void save_checkpoint(const std::string& path, const Model& model, const ModelSta
       {"data", train.data},
       {"num_samples", std::to_string(train.num_samples)},
       {"global_batch", std::to_string(train.global_batch)},
+      {"world", std::to_string(train.world)},
+      {"replicas", std::to_string(train.replicas)},
+      {"segment_start", std::to_string(train.segment_start)},
       {"num_params", std::to_string(model.num_params())},
       {"loss_scale", float_text(train.loss_scale)},
       {"loss_scale_growth_tracker", std::to_string(train.loss_scale_growth_tracker)},
@@ -317,6 +320,17 @@ void load_checkpoint(const std::string& path, const Model& model, ModelState* st
   t.data = meta(tmeta, "data", tpath);
   t.num_samples = meta_int(tmeta, "num_samples", tpath);
   t.global_batch = meta_int(tmeta, "global_batch", tpath);
+  // Recorded since issue 21 (a resume at another world size); older checkpoints continue as before.
+  if (tmeta.count("replicas") && tmeta["replicas"] != "0") {
+    t.world = int(meta_int(tmeta, "world", tpath));
+    t.replicas = meta_int(tmeta, "replicas", tpath);
+    t.segment_start = meta_int(tmeta, "segment_start", tpath);
+    if (t.world < 1 || t.replicas < t.world || t.segment_start < 0 || t.segment_start > t.num_samples) {
+      throw std::runtime_error("training state '" + tpath + "': world " + std::to_string(t.world) + ", replicas " +
+                               std::to_string(t.replicas) + ", segment_start " + std::to_string(t.segment_start) +
+                               " are not a layout of " + std::to_string(t.num_samples) + " samples");
+    }
+  }
   if (tmeta.count("loss_scale")) {
     const std::string& v = tmeta["loss_scale"];
     char* end = nullptr;
@@ -369,8 +383,12 @@ void check_resume_compatible(const std::string& path, const TrainState& saved, c
   differs("--seed", std::to_string(saved.seed), std::to_string(now.seed), order);
   differs("--data", saved.data, now.data, order);
   differs("--num-samples", std::to_string(saved.num_samples), std::to_string(now.num_samples), order);
-  differs("a global batch (ranks x batch x accum-steps) of", std::to_string(saved.global_batch),
-          std::to_string(now.global_batch), order);
+  // Another global batch (world size, --batch-size, --accum-steps) continues the epoch from its
+  // sample position (sampler.h); a checkpoint from before that was recorded cannot say where.
+  if (saved.replicas == 0) {
+    differs("a global batch (ranks x batch x accum-steps) of", std::to_string(saved.global_batch),
+            std::to_string(now.global_batch), "a checkpoint of an older train_resnet, without the layout it was saved in, resumes at its own global batch only");
+  }
 }
 
 }  // namespace worker

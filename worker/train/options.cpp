@@ -236,6 +236,9 @@ CLI::App& describe(CLI::App& app, TrainOptions& o) {
 
   // --- what a user sees (issue 12)
   app.add_option("--tensorboard", o.tensorboard, "write TensorBoard event files (scalars) into this folder (rank 0)");
+  app.add_option("--log-samples", o.log_samples,
+                 "debugging: rank 0 writes each step's sample indices, every rank's, as JSON lines to this file "
+                 "(a collective each step)");
 
   // --- communication (issue 14)
   add_choice(app, "--comm", o.comm, kComm,

@@ -102,6 +102,7 @@ struct TrainOptions {
 
   // --- what a user sees (issue 12)
   std::string tensorboard;             // folder for TensorBoard event files (rank 0)
+  std::string log_samples;             // debugging: rank 0 writes each step's sample indices, every rank's
 
   // --- communication (issue 14)
   // A collective that makes no progress this long gives up: the CPU ring after this much

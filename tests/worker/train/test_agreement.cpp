@@ -73,7 +73,7 @@ TEST_CASE("shared settings: what changes the run counts, where and how a rank ru
   g = f;
   g.resumed_step = 10;
   CHECK_THAT(describe_disagreement({text_of(base, f), text_of(base, g)}),
-             Catch::Contains("the resumed position (step, epoch, batch) 10, 0, 0 on rank 1, 0, 0, 0 on rank 0"));
+             Catch::Contains("the resumed position (step, epoch, batch, sample) 10, 0, 0, 0 on rank 1, 0, 0, 0, 0 on rank 0"));
 }
 
 TEST_CASE("disagreement: the first rank that differs, both values, the rest counted", "[train][agreement]") {
