@@ -11,7 +11,7 @@
 //     latency, the CUPTI_TRACE_TOP (default 12) largest of each stream.
 // Queue latency is the device start minus the end of the call that enqueued it: work that waits
 // behind other work (its stream's, or another stream's sharing its hardware queue) shows here.
-// This is how the JPEG pipeline's stall was found (README, "Real images").
+// This is how the JPEG pipeline's stall was found (docs/benchmarks.md, "Data loading").
 #include <cupti.h>
 
 #include <algorithm>

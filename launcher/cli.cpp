@@ -62,7 +62,7 @@ const char* const kExamples =
     "  launch --dry-run --gpus 0,1 train.py                print each rank's command and variables\n"
     "PROGRAM is looked up in PATH, then beside launch; a *.py program runs under --python, PYTHON_EXEC\n"
     "or the first python3 in PATH. Everything after PROGRAM belongs to it (launch -- -prog for a name\n"
-    "starting with '-'). Paddle's and torchrun's variables for every rank: README.md.\n";
+    "starting with '-'). Paddle's and torchrun's variables for every rank: docs/environment.md.\n";
 
 // Everything the command line says, as given (strings where a spelling needs checking first).
 struct Raw {
@@ -72,7 +72,7 @@ struct Raw {
   int rank = -1, max_restart = 0, start_port = 0, master_port = 0;
   double elastic_timeout = 600, grace = 10;
   bool log_overwrite = false, dry_run = false, standalone = false, module = false, no_python = false,
-       run_path = false, version = false;
+       run_path = false, version = false, requeue = false;
   std::map<std::string, bool> given;  // by the option's first name
 };
 
@@ -155,6 +155,9 @@ Parsed parse_args(const std::vector<std::string>& args) {
   opt("--checkpoint-signal,--checkpoint_signal", r.ckpt,
       "USR1 or USR2: forwarded to every worker, which saves a checkpoint and goes on (e.g. with sbatch "
       "--signal=USR2@120)");
+  flag("--requeue", r.requeue,
+       "Slurm: after the stop signal of a time limit or preemption and the workers' checkpoint, requeue the "
+       "batch job (scontrol requeue); not after scancel");
   opt("--summary", r.summary, "write a JSON summary of the job to FILE");
   // --- the program
   opt("--python", r.python, "Python interpreter of *.py, -m and --run-path programs (else PYTHON_EXEC, else python3 in PATH)");
@@ -402,6 +405,7 @@ CliResult parse_cli(int argc, const char* const* argv, const proto::EnvMap& env)
   o.grace_s = r.grace;
   o.grace_given = r.given.at("--grace");
   if (r.given.at("--summary")) o.summary = r.summary;
+  o.requeue = r.requeue;
   if (r.given.at("--checkpoint-signal")) {
     o.checkpoint_signal = parse_checkpoint_signal(r.ckpt);
     if (!o.checkpoint_signal)

@@ -1,5 +1,5 @@
 // Command line of `launch` (CLI11): our options, and paddle.distributed.launch's and torchrun's
-// spellings mapped onto them (README: "torchrun and paddle spellings"). Environment variables
+// spellings mapped onto them (docs/launch.md: "torchrun's and paddle's spellings"). Environment variables
 // apply as those tools apply them: torchrun's PET_<OPTION> fills an option not given on the
 // command line; paddle's PADDLE_NNODES, PADDLE_MASTER, ... override the command line, with a
 // warning. Pure: argv and the environment in, Options out.

@@ -17,6 +17,13 @@ struct Termination {
 
 // The signals that stop a job (forwarded to the workers, or ending a wait before they run).
 inline constexpr int kStopSignals[] = {SIGINT, SIGTERM, SIGHUP, SIGQUIT};
+// A stop signal that arrives while the job is already stopping: whether it means "now" (SIGKILL
+// every worker at once) or repeats the request (the workers keep their grace). Schedulers repeat
+// SIGTERM as a matter of course -- Slurm sends SIGTERM, SIGCONT, SIGTERM within milliseconds at a
+// time limit, and under scancel signals the workers itself besides us -- and a terminal hangs up
+// (SIGHUP) once per process it knew; neither is a user losing patience. A Ctrl-C (SIGINT) or
+// Ctrl-\ (SIGQUIT) typed while the job stops is.
+constexpr bool stop_signal_means_now(int sig) { return sig == SIGINT || sig == SIGQUIT; }
 
 Termination from_wait_status(int wait_status);
 // A process ended by a signal counts as 128+signal, as shells and flux do: a worker killed by

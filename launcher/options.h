@@ -36,6 +36,7 @@ struct Options {
   double grace_s = 10.0;
   std::optional<std::string> summary;
   std::optional<int> checkpoint_signal;  // --checkpoint-signal USR2: forwarded, does not stop the job
+  bool requeue = false;                  // --requeue: Slurm batch jobs, after a time limit or preemption
   // Multi-node (launcher/multinode): node 0 serves the store on --master, every node meets there.
   std::optional<std::string> master;      // --master HOST:PORT (or --master-addr/--master-port, --rdzv-endpoint)
   int rank = -1;                          // --rank / --node-rank: this node's rank; -1: in arrival order

@@ -184,6 +184,21 @@ Plan make_plan(const Options& given, const EnvMap& parent) {
     p.token = resolve_multinode_token(opt.token_file, env);
   }
 
+  if (opt.requeue) {
+    if (!layout)
+      throw UsageError("--requeue puts a Slurm batch job back in the queue, but this is no Slurm job "
+                       "(SLURM_JOB_ID is not set): run it from an sbatch script, or leave --requeue out");
+    const LookupContext path = real_lookup_context(env_or(env, "PATH", "/usr/local/bin:/usr/bin:/bin"));
+    for (const char* tool : {"squeue", "scontrol"}) {
+      try {
+        resolve_command({tool}, path, ProgramKind::NoPython);
+      } catch (const UsageError&) {
+        throw UsageError(std::string("--requeue needs Slurm's ") + tool + ", which is not in PATH");
+      }
+    }
+    if (env_or(env, proto::env::kSlurmProcId, "0") == "0") p.requeue_job = layout->job_id;
+  }
+
   JobSpec& job = p.job;
   job.job_id = opt.job_id;
   job.log_dir = own_log_dir(opt, parent, &p.log_dir_note);

@@ -29,6 +29,9 @@ struct Plan {
   std::vector<std::string> slurm_hosts;  // the step's host names, to name those missing
   std::vector<std::string> slurm_notes;  // for --dry-run: what Slurm decided, and from what
   std::string log_dir_note;  // inside another launcher's worker: why the log directory moved
+  // --requeue: the Slurm job to requeue after a time limit or preemption; empty: none (not
+  // asked, or another task's launcher does it: task 0's alone).
+  std::string requeue_job;
 
   int n() const { return static_cast<int>(job.devices.size()); }
   std::chrono::milliseconds elastic_timeout() const {

@@ -17,6 +17,7 @@
 #include "launcher/output.h"
 #include "launcher/plan.h"
 #include "launcher/program.h"
+#include "launcher/slurm/requeue.h"
 #include "launcher/stop_signals.h"
 #include "launcher/summary.h"
 #include "launcher/supervisor.h"
@@ -118,6 +119,9 @@ int run_job(const Plan& p, const ConsoleStreams& console) {
   }
 
   const int code = outcome.policy.exit_code();
+  // The workers have saved and ended: now the job may go back into the queue (a running job
+  // that is requeued is killed, so not before).
+  if (!p.requeue_job.empty() && outcome.policy.launcher_signal()) slurm::requeue_after_stop(p.requeue_job);
   if (!p.summary_path.empty()) {
     // The job's code is the job's: batch scripts branch on it. A summary that cannot be written
     // is worth a warning, not a different exit code.

@@ -67,6 +67,13 @@ void arm(int fd, double seconds, bool periodic = false) {
   SYS_CHECK(timerfd_settime(fd, 0, &its, nullptr));
 }
 
+// What is left of a one-shot timer (0 when it is not armed).
+double seconds_left(int fd) {
+  itimerspec its{};
+  if (timerfd_gettime(fd, &its) != 0) return 0;
+  return double(its.it_value.tv_sec) + double(its.it_value.tv_nsec) * 1e-9;
+}
+
 void disarm(int fd) {
   itimerspec its{};
   timerfd_settime(fd, 0, &its, nullptr);
@@ -249,11 +256,16 @@ void Loop::on_signals() {
         log::warn("received " + signal_name(sig) + ": forwarding it to every worker, SIGKILL in " +
                   seconds_text(cfg_.grace_s) + " s");
         begin_stop(sig);
-      } else if (phase_ == Phase::Stopping) {
-        log::warn("received " + signal_name(sig) + " again: killing every worker now");
+      } else if (phase_ == Phase::Stopping && stop_signal_means_now(sig)) {
+        log::warn("received " + signal_name(sig) + " while stopping: killing every worker now");
         signal_everyone(SIGKILL);
         phase_ = Phase::Killing;
         arm(timer_fd_, kKillBoundS);
+      } else if (phase_ == Phase::Stopping) {
+        // Not forwarded: the workers have the request already (a second one would be the same
+        // request to them, and a worker whose handler resets would die of it).
+        log::info("received " + signal_name(sig) + " while stopping: the same request, the workers keep their grace (SIGKILL in " +
+                  seconds_text(seconds_left(timer_fd_)) + " s; SIGINT for now)");
       }
     }
     if (chld) reap();

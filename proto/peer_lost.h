@@ -4,7 +4,7 @@
 //   LAUNCH_PEER_LOST rank=3: no progress for 30000 ms waiting for rank 3 (ring all-reduce)
 // ("rank=?" when it cannot tell which) on stdout or stderr, and exits with kPeerLostExitCode.
 // Both are needed: the code alone does not say which peer, and a line without the code is just
-// output. Any program may follow this contract (README, "Supervision and exit codes").
+// output. Any program may follow this contract (docs/launch.md, "Supervision and exit codes").
 #pragma once
 
 #include <optional>

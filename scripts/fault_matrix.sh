@@ -1,10 +1,10 @@
 #!/usr/bin/env bash
 # The fault matrix of issue 14, run against the built binaries: signals, kill -9 of the launcher,
 # a stalled console, hostile store clients, a full disk, a stopped rank, a killed peer, a killed
-# node, a late checkpoint signal, a missing peer, a failing --summary, Slurm's elastic timeout;
-# and issue 22's train_resnet items: strangers on a rank's ring port, a FIFO and sparse giants in
-# a list file, a corrupt or NaN checkpoint, a store that never answers, ranks with other options,
-# --resume naming a folder.
+# node, a late checkpoint signal, a missing peer, a failing --summary, Slurm's elastic timeout,
+# Slurm's repeated SIGTERM (time limit, scancel); and issue 22's train_resnet items: strangers on
+# a rank's ring port, a FIFO and sparse giants in a list file, a corrupt or NaN checkpoint, a store
+# that never answers, ranks with other options, --resume naming a folder.
 # Prints one table row per case: PASS/FAIL and its figure (time to teardown, peak RSS, exit code).
 #
 #   scripts/fault_matrix.sh [BIN_DIR]        (default: build/bin; needs launch and train_resnet)
@@ -88,6 +88,30 @@ for sig in INT TERM HUP QUIT; do
   row "SIG$sig, wrapped + setsid grandchildren" "$result" "teardown $ms ms, exit $rc (want $want), $left left"
 done
 containment="$(grep -o 'containment: [^(;]*' err | head -1)"
+
+# --- Slurm's signals (issue 22): at a time limit SIGTERM, SIGCONT, SIGTERM reach launch within
+# milliseconds; under scancel every worker gets them too, besides launch's forward. Either way one
+# request: both ranks of train_resnet save and stop within the grace, launch exits 143.
+for form in "time limit" scancel; do
+  fresh
+  "$launch" --devices cpu --nproc_per_node 2 --grace 10 "$train" "${TA[@]}" --epochs 100000 --log-every 1 \
+    --save "$PWD/ck.safetensors" >out 2>err &
+  pid=$!
+  wait_for 'grep -q "Batch\[3\]" out 2>/dev/null' 60
+  targets="$pid"
+  [ "$form" = scancel ] && targets="$pid $(worker_pid "$pid" 0) $(worker_pid "$pid" 1)"
+  t0=$(now_ms)
+  kill -TERM $targets
+  wait_for 'grep -q "received SIGTERM" err' 5
+  kill -CONT $targets; kill -TERM $targets
+  wait_exit "$pid" 30; ms=$(( $(now_ms) - t0 ))
+  step="$(sed -n 's/.*Stopped by signal 15 at step \([0-9]*\): saved.*/\1/p' out log/workerlog.0 2>/dev/null | head -1)"
+  result=FAIL
+  [ "$rc" = 143 ] && [ -n "$step" ] && [ -s ck.safetensors ] && ! grep -q "killed by\|killing every worker now" err out &&
+    result=PASS
+  row "SIGTERM, SIGCONT, SIGTERM ($form), train_resnet" "$result" \
+      "exit $rc after $ms ms, saved step ${step:-none}, grace kept"
+done
 
 # --- kill -9 of the launcher: nothing alive 1 s later
 for kind in wrapped setsid; do

@@ -23,6 +23,8 @@ packages=(
   libjpeg62-turbo-dev libpng-dev  # issue 11: the image pipeline (python3-pil, above, is its reference too)
   libssl-dev      # issue 22: HMAC-SHA256 of the CPU ring's set-up (OpenSSL's libcrypto)
   libxxhash-dev   # issue 22: XXH3 checksums of the checkpoints' tensors
+  # issue 21: the etcd client (launcher/etcd/) over libcurl; the real etcd its tests start
+  libcurl4-openssl-dev etcd-server etcd-client
 )
 
 missing=()

@@ -89,8 +89,13 @@ ReturnToService=2
 MpiDefault=none
 JobCompType=jobcomp/none
 KillWait=5
+# Preemption, for launch --requeue's tests: a job of the urgent partition cancels jobs of test
+# that hold the CPUs it needs (they get SIGTERM, then SIGKILL after GraceTime + KillWait).
+PreemptType=preempt/partition_prio
+PreemptMode=CANCEL
 NodeName=$host CPUs=$cpus RealMemory=$mem State=UNKNOWN
-PartitionName=test Nodes=$host Default=YES MaxTime=INFINITE State=UP OverSubscribe=YES
+PartitionName=test Nodes=$host Default=YES MaxTime=INFINITE State=UP OverSubscribe=YES PriorityTier=1
+PartitionName=urgent Nodes=$host MaxTime=INFINITE State=UP PriorityTier=2 GraceTime=10
 CONF
 export SLURM_CONF="$dir/slurm.conf"
 slurmctld -f "$SLURM_CONF" || cannot_start "slurmctld failed to start"

@@ -184,3 +184,12 @@ TEST_CASE("exit policy: a peer on another node waits for that node's report", "[
   CHECK_FALSE(q.on_remote_failure(3, "too late"));
   CHECK(q.exit_code() == 86);
 }
+
+TEST_CASE("exit policy: while stopping, only SIGINT and SIGQUIT mean now", "[launcher][exit][signals]") {
+  // Slurm repeats SIGTERM (time limit: SIGTERM, SIGCONT, SIGTERM); a terminal hangs up once per
+  // process. A Ctrl-C or Ctrl-\ while the job stops is someone who will not wait.
+  CHECK_FALSE(stop_signal_means_now(SIGTERM));
+  CHECK_FALSE(stop_signal_means_now(SIGHUP));
+  CHECK(stop_signal_means_now(SIGINT));
+  CHECK(stop_signal_means_now(SIGQUIT));
+}

@@ -211,19 +211,52 @@ TEST_CASE("launch: workers that succeed leave no process behind", "[launcher][in
   for (int r = 0; r < 2; ++r) CHECK(process_gone(read_pid(d + "/gc." + std::to_string(r))));
 }
 
-TEST_CASE("launch: SIGINT is forwarded; a second signal kills at once", "[launcher][integration]") {
+TEST_CASE("launch: SIGTERM, SIGCONT, SIGTERM (Slurm's time limit) is one request: the workers keep their grace",
+          "[launcher][integration]") {
   TempDir td;
   const std::string& d = td.path;
-  // The workers ignore SIGINT and SIGTERM: only the SIGKILL that the second signal brings ends
-  // them, long before the 60 s grace.
+  // Each worker counts the SIGTERMs it gets and needs 1.5 s to "save" after the first: what a
+  // trainer does. Before, the second SIGTERM to launch killed every worker at once.
+  Proc p = launch_sh(d, {"--devices", "cpu", "--nproc_per_node", "2", "--grace", "30"},
+                     "n=0; trap 'n=$((n+1)); echo $n >> " + d + "/terms.$RANK' TERM; echo $$ > " + d +
+                         "/pid.$RANK; while [ $n = 0 ]; do sleep 0.05; done; sleep 1.5; echo saved > " + d +
+                         "/saved.$RANK; exit 0");
+  Reaper guard(p.pid);
+  REQUIRE(wait_until([&] { return all_files(d, "pid.", 2); }, 20));
+  const double t0 = now_s();
+  kill(p.pid, SIGTERM);
+  // The second one after launch took the first (two pending SIGTERMs are one to the kernel).
+  REQUIRE(wait_until([&] { return p.err().find("received SIGTERM") != std::string::npos; }, 5));
+  kill(p.pid, SIGCONT);
+  kill(p.pid, SIGTERM);
+  // The workers exited 0 after saving, but launch was stopped by SIGTERM: 143, as a shell reports.
+  REQUIRE(wait_exit(p.pid, 20) == 128 + SIGTERM);
+  CHECK(now_s() - t0 > 1.4);
+  for (int r = 0; r < 2; ++r) {
+    CHECK(slurp(d + "/saved." + std::to_string(r)) == "saved\n");
+    CHECK(slurp(d + "/terms." + std::to_string(r)) == "1\n");  // forwarded once, not twice
+  }
+  CHECK_THAT(p.err(), Catch::Contains("received SIGTERM while stopping: the same request"));
+  CHECK_THAT(p.err(), !Catch::Contains("killing every worker now"));
+}
+
+TEST_CASE("launch: SIGINT is forwarded; a second SIGINT kills at once", "[launcher][integration]") {
+  TempDir td;
+  const std::string& d = td.path;
+  // The workers ignore SIGINT and SIGTERM: only the SIGKILL that the second SIGINT brings ends
+  // them, long before the 60 s grace. A SIGTERM in between changes nothing.
   Proc p = launch_sh(d, {"--devices", "cpu", "--nproc_per_node", "2", "--grace", "60"},
                      "trap '' INT TERM; echo $$ > " + d + "/pid.$RANK; while :; do sleep 1; done");
   Reaper guard(p.pid);
   REQUIRE(wait_until([&] { return all_files(d, "pid.", 2); }, 20));
   kill(p.pid, SIGINT);
   REQUIRE(wait_until([&] { return p.err().find("received SIGINT") != std::string::npos; }, 5));
+  kill(p.pid, SIGTERM);
+  REQUIRE(wait_until([&] { return p.err().find("received SIGTERM while stopping") != std::string::npos; }, 5));
+  CHECK_FALSE(wait_exit(p.pid, 0.5).has_value());  // still in its grace
   kill(p.pid, SIGINT);
   REQUIRE(wait_exit(p.pid, 10) == 128 + SIGINT);
+  CHECK_THAT(p.err(), Catch::Contains("received SIGINT while stopping: killing every worker now"));
   for (int r = 0; r < 2; ++r) CHECK(process_gone(read_pid(d + "/pid." + std::to_string(r))));
 }
 

@@ -260,7 +260,7 @@ class GpuImageSource final : public BatchSource {
  private:
   // Decoded batches on the device, the one being read included (each one batch in the compute
   // dtype: 77 MB for bf16 b256 at 224 px). Four instead of two changed nothing end to end on an
-  // H200 (the decode, not its lead, limits a ResNet-50 run: README, "Real images").
+  // H200 (the decode, not its lead, limits a ResNet-50 run: docs/benchmarks.md, "Data loading").
   static constexpr int kDeviceSlots = 2;
   struct DeviceSlot {
     void* images = nullptr;

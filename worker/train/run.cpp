@@ -32,7 +32,11 @@ std::atomic<int> g_stop_signal{0};
 static_assert(std::atomic<int>::is_always_lock_free, "the signal handlers need lock-free flags");
 
 extern "C" void on_checkpoint_signal(int) { g_checkpoint_signals.fetch_add(1); }
-extern "C" void on_stop_signal(int sig) { g_stop_signal.store(sig); }
+// The first stop signal is the one the run ends with (its exit code); later ones change nothing.
+extern "C" void on_stop_signal(int sig) {
+  int none = 0;
+  g_stop_signal.compare_exchange_strong(none, sig);
+}
 
 void install(int sig, void (*handler)(int), int flags) {
   struct sigaction sa{};
@@ -43,10 +47,13 @@ void install(int sig, void (*handler)(int), int flags) {
 }
 
 // With --save, Ctrl-C and SIGTERM (launch's teardown, Slurm, kill) save at the next step
-// boundary and end the run with the signal's exit code; a second one kills at once
-// (SA_RESETHAND restores the default action).
+// boundary and end the run with the first signal's exit code. A repeated SIGTERM is the same
+// request: Slurm sends SIGTERM, SIGCONT, SIGTERM at a time limit, and under scancel both Slurm
+// and launch signal every worker. A second SIGINT kills at once (SA_RESETHAND restores the
+// default action after the first): someone at the terminal does not want to wait.
 void install_stop_signals() {
-  for (int sig : {SIGINT, SIGTERM}) install(sig, on_stop_signal, SA_RESETHAND);
+  install(SIGINT, on_stop_signal, SA_RESETHAND);
+  install(SIGTERM, on_stop_signal, 0);
 }
 
 struct Device {

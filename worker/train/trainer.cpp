@@ -128,6 +128,7 @@ TrainingSession::TrainingSession(const TrainOptions& opt, const DataEnv& data_en
                      " needs validation data (--val-samples N for synthetic data)");
   }
   schedule_ = lr_schedule(opt, global_batch_, steps_per_epoch_);
+  if (const char* d = std::getenv("WORKER_TEST_STEP_DELAY_MS"); d && *d) test_step_delay_ = std::chrono::milliseconds(std::atoll(d));
   total_steps_ = int64_t(opt.epochs) * steps_per_epoch_;
   if (opt.max_steps > 0) total_steps_ = std::min(total_steps_, opt.max_steps);
   // fp16 needs loss scaling (GradScaler's semantics); bf16 and fp32 do not.
@@ -171,6 +172,7 @@ TrainResult TrainingSession::run() {
       const int64_t shown = start / global_batch_ + b;  // the step's place in the epoch, in this run's steps
       const bool log_now = shown % opt_.log_every == 0;
       const StepStats s = step(log_now);
+      if (test_step_delay_.count() > 0) std::this_thread::sleep_for(test_step_delay_);
       if (!opt_.log_samples.empty()) log_samples(epoch, size_t(b - first) * size_t(opt_.accum_steps));
       pos_ = b + 1 < steps ? Position{epoch, b + 1, start} : Position{epoch + 1, 0, 0};
       if (log_now) log({epoch, shown}, s);

@@ -141,6 +141,9 @@ class TrainingSession {
 
   LrSchedule schedule_;
   int64_t total_steps_ = 0;  // what this run will reach: --epochs, or --max-steps when sooner
+  // WORKER_TEST_STEP_DELAY_MS (tests only): a pause after each step, so that a test that waits
+  // for a scheduler's signal (Slurm checks time limits every 30 s) trains few steps meanwhile.
+  std::chrono::milliseconds test_step_delay_{0};
 
   TrainState state_;         // the run's settings and step count (what a checkpoint records)
   Position pos_;             // the next step's place in the data

@@ -184,6 +184,169 @@ TEST_CASE("slurm: a short CPU training, both forms, the same parameters as witho
     CHECK(checksum(p.out()) == want);
   }
 }
+
+// --- Slurm's own signals: a time limit, scancel, scancel --signal, a preemption -----------------
+// A batch job of `launch [--requeue] train_resnet --save --resume auto` on 2 CPU ranks. Its
+// --max-steps is read from a file when the batch script starts, so that a requeued run can be
+// told where to end (the first run goes on until Slurm stops it).
+
+namespace {
+
+std::string squeue_field(const std::string& job, const std::string& field) {
+  std::string v = run_capture("SLURM_CONF=" + g_env["SLURM_CONF"] + " timeout 10 squeue -h -j " + job + " -O '" +
+                              field + ":|' 2>/dev/null");
+  return v.substr(0, v.find('|'));
+}
+
+// scancels the job when the test ends, however it ends.
+struct JobGuard {
+  std::string id;
+  ~JobGuard() {
+    if (!id.empty()) run_capture("SLURM_CONF=" + g_env["SLURM_CONF"] + " timeout 10 scancel " + id + " 2>&1");
+  }
+};
+
+const std::vector<std::string> kTrainArgs{"--depth", "18", "--width", "8", "--image-size", "32", "--batch-size", "4",
+                                          "--num-samples", "64", "--epochs", "1000000", "--seed", "7",
+                                          "--log-every", "1"};
+
+std::string shell_words(const std::vector<std::string>& words) {
+  std::string s;
+  for (const auto& w : words) s += (s.empty() ? "" : " ") + w;
+  return s;
+}
+
+// Submits the batch job; returns its id. `launch_args`: --requeue, --checkpoint-signal, ...
+std::string submit_training(const std::string& d, const std::vector<std::string>& sbatch_args,
+                            const std::vector<std::string>& launch_args, const std::string& max_steps,
+                            int step_delay_ms = 0) {
+  std::ofstream(d + "/steps") << max_steps << "\n";
+  std::ofstream(d + "/job.sh") << "#!/bin/sh\n"
+                               << "exec env WORKER_TEST_STEP_DELAY_MS=" << step_delay_ms << " " << kLaunch << " " << shell_words(launch_args)
+                               << " --devices cpu --nproc_per_node 2 --log_dir " << d << "/log " << TRAIN_BIN << " "
+                               << shell_words(kTrainArgs) << " --max-steps $(cat " << d << "/steps) --save " << d
+                               << "/ck.safetensors --resume auto\n";
+  std::string job = run_capture("cd " + d + " && SLURM_CONF=" + g_env["SLURM_CONF"] + " timeout 10 sbatch --parsable -o " +
+                                d + "/batch.%j.out " + shell_words(sbatch_args) + " " + d + "/job.sh 2>&1");
+  while (!job.empty() && job.back() == '\n') job.pop_back();
+  INFO("sbatch said: " << job);
+  REQUIRE(!job.empty());
+  REQUIRE(job.find_first_not_of("0123456789") == std::string::npos);
+  return job;
+}
+
+std::string checksum_of(const std::string& text) {
+  std::smatch m;
+  return std::regex_search(text, m, std::regex("params checksum fnv1a64=[0-9a-f]+")) ? m.str() : "none";
+}
+
+// The step rank 0 stopped at and saved ("Stopped by signal 15 at step N: saved ..."), or -1.
+long stopped_at(const std::string& log) {
+  std::smatch m;
+  return std::regex_search(log, m, std::regex("Stopped by signal 15 at step ([0-9]+): saved")) ? std::stol(m[1]) : -1;
+}
+
+// The same training without Slurm, `steps` steps from scratch: the parameters to compare with.
+std::string uninterrupted(const std::string& d, long steps) {
+  std::vector<std::string> argv{kLaunch, "--devices", "cpu", "--nproc_per_node", "2", "--log_dir", d + "/plain", TRAIN_BIN};
+  argv.insert(argv.end(), kTrainArgs.begin(), kTrainArgs.end());
+  argv.insert(argv.end(), {"--max-steps", std::to_string(steps)});
+  Proc p = start(argv, d, {}, "plain");
+  Reaper g(p.pid);
+  REQUIRE(wait_exit(p.pid, 120) == 0);
+  return checksum_of(p.out());
+}
+
+bool logged(const std::string& path, const std::string& what) { return slurp(path).find(what) != std::string::npos; }
+
+}  // namespace
+
+TEST_CASE("slurm signals: at the time limit every rank saves, --requeue requeues, the next run resumes",
+          "[slurm][signals]") {
+  TempDir td;
+  const std::string& d = td.path;
+  // Slurm's time limits are whole minutes, checked every 30 s: the job is stopped 60-90 s after
+  // it starts. Slowed steps keep what the uninterrupted run must repeat short.
+  JobGuard job{submit_training(d, {"--time=1"}, {"--requeue"}, "1000000000", 100)};
+  REQUIRE(wait_until([&] { return logged(d + "/log/workerlog.0", "Stopped by signal 15"); }, 120));
+  REQUIRE(wait_until([&] { return squeue_field(job.id, "State") == "PENDING"; }, 30));
+  const std::string batch = slurp(d + "/batch." + job.id + ".out");
+  INFO("batch output:\n" << batch);
+  CHECK_THAT(batch, Catch::Contains("--requeue: job " + job.id + " requeued after the time limit"));
+  CHECK_THAT(batch, !Catch::Contains("killing every worker now"));
+  CHECK_THAT(run_capture("SLURM_CONF=" + g_env["SLURM_CONF"] + " timeout 10 scontrol show job " + job.id),
+             Catch::Contains("Restarts=1"));
+  const long step = stopped_at(slurp(d + "/log/workerlog.0"));
+  REQUIRE(step > 0);
+  CHECK_THAT(slurp(d + "/log/workerlog.1"), !Catch::Contains("killed by"));
+
+  // The next run: 3 steps past the checkpoint, as soon as Slurm lets it (a requeued job waits).
+  std::ofstream(d + "/steps") << step + 3 << "\n";
+  run_capture("SLURM_CONF=" + g_env["SLURM_CONF"] + " timeout 10 scontrol update JobId=" + job.id +
+              " StartTime=now TimeLimit=5:00");
+  REQUIRE(wait_until([&] { return squeue_field(job.id, "State").empty(); }, 90));
+  const std::string second = slurp(d + "/batch." + job.id + ".out");
+  INFO("the requeued run:\n" << second);
+  CHECK_THAT(second, Catch::Contains("Resuming from " + d + "/ck.safetensors at step " + std::to_string(step)));
+  CHECK(checksum_of(second) == uninterrupted(d, step + 3));
+}
+
+TEST_CASE("slurm signals: scancel signals every worker twice; both save and stop, nothing is requeued",
+          "[slurm][signals]") {
+  TempDir td;
+  const std::string& d = td.path;
+  JobGuard job{submit_training(d, {}, {"--requeue"}, "1000000000")};
+  REQUIRE(wait_until([&] { return logged(d + "/log/workerlog.0", "Batch[5]"); }, 60));
+  run_capture("SLURM_CONF=" + g_env["SLURM_CONF"] + " timeout 10 scancel " + job.id);
+  REQUIRE(wait_until([&] { return squeue_field(job.id, "State").empty(); }, 30));
+  const std::string batch = slurp(d + "/batch." + job.id + ".out");
+  INFO("batch output:\n" << batch);
+  CHECK_THAT(batch, Catch::Contains("not requeued: the job was cancelled (scancel)"));
+  CHECK_THAT(batch, Catch::Contains("launch exits with 143"));
+  CHECK_THAT(batch, !Catch::Contains("killed by SIGTERM"));  // neither rank died of the second SIGTERM
+  const long step = stopped_at(slurp(d + "/log/workerlog.0"));
+  REQUIRE(step > 0);
+  // The checkpoint of the cancelled run resumes to what an uninterrupted run computes.
+  std::vector<std::string> argv{kLaunch, "--devices", "cpu", "--nproc_per_node", "2", "--log_dir", d + "/again", TRAIN_BIN};
+  argv.insert(argv.end(), kTrainArgs.begin(), kTrainArgs.end());
+  argv.insert(argv.end(), {"--max-steps", std::to_string(step + 3), "--resume", d + "/ck.safetensors"});
+  Proc p = start(argv, d, {}, "again");
+  Reaper g(p.pid);
+  REQUIRE(wait_exit(p.pid, 120) == 0);
+  CHECK(checksum_of(p.out()) == uninterrupted(d, step + 3));
+}
+
+TEST_CASE("slurm signals: scancel --signal=USR1 saves a checkpoint and the job goes on", "[slurm][signals]") {
+  TempDir td;
+  const std::string& d = td.path;
+  JobGuard job{submit_training(d, {}, {"--checkpoint-signal", "USR1"}, "400")};
+  REQUIRE(wait_until([&] { return logged(d + "/log/workerlog.0", "Batch[5]"); }, 60));
+  // --full: the batch step's processes too (launch and its workers are that step).
+  run_capture("SLURM_CONF=" + g_env["SLURM_CONF"] + " timeout 10 scancel --full --signal=USR1 " + job.id);
+  REQUIRE(wait_until([&] { return squeue_field(job.id, "State").empty(); }, 120));
+  const std::string batch = slurp(d + "/batch." + job.id + ".out");
+  INFO("batch output:\n" << batch);
+  CHECK_THAT(batch, Catch::Contains("(checkpoint signal)"));
+  CHECK_THAT(batch, Catch::Contains("all 2 worker(s) exited with code 0"));
+  CHECK(checksum_of(batch) == uninterrupted(d, 400));
+}
+
+TEST_CASE("slurm signals: a preempted job saves and is requeued", "[slurm][signals]") {
+  TempDir td;
+  const std::string& d = td.path;
+  JobGuard job{submit_training(d, {"--exclusive"}, {"--requeue"}, "1000000000")};
+  REQUIRE(wait_until([&] { return logged(d + "/log/workerlog.0", "Batch[5]"); }, 60));
+  // A job of the urgent partition (PriorityTier 2) that needs the whole node preempts ours.
+  JobGuard urgent{run_capture("SLURM_CONF=" + g_env["SLURM_CONF"] +
+                              " timeout 10 sbatch --parsable -p urgent --exclusive -o /dev/null --wrap true")};
+  while (!urgent.id.empty() && urgent.id.back() == '\n') urgent.id.pop_back();
+  REQUIRE(wait_until([&] { return logged(d + "/batch." + job.id + ".out", "--requeue: job"); }, 60));
+  const std::string batch = slurp(d + "/batch." + job.id + ".out");
+  INFO("batch output:\n" << batch);
+  CHECK_THAT(batch, Catch::Contains("--requeue: job " + job.id + " requeued after preemption (at "));
+  CHECK(stopped_at(slurp(d + "/log/workerlog.0")) > 0);
+  REQUIRE(wait_until([&] { return squeue_field(job.id, "State") == "PENDING"; }, 30));
+}
 #endif
 
 // ---------------------------------------------------------------------------------------------

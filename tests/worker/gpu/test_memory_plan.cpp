@@ -1,7 +1,7 @@
 // The model's device-memory plan for the benchmark configuration (ResNet-50, batch 256, bf16),
 // computed without a GPU: an Ops that only hands out addresses and counts bytes. The figures
 // are the ones the trainer's WORKER_MEM_REPORT prints on the GPU for the model's share; they
-// guard the savings against PyTorch's 11.8 GB peak (README, GPU backend).
+// guard the savings against PyTorch's 11.8 GB peak (docs/memory.md).
 #include <catch2/catch.hpp>
 
 #include <cstdint>

@@ -129,15 +129,26 @@ def read_until(p, needle, timeout=60):
             return lines
 
 
-def stop_and_resume(a, tmp, cmd, sig, expect_rc, env=None):
+def children(pid):
+    with open(f"/proc/{pid}/task/{pid}/children") as f:
+        return [int(c) for c in f.read().split()]
+
+
+def stop_and_resume(a, tmp, cmd, sig, expect_rc, env=None, as_slurm=False):
     """Sends `sig` once training runs; checks the exit code, the save and that resuming from it
-    ends as an uninterrupted run would."""
+    ends as an uninterrupted run would. as_slurm: as Slurm's time limit and scancel do, the signal
+    comes again (SIGTERM, SIGCONT, SIGTERM), to the process and to each of its children."""
     ck = os.path.join(tmp, "stop.safetensors")
     p = subprocess.Popen(cmd + ["--save", ck], env=clean_env(env), stdout=subprocess.PIPE,
                          stderr=subprocess.STDOUT, text=True)
     try:
         lines = read_until(p, "Batch[3]")
         p.send_signal(sig)
+        if as_slurm:
+            time.sleep(0.005)
+            for pid in [p.pid] + children(p.pid):
+                os.kill(pid, signal.SIGCONT)
+                os.kill(pid, sig)
         t0 = time.monotonic()
         rc = p.wait(timeout=60)
         elapsed = time.monotonic() - t0
@@ -164,6 +175,11 @@ def case_stop(a, tmp):
     full = ok([a.train] + base)
     check(checksums(resumed.stdout) == checksums(full.stdout), "resuming after Ctrl-C changed the result")
     print(f"SIGINT: saved step {step}, exited 130 after {dt:.2f} s; the resumed run matches an uninterrupted one")
+    # A repeated SIGTERM is the same request (Slurm: SIGTERM, SIGCONT, SIGTERM): one save, 143.
+    ck, step, dt = stop_and_resume(a, tmp, [a.train] + base, signal.SIGTERM, 143, as_slurm=True)
+    resumed = ok([a.train] + base + ["--resume", ck])
+    check(checksums(resumed.stdout) == checksums(full.stdout), "resuming after a repeated SIGTERM changed the result")
+    print(f"SIGTERM twice: saved step {step}, exited 143 after {dt:.2f} s; the resumed run matches an uninterrupted one")
 
     if not os.access(a.launch, os.X_OK):
         print(f"skipped the launcher part: {a.launch} is not built")
@@ -172,14 +188,16 @@ def case_stop(a, tmp):
     # saves, launch exits 143 within its grace.
     logs = os.path.join(tmp, "logs")
     cmd = [a.launch, "--devices", "cpu", "--nproc_per_node", "2", "--log_dir", logs, a.train] + base
-    ck, step, dt = stop_and_resume(a, tmp, cmd, signal.SIGTERM, 143)
+    # As scancel and Slurm's time limit: SIGTERM to launch and to each worker, twice.
+    ck, step, dt = stop_and_resume(a, tmp, cmd, signal.SIGTERM, 143, as_slurm=True)
     resumed = ok([a.launch, "--devices", "cpu", "--nproc_per_node", "2", "--log_dir", logs + "2", "--stream", "all",
                   a.train] + base + ["--resume", ck])
     full = ok([a.launch, "--devices", "cpu", "--nproc_per_node", "2", "--log_dir", logs + "3", "--stream", "all",
                a.train] + base)
     check(checksums(resumed.stdout) and checksums(resumed.stdout) == checksums(full.stdout),
           "resuming after SIGTERM changed the result")
-    print(f"SIGTERM to launch (2 ranks): saved step {step}, exited 143 after {dt:.2f} s; resumed = uninterrupted")
+    print(f"SIGTERM twice to launch and its workers (2 ranks): saved step {step}, exited 143 after {dt:.2f} s; "
+          "resumed = uninterrupted")
 
 
 def endpoint_ranks(a, tmp, args, env=None, n=2):
