@@ -12,6 +12,7 @@
 
 #include "worker/core/backend.h"
 #include "worker/core/safetensors.h"
+#include "tests/worker/core/small_model.h"
 
 using namespace worker;
 
@@ -250,13 +251,7 @@ TEST_CASE("safetensors: every tensor's XXH3 in the metadata; a flipped bit names
 
 TEST_CASE("a NaN or inf weight is refused at load, naming the file and the tensor", "[safetensors][integrity]") {
   auto ops = make_cpu_ops(1);
-  ModelConfig mc;
-  mc.depth = 18;
-  mc.width = 4;
-  mc.num_classes = 3;
-  mc.image_size = 16;
-  mc.batch = 1;
-  Model model(mc, *ops);
+  Model model(small_model(18, 4, 3), *ops);
   model.init(1);
   ModelState s = model.get_state();
   std::vector<StTensor> ts = model_state_to_tensors(model, s);

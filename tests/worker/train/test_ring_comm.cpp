@@ -195,40 +195,16 @@ TEST_CASE("a silent rank: the waiting rank times out naming it", "[train][ring]"
   CHECK(lost == std::optional<int>(1));  // the silent rank is the one lost
 }
 
-TEST_CASE("ranks of different jobs refuse to form a ring", "[train][ring]") {
-  MapRendezvous rdv;
-  auto a = std::async(std::launch::async, [&]() -> std::string {
-    auto cfg = config(0, 2);
-    cfg.timeout = 5s;
-    try {
-      make_ring_comm(cfg, rdv);
-    } catch (const CommError& e) {
-      return e.what();
-    }
-    return "";
-  });
-  auto cfg = config(1, 2);
-  cfg.job_id = "other";
-  cfg.timeout = 5s;
-  std::string eb;
-  try {
-    make_ring_comm(cfg, rdv);
-  } catch (const CommError& e) {
-    eb = e.what();
-  }
-  const std::string ea = a.get();
-  INFO(ea << "\n" << eb);
-  CHECK((ea.find("job") != std::string::npos || eb.find("job") != std::string::npos));
-  CHECK(!ea.empty());
-  CHECK(!eb.empty());
-}
+namespace {
 
-TEST_CASE("ranks with different tokens refuse to form a ring", "[train][ring]") {
+// Two ranks of one ring set up with configurations that differ (edit(rank, cfg)); the errors of
+// rank 0 and rank 1 ("" for one that formed the ring).
+std::pair<std::string, std::string> mismatched_pair(const std::function<void(int, RingConfig&)>& edit) {
   MapRendezvous rdv;
-  auto attempt = [&rdv](int rank, const std::string& token) -> std::string {
+  auto attempt = [&rdv, &edit](int rank) -> std::string {
     auto cfg = config(rank, 2);
-    cfg.token = token;
     cfg.timeout = 5s;
+    edit(rank, cfg);
     try {
       make_ring_comm(cfg, rdv);
     } catch (const CommError& e) {
@@ -236,9 +212,25 @@ TEST_CASE("ranks with different tokens refuse to form a ring", "[train][ring]") 
     }
     return "";
   };
-  auto a = std::async(std::launch::async, attempt, 0, "token-a");
-  const std::string eb = attempt(1, "token-b");
-  const std::string ea = a.get();
+  auto a = std::async(std::launch::async, attempt, 0);
+  const std::string eb = attempt(1);
+  return {a.get(), eb};
+}
+
+}  // namespace
+
+TEST_CASE("ranks of different jobs refuse to form a ring", "[train][ring]") {
+  const auto [ea, eb] = mismatched_pair([](int rank, RingConfig& c) {
+    if (rank == 1) c.job_id = "other";
+  });
+  INFO(ea << "\n" << eb);
+  CHECK((ea.find("job") != std::string::npos || eb.find("job") != std::string::npos));
+  CHECK(!ea.empty());
+  CHECK(!eb.empty());
+}
+
+TEST_CASE("ranks with different tokens refuse to form a ring", "[train][ring]") {
+  const auto [ea, eb] = mismatched_pair([](int rank, RingConfig& c) { c.token = rank == 0 ? "token-a" : "token-b"; });
   INFO(ea << "\n" << eb);
   // The first to check a MAC finds that its neighbour cannot prove the token (the other may see
   // that rank leave first): neither joins.
