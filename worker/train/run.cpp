@@ -106,7 +106,7 @@ std::unique_ptr<Comm> make_comm(const TrainOptions& opt, const WorkerEnv& env, c
   if (env.store_addr) {
     client = &store.emplace(proto::Client::from_env(env, timeout));  // a store that never answers: --comm-timeout
   } else if (env.contract == proto::Contract::Torchrun) {
-    client = &master.emplace(env).client();
+    client = &master.emplace(env, timeout).client();
   } else if (nccl || env.endpoints.empty()) {
     throw EnvError(std::string(kPaddleTrainersNum) + "=" + std::to_string(env.world) + " but " + kStoreAddr +
                    " is not set" + (nccl ? "" : std::string(" (nor ") + kPaddleTrainerEndpoints + ")") +
