@@ -22,7 +22,7 @@ packages=(
   python3-matplotlib python3-sklearn python3-pil python3-venv
   libjpeg62-turbo-dev libpng-dev  # issue 11: the image pipeline (python3-pil, above, is its reference too)
   libssl-dev      # issue 22: HMAC-SHA256 of the CPU ring's set-up (OpenSSL's libcrypto)
-  libxxhash-dev   # issue 22: XXH3 checksums of the checkpoints' tensors
+  libxxhash-dev   # issue 22: XXH3 checksums of the checkpoints' tensors (its header only: XXH_INLINE_ALL)
   # issue 21: the etcd client (launcher/etcd/) over libcurl; the real etcd its tests start
   libcurl4-openssl-dev etcd-server etcd-client
 )

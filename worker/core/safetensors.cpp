@@ -20,6 +20,7 @@
 #include <cmath>
 
 #include <nlohmann/json.hpp>
+#define XXH_INLINE_ALL  // the implementation from the header: no library to link
 #include <xxhash.h>
 
 namespace worker {

@@ -1,5 +1,6 @@
 #include "worker/train/agreement.h"
 
+#define XXH_INLINE_ALL  // the implementation from the header: no library to link
 #include <xxhash.h>
 
 #include <algorithm>
