@@ -8,8 +8,9 @@ namespace worker {
 // Which back end decodes: auto = the GPU one when the backend is the GPU and nvJPEG was
 // found at build time, else the CPU one.
 enum class Loader : uint8_t { Auto, Cpu, Gpu };
-// Training augmentation: standard = RandomResizedCrop + flip; none = the evaluation transform.
-enum class Augment : uint8_t { Standard, None };
+// Training augmentation: standard = RandomResizedCrop + flip; none = the evaluation transform;
+// pad-crop = RandomCrop(size, padding) + flip at the images' own scale (CIFAR's; issue 25).
+enum class Augment : uint8_t { Standard, None, PadCrop };
 
 // --max-image-bytes' default, 256 MiB: several times a 100-megapixel camera's finest JPEG (tens
 // of MB), far above the photos of a training set, yet a bound on what one sample may make a

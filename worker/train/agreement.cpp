@@ -49,6 +49,7 @@ std::vector<Setting> shared_settings(const TrainOptions& o, const RunFacts& f) {
       {"--width", std::to_string(o.width)},
       {"--num-classes (the model's)", std::to_string(f.num_classes)},
       {"--image-size", std::to_string(o.image_size)},
+      {"--stem", to_string(o.stem)},
       {"--batch-size", std::to_string(o.batch_size)},
       {"--accum-steps", std::to_string(o.accum_steps)},
       {"--epochs", std::to_string(o.epochs)},
@@ -75,7 +76,8 @@ std::vector<Setting> shared_settings(const TrainOptions& o, const RunFacts& f) {
       {"the validation data's size", std::to_string(f.val_samples)},
       {"--crop-scale", num(o.crop_scale_min) + "," + num(o.crop_scale_max)},
       {"--hflip", num(o.hflip)},
-      {"--augment", o.augment == Augment::Standard ? "standard" : "none"},
+      {"--augment", to_string(o.augment)},
+      {"--crop-padding", std::to_string(o.crop_padding)},
       {"--decode-scaling", o.decode_scaling ? "on" : "off"},
       {"--max-image-bytes", std::to_string(o.max_image_bytes)},
       // --- what is collective: logging, validation, saving, the buckets, ZeRO

@@ -9,6 +9,7 @@
 // the texts, and every rank fails with one line naming the first rank that differs from rank 0,
 // the options, and both values.
 //
+// --recipe itself is not compared: the options it sets are (as every option, however given).
 // Settings that may differ per rank, left out: where a rank writes or reads (--metrics-file,
 // --tensorboard, --dump-batch, the paths of --save, --resume and --init: a node may mount them
 // elsewhere; whether --save is set is compared, as its saves are collective), how a rank runs

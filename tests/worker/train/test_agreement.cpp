@@ -33,6 +33,8 @@ TEST_CASE("shared settings: what changes the run counts, where and how a rank ru
       {"--lr-steps", [](TrainOptions& o) { o.lr_steps = {30, 60}; }},
       {"--max-image-bytes", [](TrainOptions& o) { o.max_image_bytes = 4096; }},
       {"--hflip", [](TrainOptions& o) { o.hflip = 0; }},
+      {"--stem", [](TrainOptions& o) { o.stem = Stem::Cifar; }},
+      {"--crop-padding", [](TrainOptions& o) { o.crop_padding = 2; }},
   };
   for (const auto& [name, edit] : counted) {
     TrainOptions o = base;
