@@ -179,22 +179,6 @@ std::set<std::string> option_names(const std::vector<std::string>& args) {
   return names;
 }
 
-// Digits only: CLI11 would read "-1" as 2^64-1.
-uint64_t parse_seed(const std::string& v) {
-  size_t used = 0;
-  uint64_t x = 0;
-  const bool digits = !v.empty() && v.find_first_not_of("0123456789") == std::string::npos;
-  try {
-    if (digits) x = std::stoull(v, &used);
-  } catch (const std::exception&) {
-    used = 0;
-  }
-  if (!digits || used != v.size()) {
-    throw UsageError("--seed must be an integer from 0 to 18446744073709551615, got '" + v + "'");
-  }
-  return x;
-}
-
 // "30,60,90" -> {30, 60, 90}; one repeated option replaces the whole list.
 std::vector<int> parse_epoch_list(const std::string& flag, const std::string& v) {
   std::vector<int> out;
