@@ -56,7 +56,8 @@ bool read_exactly(int fd, uint8_t* p, size_t n, std::string* err) {
 
 }  // namespace
 
-bool read_image_file(const std::string& path, uint64_t max_bytes, std::vector<uint8_t>* buf, std::string* err) {
+bool read_image_file(const std::string& path, uint64_t max_bytes, std::vector<uint8_t>* buf, std::string* err,
+                     size_t prefix) {
   buf->clear();  // nothing of the previous file is left to be mistaken for this one's
   // O_NONBLOCK: opening a FIFO would otherwise wait for a writer, forever.
   const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK | O_NOCTTY);
@@ -101,14 +102,15 @@ bool read_image_file(const std::string& path, uint64_t max_bytes, std::vector<ui
            " (not read)";
     return false;
   }
+  const size_t want = prefix > 0 ? size_t(std::min<uint64_t>(size, std::max(prefix, n_head))) : size_t(size);
   try {
-    buf->resize(size_t(size));
+    buf->resize(want);
   } catch (const std::bad_alloc&) {
     *err = "out of memory reading its " + std::to_string(size) + " bytes";
     return false;
   }
   std::memcpy(buf->data(), head, n_head);
-  return read_exactly(fd, buf->data() + n_head, size_t(size) - n_head, err);
+  return read_exactly(fd, buf->data() + n_head, want - n_head, err);
 }
 
 void BadFiles::report(const std::string& path, const std::string& reason) {

@@ -38,7 +38,9 @@ int default_data_threads(int local_ranks);
 // without reading more than it must: a FIFO, device, socket or folder is refused by fstat (the
 // open cannot block: O_NONBLOCK), one that is not a JPEG or PNG by its first 8 bytes, one over
 // `max_bytes` by its size -- each before the rest of it is read or any memory taken for it.
-bool read_image_file(const std::string& path, uint64_t max_bytes, std::vector<uint8_t>* buf, std::string* err);
+// With `prefix` > 0 only the file's first `prefix` bytes are read (a header, for a size sample).
+bool read_image_file(const std::string& path, uint64_t max_bytes, std::vector<uint8_t>* buf, std::string* err,
+                     size_t prefix = 0);
 
 // Files found unusable: each is named in one warning (per process), every skipped read counted.
 // A bad sample's place in its micro-batch is taken by the next good sample of the same
