@@ -115,6 +115,11 @@ uint64_t Console::dropped_bytes() const {
   return dropped_bytes_;
 }
 
+bool Console::reader_gone() const {
+  std::lock_guard<std::mutex> lk(mu_);
+  return closed_;
+}
+
 void Console::write(std::string_view data) {
   if (data.empty()) return;
   std::lock_guard<std::mutex> lock(mu_);

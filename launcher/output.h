@@ -56,6 +56,8 @@ class Console {
   // Logs the notices (log.h), from the thread that owns this console, holding none of its locks.
   void report();
   uint64_t dropped_bytes() const;
+  // The reader went away (EPIPE): what came after it was not shown.
+  bool reader_gone() const;
 
  private:
   enum class Mode { NonBlocking, Socket, Plain, Guarded };

@@ -1,8 +1,11 @@
 #include "launcher/run.h"
 
+#include <algorithm>
+
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <csignal>
 #include <iostream>
 
@@ -78,6 +81,20 @@ bool restart_follows(const JobOutcome& o, int generation, int max_restart, StopS
   return true;
 }
 
+// Ctrl-C through `launch ... | tee log`: the same SIGINT ends tee, so what the workers print while
+// they stop (train_resnet's "continue with --resume PATH") finds no reader on stdout and is only in
+// the logs. Where the launcher's signal ended the job and stdout's reader had gone, rank 0's last
+// lines go to stderr (usually still the terminal) too.
+void repeat_last_words(const JobOutcome& o, const ConsoleStreams& console) {
+  if (!o.policy.launcher_signal() || !console.out || !console.out->reader_gone() || console.out == console.err) return;
+  for (const WorkerRecord& r : o.records) {
+    if (r.rank != 0 || r.tail.empty()) continue;
+    log::info("stdout's reader went away before the job ended; rank 0's last lines (all of them in " + r.log_path + "):");
+    const size_t n = std::min<size_t>(r.tail.size(), 3);
+    for (size_t k = r.tail.size() - n; k < r.tail.size(); ++k) log::info("[rank 0] " + r.tail[k]);
+  }
+}
+
 // The job itself: the mode, the log directory, then one generation of workers per run.
 int run_job(const Plan& p, const ConsoleStreams& console) {
   // From here on signals are read from one signalfd only; blocked before any thread exists.
@@ -113,6 +130,7 @@ int run_job(const Plan& p, const ConsoleStreams& console) {
     outcome = supervise(plans, cfg);
     outcome.restart_count = gen;
     print_failure_report(outcome, p.job.log_dir);
+    repeat_last_words(outcome, console);
     const bool again = restart_follows(outcome, gen, p.opt.max_restart, stops);
     mode->finish(outcome.policy.exit_code(), !again);
     if (!again) break;

@@ -64,11 +64,6 @@ bool StopSignals::wait_readable(int fd, int timeout_ms, const char* doing) {
   }
 }
 
-void StopSignals::attach(proto::ClientOptions& client) {
-  client.cancel_fd = fd_;
-  client.cancelled = [this] { return poll().has_value(); };
-}
-
 void StopSignals::rethrow(const proto::StoreError& e, const char* doing) {
   if (e.kind() == proto::StoreError::Kind::Cancelled && stopped_) throw StopRequested(*stopped_, doing);
   throw e;

@@ -37,8 +37,14 @@ class StopSignals {
   // StopRequested(`doing`).
   bool wait_readable(int fd, int timeout_ms, const char* doing);
 
-  // Store calls of this thread that a stop signal ends (StoreError Cancelled; see rethrow).
-  void attach(proto::ClientOptions& client);
+  // Calls of this thread that a stop signal ends: the store's (proto::ClientOptions: StoreError
+  // Cancelled; see rethrow) and etcd's (launch::etcd::Options: EtcdError Cancelled). Any options
+  // with the same cancel hook (cancel_fd, cancelled) take it.
+  template <class ClientOptions>
+  void attach(ClientOptions& client) {
+    client.cancel_fd = fd_;
+    client.cancelled = [this] { return poll().has_value(); };
+  }
   // A Cancelled StoreError as StopRequested(`doing`); any other error as it is.
   [[noreturn]] void rethrow(const proto::StoreError& e, const char* doing);
 

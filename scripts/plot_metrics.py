@@ -1,12 +1,16 @@
 #!/usr/bin/python3
 """Plots train_resnet --metrics-file records (JSON lines) as one PNG: training loss, validation
-top-1/top-5, learning rate and images/s against the optimizer step, one line per file.
+loss, validation top-1, validation top-5, learning rate and images/s, one line per file, against
+the optimizer step, the epoch or the time (so that runs at different speeds compare by time).
 
-  scripts/plot_metrics.py run1.jsonl [run2.jsonl ...] -o metrics.png [--title TEXT]
+  scripts/plot_metrics.py run1.jsonl [run2.jsonl ...] -o metrics.png [--x step|epoch|time] [--title TEXT]
 
-Records: step records ({"step", "loss", "lr", "images_per_s", ...}), validation records
-({"eval": true, "step", "top1", "top5", "val_loss"}, accuracies in percent) and one final record
-({"final": true, ...}, ignored here). Needs matplotlib (Debian: python3-matplotlib).
+Records: step records ({"step", "epoch", "batch", "loss", "lr", "images_per_s", "time", ...}),
+validation records ({"eval": true, "step", "epoch", "top1", "top5", "val_loss", "time"},
+accuracies in percent), a resume record ({"resume": true, "step"}: a resumed run continued the
+file, and the records the interrupted run wrote from that step on, after its last checkpoint, are
+left out) and one final record ({"final": true, ...}, ignored here). Needs matplotlib (Debian:
+python3-matplotlib).
 """
 import argparse
 import json
@@ -26,8 +30,25 @@ def load(path):
                 raise SystemExit(f"plot_metrics: {path}:{n}: not JSON ({e})")
             if r.get("final"):
                 continue
+            if r.get("resume"):  # what the interrupted run logged after its checkpoint is redone
+                at = r.get("step", 0)
+                steps = [s for s in steps if s.get("step", 0) < at]
+                evals = [e for e in evals if e.get("step", 0) <= at]
+                continue
             (evals if r.get("eval") else steps).append(r)
     return steps, evals
+
+
+def x_of(steps, axis):
+    """The x value of a record for --x: the step, the time (s), or the epoch (fractional for step
+    records: epoch + batch / steps per epoch; a validation record comes at the end of its epoch)."""
+    if axis == "time":
+        return lambda r: r.get("time", 0.0)
+    if axis == "step":
+        return lambda r: r["step"]
+    per_epoch = next(((r["step"] - r["batch"]) / r["epoch"] for r in steps if r.get("epoch", 0) > 0 and "batch" in r),
+                     max([r.get("batch", 0) for r in steps] + [0]) + 1)
+    return lambda r: r["epoch"] + 1 if r.get("eval") else r["epoch"] + r.get("batch", 0) / per_epoch
 
 
 def main():
@@ -35,6 +56,8 @@ def main():
     ap.add_argument("files", nargs="+", help="--metrics-file JSONL files")
     ap.add_argument("-o", "--output", required=True, help="PNG to write")
     ap.add_argument("--title", default="", help="figure title")
+    ap.add_argument("--x", default="step", choices=["step", "epoch", "time"],
+                    help="the horizontal axis: the optimizer step (default), the epoch, or the time in seconds")
     a = ap.parse_args()
     try:
         import matplotlib
@@ -52,24 +75,27 @@ def main():
     if not any(steps or evals for _, steps, evals in runs):
         raise SystemExit("plot_metrics: no step or validation records in " + ", ".join(a.files))
 
-    fig, ax = plt.subplots(2, 2, figsize=(11, 7.5), constrained_layout=True)
-    (loss_ax, acc_ax), (lr_ax, ips_ax) = ax
+    fig, ax = plt.subplots(3, 2, figsize=(11, 10.5), constrained_layout=True)
+    (loss_ax, val_loss_ax), (top1_ax, top5_ax), (lr_ax, ips_ax) = ax
     for name, steps, evals in runs:
-        loss_ax.plot([r["step"] for r in steps], [r["loss"] for r in steps], label=name)
-        if evals:
-            line, = acc_ax.plot([r["step"] for r in evals], [r["top1"] for r in evals], "o-", label=f"{name} top-1")
-            acc_ax.plot([r["step"] for r in evals], [r["top5"] for r in evals], "s--", color=line.get_color(),
-                        alpha=0.6, label=f"{name} top-5")
-        lr = [(r["step"], r["lr"]) for r in steps if "lr" in r]
-        if lr:
-            lr_ax.plot(*zip(*lr), label=name)
-        ips = [(r["step"], r["images_per_s"]) for r in steps if r.get("images_per_s")]
-        if ips:
-            ips_ax.plot(*zip(*ips), label=name)
-    for a_, title, ylabel in ((loss_ax, "training loss", "loss"), (acc_ax, "validation accuracy", "%"),
+        x = x_of(steps, a.x)
+
+        def series(records, key):
+            pts = [(x(r), r[key]) for r in records if r.get(key) is not None]
+            return list(zip(*pts)) if pts else None
+
+        for panel, records, key, style in ((loss_ax, steps, "loss", "-"), (val_loss_ax, evals, "val_loss", "o-"),
+                                           (top1_ax, evals, "top1", "o-"), (top5_ax, evals, "top5", "s-"),
+                                           (lr_ax, steps, "lr", "-"), (ips_ax, steps, "images_per_s", "-")):
+            pts = series(records, key)
+            if pts:
+                panel.plot(*pts, style, label=name)
+    xlabel = {"step": "step", "epoch": "epoch", "time": "time (s)"}[a.x]
+    for a_, title, ylabel in ((loss_ax, "training loss", "loss"), (val_loss_ax, "validation loss", "loss"),
+                              (top1_ax, "validation top-1", "%"), (top5_ax, "validation top-5", "%"),
                               (lr_ax, "learning rate", "lr"), (ips_ax, "throughput", "images/s")):
         a_.set_title(title)
-        a_.set_xlabel("step")
+        a_.set_xlabel(xlabel)
         a_.set_ylabel(ylabel)
         a_.grid(alpha=0.3)
         if a_.lines:

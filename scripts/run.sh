@@ -1,11 +1,13 @@
 #!/usr/bin/env bash
-# Installs what is missing, builds, then runs the main job: data-parallel ResNet training with one
-# worker per GPU (`launch --gpus <all visible> train_resnet`), or, on a machine without a GPU,
-# two CPU workers on a small synthetic problem. Extra arguments go to train_resnet.
+# Installs what running needs, builds what the main job runs (`scripts/setup.sh run`: the
+# targets launch and train_resnet; the CUDA backend only where a GPU is visible), then runs it:
+# data-parallel ResNet training with one worker per GPU (`launch --gpus <all visible>
+# train_resnet`), or, on a machine without a GPU, two CPU workers on a small synthetic problem.
+# Extra arguments go to train_resnet.
 #   BUILD_DIR=DIR   build folder (default: build)
 set -euo pipefail
 root="$(cd "$(dirname "$0")/.." && pwd)"
-"$root/scripts/setup.sh"
+"$root/scripts/setup.sh" run
 bin="${BUILD_DIR:-$root/build}/bin"
 launch="$bin/launch"
 

@@ -159,6 +159,10 @@ struct Model::Impl {
 
   Impl(const ModelConfig& c, Ops& o) : cfg(c), ops(o) {}
 
+  // The ImageNet stem ends in a max-pool; without one (Stem::Cifar) bn1's output is the stem's
+  // output (pool_out, kept: block 0 reads it), and block 0's input gradient is bn1's.
+  bool pooled() const { return cfg.stem == Stem::ImageNet; }
+
   // --- Construction: entries first (sizes), then memory, then views.
 
   size_t add_param(const std::string& name, std::vector<int64_t> shape, bool conv_weight) {
@@ -270,14 +274,18 @@ struct Model::Impl {
     if (cfg.batch < 1) throw std::invalid_argument("model: batch must be >= 1");
     const int n = cfg.batch, expansion = bottleneck ? 4 : 1;
 
-    add_conv(conv1, "conv1", n, cfg.image_size, cfg.image_size, 3, cfg.width, 7, 2, 3);
+    if (pooled())
+      add_conv(conv1, "conv1", n, cfg.image_size, cfg.image_size, 3, cfg.width, 7, 2, 3);
+    else
+      add_conv(conv1, "conv1", n, cfg.image_size, cfg.image_size, 3, cfg.width, 3, 1, 1);
     add_bn(bn1, "bn1", n, conv1.d.ho, conv1.d.wo, cfg.width);
+    // The stem's output: the max-pool's, or without a pool bn1's own (the same memory).
     pool_d.n = n;
     pool_d.h = conv1.d.ho;
     pool_d.w = conv1.d.wo;
     pool_d.c = cfg.width;
-    pool_d.ho = conv_out(pool_d.h, 3, 2, 1);
-    pool_d.wo = conv_out(pool_d.w, 3, 2, 1);
+    pool_d.ho = pooled() ? conv_out(pool_d.h, 3, 2, 1) : pool_d.h;
+    pool_d.wo = pooled() ? conv_out(pool_d.w, 3, 2, 1) : pool_d.w;
     pool_out = Act{nullptr, ops.compute_dtype(), n, pool_d.ho, pool_d.wo, cfg.width};
 
     int h = pool_d.ho, w = pool_d.wo, inplanes = cfg.width;
@@ -347,7 +355,7 @@ struct Model::Impl {
   // memory is R, set by allocate_shared_bn_outputs); the rest are kept.
   bool shared_output(const BnL& l) const {
     if (cfg.recompute != Recompute::Bn) return false;
-    if (&l == &bn1) return true;
+    if (&l == &bn1) return pooled();
     for (const Block& b : blocks)
       if (&l == &b.b1 || (b.bottleneck && &l == &b.b2)) return true;
     return false;
@@ -359,7 +367,8 @@ struct Model::Impl {
   }
 
   void allocate_shared_bn_outputs() {
-    std::vector<BnL*> shared{&bn1};
+    std::vector<BnL*> shared;
+    if (pooled()) shared.push_back(&bn1);
     for (Block& b : blocks) {
       shared.push_back(&b.b1);
       if (b.bottleneck) shared.push_back(&b.b2);
@@ -427,8 +436,14 @@ struct Model::Impl {
       ops.register_conv(l.d, l.w);
     };
     conv(conv1);
-    alloc_bn(bn1);
-    pool_out = alloc_act(pool_out);
+    if (pooled()) {
+      alloc_bn(bn1);
+      pool_out = alloc_act(pool_out);
+    } else {
+      pool_out = alloc_act(pool_out);
+      bn1.out.data = pool_out.data;
+      alloc_stats(bn1);
+    }
     const Act* prev = &pool_out;
     // A downsampling block's last conv output and its output, adjacent: one region.
     auto conv_bn_pair = [&](Block& b, ConvL& lc, BnL& lb) {
@@ -472,7 +487,7 @@ struct Model::Impl {
 
   // The activations of one recomputed segment (the stem, or a block), laid out back to back.
   std::vector<Act*> segment(Block* b) {
-    if (!b) return {&conv1.out, &bn1.out};
+    if (!b) return pooled() ? std::vector<Act*>{&conv1.out, &bn1.out} : std::vector<Act*>{&conv1.out};
     std::vector<Act*> acts{&b->c1.out, &b->b1.out, &b->c2.out};
     if (b->bottleneck) acts.insert(acts.end(), {&b->b2.out, &b->c3.out});
     if (b->has_ds) acts.push_back(&b->cd.out);
@@ -521,7 +536,8 @@ struct Model::Impl {
     arena = static_cast<char*>(carve(arena_bytes, mem_recompute));
     lay_out(nullptr, arena);
     for (Block& b : blocks) lay_out(&b, arena);
-    if (!stem_dx) stem_dx = arena + aligned(conv1.out.bytes()) + aligned(bn1.out.bytes());
+    if (!pooled()) bn1.out.data = pool_out.data;
+    else if (!stem_dx) stem_dx = arena + aligned(conv1.out.bytes()) + aligned(bn1.out.bytes());
   }
 
   // Block mode. At block i's backward everything in the output region from O_i on is dead (those
@@ -551,6 +567,7 @@ struct Model::Impl {
     for (const Act* a : segment(&top)) s_bytes = std::max(s_bytes, a->bytes());
     grad_s.dtype = dt;
     grad_s.data = carve(s_bytes, mem_scratch);
+    if (!pooled()) return;  // bn1's output gradient is block 0's input gradient
     // The pool's gradient sits at O_0 (size of the pool output); bn1's goes after it if it fits.
     char* after_pool = static_cast<char*>(blocks[0].out->data) + aligned(pool_out.bytes());
     if (size_t(o_region_end - after_pool) >= bn1.out.bytes()) {
@@ -584,6 +601,11 @@ struct Model::Impl {
       if (i + 1 == nb || (blocks[i + 1].has_ds && !blocks[i + 1].din_data))
         throw std::logic_error("model: block " + std::to_string(i) +
                                ": no place for its input gradient (gradient memory plan)");
+    }
+    if (!pooled()) {  // bn1's output gradient is block 0's input gradient
+      grad_s.dtype = dt;
+      grad_s.data = carve(s_bytes, mem_scratch);
+      return;
     }
     const size_t stem = bn1.out.bytes();
     const bool pool_grad_in_s = blocks[0].has_ds && !blocks[0].din_data;
@@ -631,7 +653,7 @@ struct Model::Impl {
   void forward(bool train, float grad_scale) {
     ops.conv_forward(conv1.d, input, conv1.w, conv1.out);
     bn_fwd(bn1, conv1.out, nullptr, true, train);
-    ops.maxpool_forward(pool_d, bn1.out, pool_out);
+    if (pooled()) ops.maxpool_forward(pool_d, bn1.out, pool_out);
     for (Block& b : blocks) {
       ops.conv_forward(b.c1.d, *b.in, b.c1.w, b.c1.out);
       bn_fwd(b.b1, b.c1.out, nullptr, true, train);
@@ -773,10 +795,14 @@ struct Model::Impl {
       g = backward_block(blocks[i], g, /*split=*/i > 0);
     }
     if (cfg.recompute == Recompute::Block) ops.conv_forward(conv1.d, input, conv1.w, conv1.out);
-    if (cfg.recompute != Recompute::None) recompute_bn(bn1, conv1.out);
     Act dbn1 = bn1.out;
-    dbn1.data = stem_dx;
-    ops.maxpool_backward(pool_d, bn1.out, pool_out, g.a, dbn1);  // block 0 is never split
+    if (pooled()) {
+      if (cfg.recompute != Recompute::None) recompute_bn(bn1, conv1.out);
+      dbn1.data = stem_dx;
+      ops.maxpool_backward(pool_d, bn1.out, pool_out, g.a, dbn1);  // block 0 is never split
+    } else {
+      dbn1.data = g.a.data;  // bn1's output is block 0's input, kept
+    }
     Act dc1 = conv1.out;
     bn_bwd(bn1, conv1.out, dbn1, true, dc1, nullptr);
     conv_bwd(conv1, input, dc1, nullptr, false);

@@ -24,6 +24,13 @@ namespace worker {
 //          the block's convolutions and batch norms into one shared buffer, block by block.
 enum class Recompute : uint8_t { None, Bn, Block };
 
+// The stem before layer1. ImageNet: torchvision's 7x7/2 convolution, batch norm, ReLU and 3x3/2
+// max-pool (224 px -> 56). Cifar: the CIFAR ResNets' 3x3/1 convolution, batch norm and ReLU, no
+// pool, so small images keep their resolution (32 px: layer4 at 4x4 instead of 1x1). The state
+// names are the same (conv1.weight is (width, 3, 3, 3)): torchvision's resnetNN with
+// `conv1 = nn.Conv2d(3, width, 3, 1, 1, bias=False)` and `maxpool = nn.Identity()` loads it.
+enum class Stem : uint8_t { ImageNet, Cifar };
+
 // A configuration the backend cannot hold, e.g. a batch whose largest activation is beyond
 // cuDNN's 2^31 - 1 elements: bad input (train_resnet exits 2), found before allocating.
 class ModelTooLarge : public std::invalid_argument {
@@ -36,6 +43,7 @@ struct ModelConfig {
   int width = 64;          // base channels (torchvision: 64)
   int num_classes = 1000;
   int image_size = 224;
+  Stem stem = Stem::ImageNet;
   int batch = 32;          // micro-batch per rank: activations are sized for it
   float label_smoothing = 0.0f;  // of the loss (torch's CrossEntropyLoss(label_smoothing=))
   Recompute recompute = Recompute::None;

@@ -88,12 +88,12 @@ bool write_atomically(const std::string& path, const std::string& bytes) {
 
 std::vector<std::string> default_cache_dirs(const std::string& log_dir) {
   std::vector<std::string> d;
-  if (!log_dir.empty()) d.push_back(log_dir);
   if (const char* x = std::getenv("XDG_CACHE_HOME"); x && *x) {
     d.push_back(std::string(x) + "/train_resnet");
   } else if (const char* h = std::getenv("HOME"); h && *h) {
     d.push_back(std::string(h) + "/.cache/train_resnet");
   }
+  if (!log_dir.empty()) d.push_back(log_dir);
   return d;
 }
 
@@ -152,15 +152,19 @@ bool parse_index(const std::string& bytes, DatasetIndex* out) {
 }
 
 IndexLoad load_image_folder(const std::string& dir, const std::string& split,
-                            const std::vector<std::string>& fallback_dirs) {
+                            const std::vector<std::string>& cache_dirs) {
   const auto t0 = std::chrono::steady_clock::now();
   const std::string split_dir = dir + "/" + split;
   char buf[4096];
   const std::string abs = ::realpath(split_dir.c_str(), buf) ? std::string(buf) : split_dir;
   char hash[32];
   std::snprintf(hash, sizeof hash, "%016llx", (unsigned long long)fnv1a(abs.data(), abs.size()));
-  std::vector<std::string> candidates{dir + "/.train_resnet-index." + split};
-  for (const auto& d : fallback_dirs) candidates.push_back(d + "/train_resnet-index-" + hash + "." + split);
+  // The cache folders first: a data set (often shared, or read-only) gets no files of ours unless
+  // no cache folder can be written; an index found beside the data (older versions put it
+  // there) is still read.
+  std::vector<std::string> candidates;
+  for (const auto& d : cache_dirs) candidates.push_back(d + "/train_resnet-index-" + hash + "." + split);
+  candidates.push_back(dir + "/.train_resnet-index." + split);
 
   IndexLoad r;
   auto done = [&] {

@@ -99,6 +99,10 @@ std::string transform_description(const LoaderConfig& cfg) {
   s.precision(3);
   if (cfg.split == Split::Train && t.augment == Augment::Standard) {
     s << "RandomResizedCrop(" << t.size << ", scale=(" << t.scale_min << ", " << t.scale_max << ")) + flip p=" << t.hflip;
+  } else if (cfg.split == Split::Train && t.augment == Augment::PadCrop) {
+    s << "RandomCrop(" << t.size << ", padding=" << t.padding << ", pad_if_needed=True) + flip p=" << t.hflip;
+  } else if (t.augment == Augment::PadCrop) {
+    s << "CenterCrop(" << t.size << ")";
   } else {
     s << "Resize(" << t.resize_size() << ") + CenterCrop(" << t.size << ")";
   }

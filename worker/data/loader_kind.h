@@ -8,7 +8,8 @@ namespace worker {
 // Which back end decodes: auto = the GPU one when the backend is the GPU and nvJPEG was
 // found at build time, else the CPU one.
 enum class Loader : uint8_t { Auto, Cpu, Gpu };
-// Training augmentation: standard = RandomResizedCrop + flip; none = the evaluation transform.
-enum class Augment : uint8_t { Standard, None };
+// Training augmentation: standard = RandomResizedCrop + flip; none = the evaluation transform;
+// pad-crop = RandomCrop(size, padding) + flip at the images' own scale (CIFAR's; issue 25).
+enum class Augment : uint8_t { Standard, None, PadCrop };
 
 }  // namespace worker

@@ -3,10 +3,12 @@
 #include <sys/stat.h>
 
 #include <algorithm>
+#include <fstream>
 #include <sstream>
 
 #include "worker/data/data_error.h"
 #include "worker/data/dataset_cache.h"
+#include "worker/data/decode.h"
 #include "worker/data/image_source.h"
 #ifdef WORKER_HAVE_NVJPEG
 #include "worker/data/gpu_image_source.h"
@@ -21,10 +23,39 @@ bool is_dir(const std::string& p) {
   return ::stat(p.c_str(), &st) == 0 && S_ISDIR(st.st_mode);
 }
 
-// The classes of the other split (through its cached index: the first look pays for the scan).
-std::vector<std::string> classes_of(const DataSourceOptions& o, const char* split) {
-  return load_image_folder(o.data, split, default_cache_dirs(o.log_dir)).index.classes;
+// A split held as class folders: root/name/<class>/<image>.
+struct SplitFolder {
+  std::string root, name;
+  bool empty() const { return name.empty(); }
+  std::string path() const { return root + "/" + name; }
+};
+
+// --val-data DIR, or the first of val/, validation/, test/ in an ImageFolder --data; else none.
+SplitFolder val_folder(const DataSourceOptions& o) {
+  if (!o.val_data.empty()) {
+    if (!is_dir(o.val_data)) return {};
+    std::string dir = o.val_data;
+    while (dir.size() > 1 && dir.back() == '/') dir.pop_back();
+    const size_t slash = dir.rfind('/');
+    if (slash == std::string::npos) return {".", dir};
+    return {slash == 0 ? "/" : dir.substr(0, slash), dir.substr(slash + 1)};
+  }
+  if (!is_dir(o.data)) return {};
+  for (const char* name : kValFolders)
+    if (is_dir(o.data + "/" + name)) return {o.data, name};
+  return {};
 }
+
+SplitFolder split_folder(const DataSourceOptions& o, Split split) {
+  return split == Split::Train ? (is_dir(o.data) ? SplitFolder{o.data, "train"} : SplitFolder{}) : val_folder(o);
+}
+
+// The classes of a split's folder (through its cached index: the first look pays for the scan).
+std::vector<std::string> classes_of(const DataSourceOptions& o, const SplitFolder& f) {
+  return load_image_folder(f.root, f.name, default_cache_dirs(o.log_dir)).index.classes;
+}
+
+std::string plural(int n, const char* what) { return std::to_string(n) + " " + what + (n == 1 ? "" : "s"); }
 
 std::string list_names(const std::vector<std::string>& v) {
   std::string s;
@@ -33,13 +64,13 @@ std::string list_names(const std::vector<std::string>& v) {
   return s;
 }
 
-void check_same_classes(const std::string& data, const std::vector<std::string>& train,
+void check_same_classes(const std::string& data, const std::string& val_name, const std::vector<std::string>& train,
                         const std::vector<std::string>& val) {
   if (train == val) return;
   std::vector<std::string> only_train, only_val;
   std::set_difference(train.begin(), train.end(), val.begin(), val.end(), std::back_inserter(only_train));
   std::set_difference(val.begin(), val.end(), train.begin(), train.end(), std::back_inserter(only_val));
-  std::string msg = data + ": the classes of val/ differ from train/'s (labels would not match):";
+  std::string msg = data + ": the classes of " + val_name + " differ from train/'s (labels would not match):";
   if (!only_train.empty()) msg += " missing in val: " + list_names(only_train) + ";";
   if (!only_val.empty()) msg += " only in val: " + list_names(only_val) + ";";
   throw DataError(msg + " make both hold the same class folders");
@@ -57,11 +88,16 @@ bool nvjpeg_built() {
 
 bool has_split(const DataSourceOptions& o, Split split) {
   if (split == Split::Train) return true;
-  return is_dir(o.data) ? is_dir(o.data + "/val") : !o.val_data.empty();
+  return !o.val_data.empty() || !val_folder(o).empty();
+}
+
+std::string val_split_name(const DataSourceOptions& o) {
+  const SplitFolder f = val_folder(o);
+  if (!f.empty()) return f.path();
+  return o.val_data;
 }
 
 std::unique_ptr<BatchSource> open_image_source(const DataSourceOptions& o, Split split, Ops& ops) {
-  const char* split_name = split == Split::Train ? "train" : "val";
   struct stat st{};
   if (::stat(o.data.c_str(), &st) != 0) {
     throw DataError("--data " + o.data + ": no such file or folder (give an ImageFolder folder with train/<class>/ "
@@ -69,19 +105,25 @@ std::unique_ptr<BatchSource> open_image_source(const DataSourceOptions& o, Split
   }
   auto index = std::make_shared<DatasetIndex>();
   std::ostringstream what;
-  if (S_ISDIR(st.st_mode)) {
-    if (!is_dir(o.data + "/" + split_name)) {
-      throw DataError("--data " + o.data + " has no " + split_name + "/ folder (expected " + o.data + "/" + split_name +
-                      "/<class>/<image>, as torchvision's ImageFolder)");
-    }
-    IndexLoad l = load_image_folder(o.data, split_name, default_cache_dirs(o.log_dir));
+  const SplitFolder folder = split_folder(o, split);
+  if (S_ISDIR(st.st_mode) && split == Split::Train && !is_dir(o.data + "/train")) {
+    throw DataError("--data " + o.data + " has no train/ folder (expected " + o.data +
+                    "/train/<class>/<image>, as torchvision's ImageFolder)");
+  }
+  if (!o.val_data.empty() && split == Split::Val && ::stat(o.val_data.c_str(), &st) != 0) {
+    throw DataError("--val-data " + o.val_data + ": no such file or folder (give a folder of class folders, "
+                    "<class>/<image>, or a list file of `path label` lines)");
+  }
+  if (!folder.empty()) {
+    IndexLoad l = load_image_folder(folder.root, folder.name, default_cache_dirs(o.log_dir));
     *index = std::move(l.index);
-    // The other split must have the same classes, or its labels mean other things.
-    const char* other = split == Split::Train ? "val" : "train";
-    if (is_dir(o.data + "/" + other)) {
+    // Train and val folders must hold the same classes, or the labels mean other things.
+    const SplitFolder other = split_folder(o, split == Split::Train ? Split::Val : Split::Train);
+    if (!other.empty()) {
       const std::vector<std::string> oc = classes_of(o, other);
-      if (split == Split::Train) check_same_classes(o.data, index->classes, oc);
-      else check_same_classes(o.data, oc, index->classes);
+      const std::string val_name = (split == Split::Train ? other : folder).name + "/";
+      if (split == Split::Train) check_same_classes(o.data, val_name, index->classes, oc);
+      else check_same_classes(o.data, val_name, oc, index->classes);
     }
     what << "ImageFolder " << index->root << ": " << index->size() << " images, " << index->num_classes << " classes ("
          << (l.from_cache ? "index from " + l.cache_path : "scanned, " + (l.cache_path.empty() ? std::string("not cached") : "cached in " + l.cache_path))
@@ -123,18 +165,45 @@ std::unique_ptr<BatchSource> open_image_source(const DataSourceOptions& o, Split
   if (loader == Loader::Gpu) {
     if (!gpu) throw DataError("--loader gpu needs the GPU backend (this run computes on the CPU; use --loader cpu)");
 #ifdef WORKER_HAVE_NVJPEG
-    what << "; GPU decode (nvJPEG), " << cfg.threads << " reader threads; " << transform_description(cfg);
+    what << "; GPU decode (nvJPEG), " << plural(cfg.threads, "reader thread") << "; " << transform_description(cfg);
     return make_gpu_image_source(index, info, cfg, ops, what.str());
 #else
     throw DataError("--loader gpu: this train_resnet was built without nvJPEG (scripts/setup.sh fetches the "
                     "nvidia-nvjpeg wheel; reconfigure), use --loader cpu");
 #endif
   }
-  what << "; CPU decode (libjpeg-turbo, libpng), " << cfg.threads << " threads";
+  what << "; CPU decode (libjpeg-turbo, libpng), " << plural(cfg.threads, "thread");
   if (o.tf.dct_scaling) what << ", DCT scaling";
   what << "; " << transform_description(cfg);
   if (gpu && !nvjpeg_built() && o.loader == Loader::Auto) what << " (nvJPEG not built in)";
   return make_cpu_image_source(index, info, cfg, ops, what.str());
+}
+
+ImageSizeSample sample_image_sizes(const DataSourceOptions& o, int count) {
+  struct stat st{};
+  if (::stat(o.data.c_str(), &st) != 0) throw DataError("--data " + o.data + ": no such file or folder");
+  const DatasetIndex index = is_dir(o.data) ? load_image_folder(o.data, "train", default_cache_dirs(o.log_dir)).index
+                                            : read_list_file(o.data);
+  std::vector<int> sides;
+  const int64_t n = index.size();
+  std::vector<char> head(size_t(256) << 10);  // a JPEG's frame header follows its EXIF data
+  for (int64_t k = 0; k < count && k < n; ++k) {
+    std::ifstream f(index.path(k * n / std::min<int64_t>(count, n)), std::ios::binary);
+    f.read(head.data(), std::streamsize(head.size()));
+    try {
+      const ImageHeader h = read_header(reinterpret_cast<const uint8_t*>(head.data()), size_t(f.gcount()));
+      sides.push_back(std::min(h.width, h.height));
+    } catch (const std::exception&) {  // unreadable: the loader will say so when it meets it
+    }
+  }
+  ImageSizeSample s;
+  s.sampled = int(sides.size());
+  if (sides.empty()) return s;
+  std::sort(sides.begin(), sides.end());
+  s.median_short = sides[sides.size() / 2];
+  s.min_short = sides.front();
+  s.max_short = sides.back();
+  return s;
 }
 
 }  // namespace worker

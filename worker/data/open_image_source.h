@@ -13,9 +13,13 @@
 
 namespace worker {
 
+// The folders an ImageFolder's validation split may have, looked for in this order (the first
+// that exists is the split; --val-data DIR names another).
+inline constexpr const char* kValFolders[] = {"val", "validation", "test"};
+
 struct DataSourceOptions {
   std::string data;         // an ImageFolder DIR (DIR/train/<class>/..., DIR/val/<class>/...) or a list file
-  std::string val_data;     // the val split's list file (a list-file --data only)
+  std::string val_data;     // the val split: a folder of class folders or a list file (else DIR's val/ ...)
   Loader loader = Loader::Auto;
   int threads = 0;          // decode threads per rank; 0: the node's cores / local_ranks
   int prefetch = 3;         // micro-batches decoded ahead
@@ -37,7 +41,19 @@ bool nvjpeg_built();
 // from train's), before any training.
 std::unique_ptr<BatchSource> open_image_source(const DataSourceOptions& o, Split split, Ops& ops);
 
-// Whether the split exists (an ImageFolder without val/, a list file without --val-data: no).
+// Whether the split exists (an ImageFolder without val/, validation/ or test/ and without
+// --val-data, a list file without --val-data: no).
 bool has_split(const DataSourceOptions& o, Split split);
+// The val split's folder or list file as the log names it ("" when there is none).
+std::string val_split_name(const DataSourceOptions& o);
+
+// The sizes of a sample of the training images, read from their headers (issue 25: the image
+// size a run picks when none is given, and the warning when the one given is far above them).
+struct ImageSizeSample {
+  int sampled = 0;                             // headers read (unreadable files are left out)
+  int median_short = 0, min_short = 0, max_short = 0;  // the short side, pixels
+};
+// `count` files spread evenly over the training split. Throws DataError as open_image_source.
+ImageSizeSample sample_image_sizes(const DataSourceOptions& o, int count);
 
 }  // namespace worker

@@ -34,6 +34,21 @@ struct Rng {
 
 constexpr uint64_t kCropStream = 0x43524f50ULL, kFlipStream = 0x464c4950ULL;
 
+// The image at its own size with the window at (x, y) of it: pad-crop's plans.
+SamplePlan native_window(int width, int height, int size, int x, int y) {
+  SamplePlan p;
+  p.box_x1 = p.out_w = width;
+  p.box_y1 = p.out_h = height;
+  p.win_x = x;
+  p.win_y = y;
+  p.size = size;
+  return p;
+}
+
+// torchvision's pad_if_needed: a padded side shorter than the crop is padded again by the
+// difference on both ends. Returns the extra padding of each end.
+int pad_if_needed(int padded, int size) { return padded < size ? size - padded : 0; }
+
 // Python's round(): half to even (the default rounding mode of nearbyint).
 int pyround(double v) { return int(std::nearbyint(v)); }
 
@@ -79,6 +94,17 @@ CropBox random_resized_crop(int width, int height, double scale_min, double scal
   return CropBox{(height - h) / 2, (width - w) / 2, h, w};
 }
 
+CropBox random_pad_crop(int width, int height, int size, int padding, uint64_t seed, int64_t epoch, int64_t index) {
+  const int pw = width + 2 * padding, ph = height + 2 * padding;
+  const int w = pw + 2 * pad_if_needed(pw, size), h = ph + 2 * pad_if_needed(ph, size);
+  Rng rng(seed, epoch, index, kCropStream);
+  CropBox b;
+  b.top = int(rng.below(h - size + 1));  // torch.randint(0, h - th + 1)
+  b.left = int(rng.below(w - size + 1));
+  b.height = b.width = size;
+  return b;
+}
+
 bool random_flip(double p, uint64_t seed, int64_t epoch, int64_t index) {
   if (p <= 0) return false;
   Rng rng(seed, epoch, index, kFlipStream);
@@ -87,6 +113,10 @@ bool random_flip(double p, uint64_t seed, int64_t epoch, int64_t index) {
 
 SamplePlan plan_train(int width, int height, const TransformConfig& tf, uint64_t seed, int64_t epoch, int64_t index) {
   if (tf.augment == Augment::None) return plan_eval(width, height, tf);
+  if (tf.augment == Augment::PadCrop) {
+    const CropBox c = random_pad_crop(width, height, tf.size, tf.padding, seed, epoch, index);
+    return plan_pad_crop(width, height, tf, c.top, c.left, random_flip(tf.hflip, seed, epoch, index));
+  }
   const CropBox b = random_resized_crop(width, height, tf.scale_min, tf.scale_max, tf.ratio_min, tf.ratio_max, seed,
                                         epoch, index);
   SamplePlan p;
@@ -100,7 +130,22 @@ SamplePlan plan_train(int width, int height, const TransformConfig& tf, uint64_t
   return p;
 }
 
+SamplePlan plan_pad_crop(int width, int height, const TransformConfig& tf, int top, int left, bool flip) {
+  // The crop's corner in the padded image, in the image's own pixels: minus all padding.
+  const int left_pad = tf.padding + pad_if_needed(width + 2 * tf.padding, tf.size);
+  const int top_pad = tf.padding + pad_if_needed(height + 2 * tf.padding, tf.size);
+  SamplePlan p = native_window(width, height, tf.size, left - left_pad, top - top_pad);
+  p.flip = flip;
+  return p;
+}
+
 SamplePlan plan_eval(int width, int height, const TransformConfig& tf) {
+  if (tf.augment == Augment::PadCrop) {
+    // CenterCrop(size) at the image's own size: padded by (size - w) // 2 on the left where the
+    // image is narrower (then the crop starts at 0), else at int(round((w - size) / 2.0)).
+    auto start = [&](int n) { return n < tf.size ? -((tf.size - n) / 2) : pyround((n - tf.size) / 2.0); };
+    return native_window(width, height, tf.size, start(width), start(height));
+  }
   // Resize(r): the short side to r, the long side to int(r * long / short) (torchvision).
   const int r = tf.resize_size();
   SamplePlan p;

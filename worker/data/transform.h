@@ -1,7 +1,11 @@
 // The image transforms of training and evaluation, as torchvision's ImageNet recipe:
 //   train (--augment standard): RandomResizedCrop(size, scale, ratio) + RandomHorizontalFlip(p)
 //   eval, and train with --augment none: Resize(round(size * 256 / 224)) + CenterCrop(size)
-// then ToTensor + Normalize(ImageNet mean, std), written NHWC.
+// or, for small images at their own scale (--augment pad-crop, CIFAR's recipe):
+//   train: RandomCrop(size, padding, pad_if_needed=True) + RandomHorizontalFlip(p)
+//   eval:  CenterCrop(size) (zero-padded where the image is smaller, as torchvision's)
+// then ToTensor + Normalize(ImageNet mean, std), written NHWC. The padding is black (fill 0,
+// before normalisation), torchvision's default.
 //
 // The random choices (crop box, flip) are a pure function of (seed, epoch, sample index), so a
 // resumed run draws what an uninterrupted one draws; the crop box follows torchvision's
@@ -34,6 +38,7 @@ struct TransformConfig {
   double ratio_min = 3.0 / 4.0, ratio_max = 4.0 / 3.0;
   double hflip = 0.5;
   Augment augment = Augment::Standard;
+  int padding = 4;                   // pad-crop: pixels of black added on each side before the crop
   bool dct_scaling = true;
   float mean[3] = {0.485f, 0.456f, 0.406f};
   float std[3] = {0.229f, 0.224f, 0.225f};
@@ -43,6 +48,8 @@ struct TransformConfig {
 // One sample's geometry in the original image's pixel coordinates. The output pixel (x, y) of
 // the size x size result is pixel (win_x + x, win_y + y) of the box [box_x0, box_x1) x
 // [box_y0, box_y1) resized to out_w x out_h; taps are clipped to the box. Mirrored when flip.
+// The window may reach outside the resized box (pad-crop: the box is the image at its own
+// size): an output pixel there has no taps and is black, which is torchvision's zero padding.
 struct SamplePlan {
   int box_x0 = 0, box_y0 = 0, box_x1 = 0, box_y1 = 0;
   int out_w = 0, out_h = 0;
@@ -57,9 +64,14 @@ struct CropBox {
 };
 CropBox random_resized_crop(int width, int height, double scale_min, double scale_max, double ratio_min,
                             double ratio_max, uint64_t seed, int64_t epoch, int64_t index);
+// torchvision's RandomCrop(size, padding, pad_if_needed=True).get_params on the padded image, with
+// our random numbers: the crop's (top, left) in the padded image's pixels (size x size).
+CropBox random_pad_crop(int width, int height, int size, int padding, uint64_t seed, int64_t epoch, int64_t index);
 bool random_flip(double p, uint64_t seed, int64_t epoch, int64_t index);
 
 SamplePlan plan_train(int width, int height, const TransformConfig& tf, uint64_t seed, int64_t epoch, int64_t index);
+// pad-crop's plan for the crop at (top, left) of the padded image (random_pad_crop's box).
+SamplePlan plan_pad_crop(int width, int height, const TransformConfig& tf, int top, int left, bool flip);
 SamplePlan plan_eval(int width, int height, const TransformConfig& tf);
 
 // The weights of one axis of the resize (Pillow's precompute_coeffs, relative to the box):

@@ -13,6 +13,7 @@
 #include <stdexcept>
 
 #include "worker/core/safetensors.h"
+#include "worker/train/architecture.h"
 #include "worker/train/optimizer.h"
 
 namespace worker {
@@ -197,7 +198,7 @@ std::string resume_source(const std::string& resume, const std::string& save) {
 }
 
 void save_checkpoint(const std::string& path, const Model& model, const ModelState& state,
-                     const TrainState& train) {
+                     const TrainState& train, const std::map<std::string, std::string>& extra) {
   const std::string step = std::to_string(train.step);
   ensure_parent_dir(path);
   std::vector<StTensor> ts;
@@ -228,7 +229,7 @@ void save_checkpoint(const std::string& path, const Model& model, const ModelSta
   }
   // Phase 1: both files complete under their pending names; phase 2: the two renames.
   write_safetensors(tpath + kPending, ts, tmeta);
-  write_weights(path + kPending, model, state, train.step);
+  write_weights(path + kPending, model, state, train.step, extra);
   rename_or_throw(tpath + kPending, tpath);  // the commit point
   rename_or_throw(path + kPending, path);
 }
@@ -238,6 +239,7 @@ void write_weights(const std::string& path, const Model& model, const ModelState
   std::map<std::string, std::string> meta = extra;
   meta["format"] = "pt";
   meta["step"] = std::to_string(step);
+  for (const auto& [key, value] : architecture_metadata(model.config())) meta[key] = value;  // --eval-only reads it
   ensure_parent_dir(path);
   write_safetensors(path, model_state_to_tensors(model, state), meta);
 }

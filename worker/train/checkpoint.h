@@ -53,8 +53,9 @@ void ensure_parent_dir(const std::string& path);
 bool checkpoint_exists(const std::string& weights_path);  // both files present
 std::string best_weights_path(const std::string& save);  // ckpt.safetensors -> ckpt.best.safetensors
 
+// `extra`: more metadata of the weights file (the evaluation transform, architecture.h).
 void save_checkpoint(const std::string& path, const Model& model, const ModelState& state,
-                     const TrainState& train);
+                     const TrainState& train, const std::map<std::string, std::string>& extra = {});
 
 // --- Start-up checks of --save (rank 0, before anything is trained)
 

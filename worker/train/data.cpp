@@ -1,5 +1,7 @@
 #include "worker/train/data.h"
 
+#include <sys/stat.h>
+
 #include <chrono>
 #include <cstring>
 #include <stdexcept>
@@ -46,6 +48,11 @@ int SyntheticSource::next(Act& images, int32_t* labels, double* wait_ms) {
 
 namespace {
 
+bool is_folder(const std::string& p) {
+  struct stat st{};
+  return ::stat(p.c_str(), &st) == 0 && S_ISDIR(st.st_mode);
+}
+
 // --data DIR|LISTFILE (issue 11): the image pipeline's options from the command line's.
 DataSourceOptions image_options(const TrainOptions& o, const DataEnv& env) {
   DataSourceOptions d;
@@ -65,6 +72,7 @@ DataSourceOptions image_options(const TrainOptions& o, const DataEnv& env) {
   d.tf.scale_max = o.crop_scale_max;
   d.tf.hflip = o.hflip;
   d.tf.augment = o.augment;
+  d.tf.padding = o.crop_padding;
   d.tf.dct_scaling = o.decode_scaling;
   return d;
 }
@@ -122,6 +130,15 @@ void dump_batch(const std::string& path, Ops& ops, Model& model, const std::vect
   }
   ensure_parent_dir(path);
   write_safetensors(path, {images, labels, idx}, {{"layout", "NHWC"}});
+}
+
+std::string missing_validation(const TrainOptions& opt) {
+  if (opt.data != DataSourceKind::Images) return "--val-samples N adds a synthetic validation split";
+  std::string folders;
+  for (const char* f : kValFolders) folders += std::string(folders.empty() ? "" : ", ") + f + "/";
+  if (opt.val_data.empty() && is_folder(opt.data_path))
+    return opt.data_path + " has no " + folders + " folder; --val-data DIR names one";
+  return "a list-file --data has no val split without --val-data LIST|DIR";
 }
 
 std::string data_source_name(const TrainOptions& opt) {

@@ -58,6 +58,9 @@ std::unique_ptr<BatchSource> make_batch_source(const TrainOptions& opt, const Da
 // the sample indices it holds as safetensors.
 void dump_batch(const std::string& path, Ops& ops, Model& model, const std::vector<int64_t>& indices);
 
+// Why a run has no validation split, for its log: what would give it one.
+std::string missing_validation(const TrainOptions& opt);
+
 // The data source's name as checkpoints record it (a resume must read the same data).
 std::string data_source_name(const TrainOptions& opt);
 

@@ -8,6 +8,8 @@
 #include <iostream>
 #include <utility>
 
+#include "worker/train/recipes.h"
+
 namespace worker {
 
 namespace {
@@ -30,7 +32,9 @@ const Choices<CudaGraph> kCudaGraph = {{"auto", CudaGraph::Auto}, {"on", CudaGra
 const Choices<CommKind> kComm = {{"auto", CommKind::Auto}, {"nccl", CommKind::Nccl}, {"ring", CommKind::Ring}};
 const Choices<Precision> kPrecisions = {{"fp32", Precision::Fp32}, {"bf16", Precision::Bf16}, {"fp16", Precision::Fp16}};
 const Choices<Loader> kLoaders = {{"auto", Loader::Auto}, {"cpu", Loader::Cpu}, {"gpu", Loader::Gpu}};
-const Choices<Augment> kAugments = {{"standard", Augment::Standard}, {"none", Augment::None}};
+const Choices<Augment> kAugments = {
+    {"standard", Augment::Standard}, {"none", Augment::None}, {"pad-crop", Augment::PadCrop}};
+const Choices<Stem> kStems = {{"imagenet", Stem::ImageNet}, {"cifar", Stem::Cifar}};
 const Choices<bool> kOnOff = {{"on", true}, {"off", false}};
 
 template <typename E>
@@ -91,7 +95,9 @@ void describe_images(CLI::App& app, TrainOptions& o) {
         o.crop_scale_max = hi;
       });
   app.add_option("--hflip", o.hflip, "probability of a horizontal flip in training")->capture_default_str();
-  add_choice(app, "--augment", o.augment, kAugments, "standard (RandomResizedCrop + flip) or none (the evaluation transform)");
+  add_choice(app, "--augment", o.augment, kAugments,
+             "standard (RandomResizedCrop + flip), none (the evaluation transform) or pad-crop (RandomCrop(size, "
+             "padding=--crop-padding) + flip at the images' own scale; evaluation: CenterCrop(size))");
   add_choice(app, "--decode-scaling", o.decode_scaling, kOnOff,
              "on or off: CPU back end, decode large crops at 1/2, 1/4, 1/8 size in the DCT domain");
 }
@@ -104,7 +110,51 @@ void validate_images(const TrainOptions& o) {
               o.crop_scale_min <= o.crop_scale_max && o.crop_scale_max <= 1,
           "--crop-scale MIN,MAX needs 0 < MIN <= MAX <= 1");
   require(std::isfinite(o.hflip) && o.hflip >= 0 && o.hflip <= 1, "--hflip must be a probability in [0, 1]");
-  require(o.val_data.empty() || o.data == DataSourceKind::Images, "--val-data needs a list-file --data");
+  require(o.val_data.empty() || o.data == DataSourceKind::Images,
+          "--val-data needs image data (--data DIR or a list file); synthetic data takes --val-samples N");
+}
+
+// --- first contact and small images (issue 25)
+void describe_small_images(CLI::App& app, TrainOptions& o) {
+  add_choice(app, "--stem", o.stem, kStems,
+             "imagenet (7x7/2 convolution + 3x3/2 max-pool, torchvision's) or cifar (3x3/1 convolution, no "
+             "max-pool: small images keep their resolution)");
+  app.add_option("--crop-padding", o.crop_padding, "--augment pad-crop: pixels of black padding on each side")
+      ->capture_default_str();
+  std::string help = "a named set of options that any option given here overrides: ";
+  for (const Recipe& r : recipes()) help += std::string("\n  ") + r.name + ": " + r.what;
+  app.add_option_function<std::string>(
+         "--recipe",
+         [&o](const std::string& v) {
+           if (!find_recipe(v)) throw UsageError("--recipe must be " + recipe_names() + ", got '" + v + "'");
+           o.recipe = v;
+         },
+         help)
+      ->default_str("guide");
+}
+
+void validate_small_images(const TrainOptions& o) {
+  require(o.crop_padding >= 0 && o.crop_padding <= 4096, "--crop-padding must be between 0 and 4096 pixels");
+}
+
+// The recipe the command line names (its last --recipe), whose options go first.
+const Recipe& named_recipe(const std::vector<std::string>& args) {
+  std::string name = "guide";
+  for (size_t i = 0; i < args.size(); ++i) {
+    if (args[i] == "--recipe" && i + 1 < args.size()) name = args[i + 1];
+    else if (args[i].rfind("--recipe=", 0) == 0) name = args[i].substr(9);
+  }
+  const Recipe* r = find_recipe(name);
+  if (!r) throw UsageError("--recipe must be " + recipe_names() + ", got '" + name + "'");
+  return *r;
+}
+
+// The option names on the command line: "--depth" of "--depth 18" and of "--depth=18".
+std::set<std::string> option_names(const std::vector<std::string>& args) {
+  std::set<std::string> names;
+  for (const std::string& a : args)
+    if (a.size() > 2 && a.compare(0, 2, "--") == 0) names.insert(a.substr(0, a.find('=')));
+  return names;
 }
 
 // Digits only: CLI11 would read "-1" as 2^64-1.
@@ -197,7 +247,7 @@ CLI::App& describe(CLI::App& app, TrainOptions& o) {
       ->default_str("random");
   app.add_option("--num-samples", o.num_samples, "size of the synthetic data set")->capture_default_str();
   describe_images(app, o);
-
+  describe_small_images(app, o);
 
   // --- recipe (issue 12)
   add_choice(app, "--lr-schedule", o.lr_schedule, kSchedules,
@@ -265,7 +315,11 @@ std::optional<TrainOptions> parse_impl(const std::vector<std::string>& args) {
   // A repeated option takes its last value, so scripts can override a base command line.
   app.option_defaults()->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);
   describe(app, o);
-  std::vector<std::string> reversed(args.rbegin(), args.rend());  // CLI11 parses a reversed vector
+  // The recipe's options first: the command line's own come after and win.
+  std::vector<std::string> all = recipe_args(named_recipe(args));
+  all.insert(all.end(), args.begin(), args.end());
+  o.given = option_names(args);
+  std::vector<std::string> reversed(all.rbegin(), all.rend());  // CLI11 parses a reversed vector
   try {
     app.parse(reversed);
   } catch (const CLI::CallForHelp&) {
@@ -274,7 +328,7 @@ std::optional<TrainOptions> parse_impl(const std::vector<std::string>& args) {
   } catch (const CLI::ParseError& e) {
     throw UsageError(std::string(e.what()) + " (see train_resnet --help)");
   }
-  o.num_classes_given = app.count("--num-classes") > 0;
+  o.num_classes_given = o.given.count("--num-classes") > 0;
   validate(o);
   return o;
 }
@@ -288,6 +342,18 @@ const char* to_string(LrScheduleKind k) { return name_of(kSchedules, k); }
 const char* to_string(Recompute r) { return name_of(kRecompute, r); }
 const char* to_string(CudaGraph g) { return name_of(kCudaGraph, g); }
 const char* to_string(CommKind c) { return name_of(kComm, c); }
+const char* to_string(Stem s) { return name_of(kStems, s); }
+const char* to_string(Augment a) { return name_of(kAugments, a); }
+
+bool TrainOptions::given_or_recipe(const std::string& option) const {
+  if (given.count(option)) return true;
+  const Recipe* r = find_recipe(recipe);
+  if (!r) return false;
+  for (const auto& kv : r->options)
+    if (kv.first == option) return true;
+  return false;
+}
+
 const char* to_string(Precision p) { return p == Precision::Default ? "default" : name_of(kPrecisions, p); }
 
 std::optional<TrainOptions> parse_options(const std::vector<std::string>& args) { return parse_impl(args); }
@@ -327,11 +393,12 @@ void validate(const TrainOptions& o) {
   // --- data (issue 4: synthetic; issue 11 adds images)
   require(o.num_samples >= 1, "--num-samples must be positive, got " + std::to_string(o.num_samples));
   validate_images(o);
-
+  validate_small_images(o);
 
   // --- recipe (issue 12)
   require(std::isfinite(o.warmup_epochs) && o.warmup_epochs >= 0 && o.warmup_epochs <= o.epochs,
-          "--warmup-epochs must be between 0 and --epochs (" + std::to_string(o.epochs) + ")");
+          "--warmup-epochs must be between 0 and --epochs (" + std::to_string(o.epochs) + ")" +
+              (o.given.count("--warmup-epochs") ? "" : "; --recipe " + o.recipe + " sets it: give --warmup-epochs"));
   for (size_t i = 0; i < o.lr_steps.size(); ++i) {
     require(o.lr_steps[i] >= 1 && (i == 0 || o.lr_steps[i] > o.lr_steps[i - 1]),
             "--lr-steps must be epochs >= 1 in increasing order, e.g. 30,60,90");

@@ -6,6 +6,7 @@
 
 #include <cstdint>
 #include <optional>
+#include <set>
 #include <stdexcept>
 #include <string>
 #include <vector>
@@ -40,6 +41,8 @@ const char* to_string(LrScheduleKind k);
 const char* to_string(Recompute r);
 const char* to_string(CudaGraph g);
 const char* to_string(CommKind c);
+const char* to_string(Stem s);
+const char* to_string(Augment a);
 
 struct TrainOptions {
   // --- model and run (issue 4)
@@ -116,6 +119,13 @@ struct TrainOptions {
 
   // --- speed (issue 13)
   CudaGraph cuda_graph = CudaGraph::Auto;  // auto: captured where the run allows (step_capture.h)
+
+  // --- first contact and small images (issue 25)
+  Stem stem = Stem::ImageNet;          // cifar: 3x3/1 convolution, no max-pool (worker/core/model.h)
+  int crop_padding = 4;                // --augment pad-crop: RandomCrop's padding
+  std::string recipe = "guide";        // --recipe: its options go before the command line's (recipes.h)
+  std::set<std::string> given;         // the options on the command line ("--depth"), the recipe's not
+  bool given_or_recipe(const std::string& option) const;  // on the command line or in the recipe
 };
 
 // Parses argv (argv[0] included). Returns nullopt when --help was printed. Throws UsageError.

@@ -17,6 +17,7 @@
 #include "worker/train/env.h"
 #include "worker/train/options.h"
 #include "worker/train/ring_comm.h"
+#include "worker/train/settle.h"
 #include "worker/train/staged_comm.h"
 #include "worker/train/torchrun_store.h"
 #include "worker/train/trainer.h"
@@ -136,7 +137,13 @@ std::unique_ptr<Comm> make_comm(const TrainOptions& opt, const WorkerEnv& env, c
   return make_staged_comm(std::move(ring), ops);
 }
 
-int run(const TrainOptions& opt, const WorkerEnv& env) {
+int run(TrainOptions opt, const WorkerEnv& env) {
+  // Before anything is built: what the checkpoint (--eval-only) and the images say.
+  const Settled settled = settle_options(opt);
+  if (env.rank == 0) {
+    for (const std::string& w : settled.warnings) std::cerr << "train_resnet: warning: " << w << std::endl;
+    for (const std::string& line : settled.lines) std::cout << line << std::endl;
+  }
   Requests requests;
   if (env.checkpoint_signal != 0) {
     if (opt.save.empty()) {

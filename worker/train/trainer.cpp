@@ -10,6 +10,8 @@
 
 #include <nlohmann/json.hpp>
 
+#include "worker/train/architecture.h"
+#include "worker/train/recipes.h"
 #include "worker/train/report.h"
 
 namespace worker {
@@ -35,10 +37,14 @@ SamplerConfig sampler_config(const TrainOptions& opt, const BatchSource& data, i
   return {data.info().size, world, opt.accum_steps, opt.batch_size, opt.seed};
 }
 
-// Checked before the model is built: a data set too small for one step is a usage error.
-int64_t checked_steps_per_epoch(const Sampler& sampler, const TrainOptions& opt, int world) {
-  if (sampler.steps_per_epoch() > 0) return sampler.steps_per_epoch();
-  throw UsageError("--num-samples " + std::to_string(opt.num_samples) + " is too small: split over " +
+// Checked before the model is built: a data set too small for one step is a usage error (but
+// for --eval-only, which trains nothing).
+int64_t checked_steps_per_epoch(const Sampler& sampler, const TrainOptions& opt, int world, int64_t size) {
+  if (sampler.steps_per_epoch() > 0 || opt.eval_only) return sampler.steps_per_epoch();
+  const std::string data = opt.data == DataSourceKind::Images
+                               ? "the training split's " + std::to_string(size) + " images are too few"
+                               : "--num-samples " + std::to_string(opt.num_samples) + " is too small";
+  throw UsageError(data + ": split over " +
                    std::to_string(world) + " rank(s) x " + std::to_string(opt.accum_steps) +
                    " micro-batch(es), each gets " + std::to_string(sampler.shard_length()) +
                    " samples per epoch, fewer than --batch-size " + std::to_string(opt.batch_size));
@@ -58,6 +64,7 @@ ModelConfig model_config(const TrainOptions& opt, const BatchSource& data, bool 
   mc.width = opt.width;
   mc.num_classes = data.info().num_classes;
   mc.image_size = opt.image_size;
+  mc.stem = opt.stem;
   mc.batch = opt.batch_size;
   mc.recompute = opt.recompute;
   return mc;
@@ -113,7 +120,7 @@ TrainingSession::TrainingSession(const TrainOptions& opt, const DataEnv& data_en
                                                   ops.compute_dtype() == DType::F16, opt.accum_steps})),
       train_data_(train_source(opt, data_env, ops)),
       val_data_(make_batch_source(opt, data_env, Split::Val, ops)),
-      sampler_(sampler_config(opt, *train_data_, world_)), steps_per_epoch_(checked_steps_per_epoch(sampler_, opt, world_)),
+      sampler_(sampler_config(opt, *train_data_, world_)), steps_per_epoch_(checked_steps_per_epoch(sampler_, opt, world_, train_data_->info().size)),
       global_batch_(int64_t(world_) * opt.batch_size * opt.accum_steps),
       model_(model_config(opt, *train_data_, !shards_master(opt, ops, world_)), ops),
       zero_(opt.zero == 1), shard_master_(!model_.config().whole_params),
@@ -123,8 +130,8 @@ TrainingSession::TrainingSession(const TrainOptions& opt, const DataEnv& data_en
                  zero_ ? layout_.owned : std::vector<ParamView>{}),
       reducer_(comm, model_.grads(), layout_, zero_ ? Reduction::ReduceScatter : Reduction::AllReduce) {
   if (!val_data_ && (opt.eval_only || opt.save_best)) {
-    throw UsageError(std::string(opt.eval_only ? "--eval-only" : "--save-best") +
-                     " needs validation data (--val-samples N for synthetic data)");
+    throw UsageError(std::string(opt.eval_only ? "--eval-only" : "--save-best") + " needs validation data: " +
+                     missing_validation(opt));
   }
   schedule_ = lr_schedule(opt, global_batch_, steps_per_epoch_);
   if (const char* d = std::getenv("WORKER_TEST_STEP_DELAY_MS"); d && *d) test_step_delay_ = std::chrono::milliseconds(std::atoll(d));
@@ -145,11 +152,9 @@ TrainingSession::TrainingSession(const TrainOptions& opt, const DataEnv& data_en
 // --- The run: llm.c's main loop, in named steps
 
 TrainResult TrainingSession::run() {
-  if (lead_) {
-    metrics_.open(opt_.metrics_file);
-    tensorboard_.open(opt_.tensorboard);
-  }
+  if (lead_) tensorboard_.open(opt_.tensorboard);
   resume();
+  open_metrics();
   announce();
   if (opt_.eval_only) return eval_only();
   comm_timed_ = comm_.timing(&comm_prev_);
@@ -359,6 +364,7 @@ void TrainingSession::resume() {
     scaler_.skipped = saved.skipped_steps;
     state_.best_top1 = saved.best_top1;
     pos_ = {saved.epoch, saved.batch};
+    resumed_from_ = from;
     if (lead_) {
       out_ << "Resuming from " << from << " at step " << state_.step << " (epoch " << pos_.epoch << ", batch "
            << pos_.batch << ")" << std::endl;
@@ -373,21 +379,77 @@ void TrainingSession::resume() {
   }
 }
 
+// --metrics-file: a resumed run appends to the file of the run it continues, after a record that
+// marks where it resumed, and its times go on from the last record up to that step.
+void TrainingSession::open_metrics() {
+  if (!lead_) return;
+  if (resumed_from_.empty()) {
+    metrics_.open(opt_.metrics_file);
+    return;
+  }
+  time_offset_ = metrics_.open(opt_.metrics_file, state_.step);
+  metrics_.write({{"resume", true}, {"from", resumed_from_}, {"step", state_.step}, {"epoch", pos_.epoch},
+                  {"batch", pos_.batch}, {"time", time_offset_}});
+}
+
+double TrainingSession::run_time() const {
+  return time_offset_ + std::chrono::duration<double>(Clock::now() - t_start_).count();
+}
+
 void TrainingSession::announce() {
   if (!lead_) return;
-  out_ << "train_resnet: ResNet-" << opt_.depth << " (width " << opt_.width << ", " << model_.config().num_classes
-       << " classes, " << opt_.image_size << "x" << opt_.image_size << ", " << model_.num_params()
-       << " parameters) on " << ops_.describe() << "; " << world_ << " rank(s) x batch " << opt_.batch_size << " x "
-       << opt_.accum_steps << " micro-batch(es), " << steps_per_epoch_ << " steps per epoch, "
-       << to_string(opt_.optimizer) << " lr " << opt_.lr << std::endl;
-  out_ << "Data: " << train_data_->describe() << std::endl;
+  out_ << "train_resnet: ResNet-" << opt_.depth << " (width " << opt_.width << ", "
+       << (opt_.stem == Stem::Cifar ? "cifar stem, " : "") << model_.config().num_classes << " classes, "
+       << opt_.image_size << "x" << opt_.image_size << ", " << model_.num_params() << " parameters) on "
+       << ops_.describe() << "; " << world_ << " rank(s) x batch " << opt_.batch_size;
+  // --eval-only trains nothing: no training data, transform, optimizer or schedule to show.
+  if (!opt_.eval_only) {
+    out_ << " x " << opt_.accum_steps << " micro-batch(es), " << steps_per_epoch_ << " steps per epoch, "
+         << to_string(opt_.optimizer) << " lr " << opt_.lr;
+  }
+  out_ << std::endl;
+  if (!opt_.eval_only) out_ << "Data: " << train_data_->describe() << std::endl;
   if (val_data_) {
     out_ << "Validation: " << val_data_->describe();
     if (!opt_.eval_only) out_ << "; every " << opt_.eval_every << " epoch(s) and at the end";
     out_ << std::endl;
+  } else {
+    out_ << "Validation: none (" << missing_validation(opt_) << ")" << std::endl;
   }
   if (opt_.eval_only) return;
-  out_ << "Recipe: global batch " << global_batch_ << " (" << world_ << " rank(s) x " << opt_.batch_size << " x "
+  announce_recipe();
+  if (opt_.recompute != Recompute::None || zero_) {
+    out_ << "Memory: recompute " << to_string(opt_.recompute);
+    if (zero_) {
+      out_ << ", ZeRO-1 over " << world_ << " rank(s): optimizer state " << strf("%.1f MB", double(optimizer_.state_bytes()) / 1e6)
+           << " on rank 0 (unsharded " << strf("%.1f MB", double(unsharded_optimizer_bytes()) / 1e6) << "), "
+           << layout_.buckets.size() << " bucket(s) of " << strf("%g", opt_.bucket_mb) << " MiB, fp32 ";
+      if (shard_master_)
+        out_ << "master weights " << strf("%.1f MB", double(master_bytes()) / 1e6) << " on rank 0 (whole "
+             << strf("%.1f MB", double(model_.num_params() * sizeof(float)) / 1e6) << ")";
+      else if (ops_.keeps_working_copy())
+        out_ << "master weights whole (one rank)";
+      else
+        out_ << "weights whole (they are the working weights)";
+    }
+    out_ << std::endl;
+  }
+  out_ << describe_capture(opt_.cuda_graph, capture_) << std::endl;
+}
+
+// The Recipe: line: the recipe's whole set of options, those the command line changed, and what
+// the run then uses (the global batch, the rate rule, the schedule, the optimizer).
+void TrainingSession::announce_recipe() {
+  const Recipe* recipe = find_recipe(opt_.recipe);
+  out_ << "Recipe: " << opt_.recipe;
+  if (recipe) {
+    out_ << " (" << recipe_text(*recipe) << ")";
+    std::string changed;
+    for (const auto& option : recipe->options)
+      if (opt_.given.count(option.first)) changed += (changed.empty() ? "" : " ") + option.first;
+    if (!changed.empty()) out_ << ", the command line's own " << changed;
+  }
+  out_ << "; global batch " << global_batch_ << " (" << world_ << " rank(s) x " << opt_.batch_size << " x "
        << opt_.accum_steps << "), lr " << schedule_.base_lr;
   if (opt_.lr_base_batch > 0) {
     out_ << " (--lr " << opt_.lr << " per " << opt_.lr_base_batch << " images x " << global_batch_ << " / "
@@ -406,23 +468,6 @@ void TrainingSession::announce() {
   if (opt_.optimizer == OptimizerKind::Sgd) out_ << " momentum " << opt_.momentum << (opt_.nesterov ? " (Nesterov)" : "");
   out_ << ", weight decay " << opt_.weight_decay << (opt_.no_wd_on_bn_bias ? " (not on batch-norm and biases)" : "")
        << ", label smoothing " << opt_.label_smoothing << "; " << total_steps_ << " steps" << std::endl;
-  if (opt_.recompute != Recompute::None || zero_) {
-    out_ << "Memory: recompute " << to_string(opt_.recompute);
-    if (zero_) {
-      out_ << ", ZeRO-1 over " << world_ << " rank(s): optimizer state " << strf("%.1f MB", double(optimizer_.state_bytes()) / 1e6)
-           << " on rank 0 (unsharded " << strf("%.1f MB", double(unsharded_optimizer_bytes()) / 1e6) << "), "
-           << layout_.buckets.size() << " bucket(s) of " << strf("%g", opt_.bucket_mb) << " MiB, fp32 ";
-      if (shard_master_)
-        out_ << "master weights " << strf("%.1f MB", double(master_bytes()) / 1e6) << " on rank 0 (whole "
-             << strf("%.1f MB", double(model_.num_params() * sizeof(float)) / 1e6) << ")";
-      else if (ops_.keeps_working_copy())
-        out_ << "master weights whole (one rank)";
-      else
-        out_ << "weights whole (they are the working weights)";
-    }
-    out_ << std::endl;
-  }
-  out_ << describe_capture(opt_.cuda_graph, capture_) << std::endl;
 }
 
 // The fp32 weights this rank keeps: its shard's under sharded master weights, else all.
@@ -473,7 +518,7 @@ void TrainingSession::log(const Position& at, const StepStats& s) {
     out_ << std::endl;
     nlohmann::json j = {{"epoch", at.epoch}, {"batch", at.batch}, {"step", state_.step - 1}, {"loss", mean},
                         {"lr", s.lr}, {"images_per_s", ips > 0 ? nlohmann::json(ips) : nlohmann::json(nullptr)},
-                        {"data_wait_ms", wait_ms}, {"time", seconds_since(t_start_)}};
+                        {"data_wait_ms", wait_ms}, {"time", run_time()}};
     if (ar_ms >= 0) {
       j["allreduce_ms"] = ar_ms;
       j["allreduce_exposed_ms"] = exposed_ms;
@@ -545,7 +590,7 @@ void TrainingSession::validate(int64_t epoch) {
          << c.images << " images, " << strf("%.1f", secs) << " s)" << std::endl;
     metrics_.write({{"eval", true}, {"epoch", epoch}, {"step", state_.step}, {"top1", c.top1_percent()},
                     {"top5", c.top5_percent()}, {"val_loss", c.mean_loss()}, {"val_images", c.images},
-                    {"eval_s", secs}, {"time", seconds_since(t_start_)}});
+                    {"eval_s", secs}, {"time", run_time()}});
     tensorboard_.scalars(state_.step, {{"val/top1", float(c.top1_percent())},
                                        {"val/top5", float(c.top5_percent())},
                                        {"val/loss", float(c.mean_loss())}});
@@ -553,8 +598,9 @@ void TrainingSession::validate(int64_t epoch) {
   if (best && opt_.save_best) {  // the same verdict on every rank: the counts are summed everywhere
     const ModelState ms = lead_model_state();
     lead_writes([&] {
-      write_weights(best_weights_path(opt_.save), model_, ms, state_.step,
-                    {{"top1", strf("%.4f", c.top1_percent())}, {"epoch", std::to_string(epoch)}});
+      std::map<std::string, std::string> meta = eval_transform_metadata(opt_.augment == Augment::PadCrop);
+      meta.insert({{"top1", strf("%.4f", c.top1_percent())}, {"epoch", std::to_string(epoch)}});
+      write_weights(best_weights_path(opt_.save), model_, ms, state_.step, meta);
       out_ << "Saved " << best_weights_path(opt_.save) << " (best top-1 so far)" << std::endl;
     });
   }
@@ -567,7 +613,8 @@ TrainResult TrainingSession::eval_only() {
   if (lead_) {
     out_ << "Evaluated " << opt_.init << ": top-1 " << strf("%.2f", c.top1_percent()) << " %, top-5 "
          << strf("%.2f", c.top5_percent()) << " %, loss " << strf("%.4f", c.mean_loss()) << " (" << c.images
-         << " images, " << strf("%.1f", seconds_since(t_start_)) << " s)" << std::endl;
+         << " images, " << strf("%.1f", seconds_since(t_start_)) << " s; the loss is the training criterion, label "
+         << "smoothing " << opt_.label_smoothing << ", as a training run's validation reports it)" << std::endl;
     metrics_.write({{"eval", true}, {"epoch", 0}, {"step", 0}, {"top1", c.top1_percent()},
                     {"top5", c.top5_percent()}, {"val_loss", c.mean_loss()}, {"val_images", c.images},
                     {"weights", opt_.init}});
@@ -595,7 +642,7 @@ void TrainingSession::save(const Position& next) {
     s.loss_scale_growth_tracker = scaler_.growth_tracker;
     s.skipped_steps = scaler_.skipped;
     s.optimizer_state = std::move(optimizer_state);
-    save_checkpoint(opt_.save, model_, ms, s);
+    save_checkpoint(opt_.save, model_, ms, s, eval_transform_metadata(opt_.augment == Augment::PadCrop));
   });
   saved_ = {state_.step, next.epoch, next.batch, state_.best_top1};
 }
@@ -696,7 +743,7 @@ void TrainingSession::report() {
                         {"peak_bytes", my_peak}, {"peak_bytes_max_rank", max_peak}, {"world", world_},
                         {"optimizer_state_bytes_max_rank", max_opt}, {"recompute", to_string(opt_.recompute)},
                         {"zero", opt_.zero}, {"fp32_weight_bytes", master_bytes()},
-                        {"time", seconds_since(t_start_)}};
+                        {"time", run_time()}};
     if (have_ct) {
       j["allreduce_ms"] = ct.allreduce_ms / double(ct.steps);
       j["allreduce_exposed_ms"] = ct.exposed_ms / double(ct.steps);

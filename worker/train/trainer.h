@@ -71,6 +71,9 @@ class TrainingSession {
 
   void resume();                             // --init, --resume or fresh; rank 0's state for all
   void announce();                           // the start-up lines: model, data, recipe
+  void announce_recipe();                    // the Recipe: line
+  void open_metrics();                       // --metrics-file: new, or continued by a resumed run
+  double run_time() const;                   // the metrics' `time`: seconds of this run (and those it resumes)
   StepStats step(bool want_loss);            // one optimizer step at the current position
   StepStats replayed_step(bool want_loss);   // the same as one captured graph (captured on its first call)
   void update(float lr);                     // the optimizer step and the weights' working copies
@@ -147,6 +150,8 @@ class TrainingSession {
   // Timing: the first step pays for warm-up, throughput counts from its end.
   TrainResult result_;
   Clock::time_point t_start_{}, t_first_{}, t_window_{};
+  double time_offset_ = 0.0;   // a resumed run's times go on from the run it continues
+  std::string resumed_from_;   // the checkpoint this run resumed from ("": none)
   int64_t window_steps_ = 0;
   double eval_seconds_ = 0.0;  // spent in validation passes
   double window_wait_ms_ = 0.0;

@@ -1,7 +1,7 @@
 // Test driver for the PyTorch comparisons (tests/worker/python/*.py):
 //   model_driver names --depth D [--width W] [--classes C]       state entries as JSON lines
 //   model_driver step --depth D --width W --classes C --image-size S --batch N --seed K --out DIR
-//                     [--data learnable|random] [--threads T] [--init WEIGHTS]
+//                     [--data learnable|random] [--threads T] [--init WEIGHTS] [--stem imagenet|cifar]
 //   model_driver bench --depth D --width W --image-size S --batch N [--steps K] [--threads T]
 // `step` writes, as safetensors in DIR: init (the initial state), batch (images NHWC, labels),
 // grads (loss + every gradient, OIHW), fwd (state after one training forward: running stats),
@@ -52,6 +52,7 @@ int run(int argc, char** argv) {
   cfg.num_classes = get(a, "classes", 1000);
   cfg.image_size = get(a, "image-size", 32);
   cfg.batch = get(a, "batch", 2);
+  cfg.stem = a.count("stem") && a.at("stem") == "cifar" ? Stem::Cifar : Stem::ImageNet;
   auto ops = make_cpu_ops(get(a, "threads", 0));
   if (cmd == "names") {
     cfg.batch = 1;

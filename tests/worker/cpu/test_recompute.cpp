@@ -31,10 +31,11 @@ std::vector<float> download(Ops& ops, const float* p, size_t n) {
 }
 
 // Three SGD steps with momentum and weight decay on learnable data, then one eval forward.
-Run train(int depth, Recompute mode) {
+Run train(int depth, Recompute mode, Stem stem = Stem::ImageNet) {
   auto ops = make_cpu_ops(2);
   ModelConfig c;
   c.depth = depth;
+  c.stem = stem;
   c.width = 8;
   c.num_classes = 10;
   c.image_size = 32;
@@ -81,11 +82,15 @@ bool same_bits(const std::vector<float>& a, const std::vector<float>& b) {
 }  // namespace
 
 TEST_CASE("recompute bn and block give the bits of keeping everything (ResNet-18 and -50)", "[cpu][model][recompute]") {
-  for (int depth : {18, 50}) {
-    const Run none = train(depth, Recompute::None);
+  // The cifar stem (issue 25) keeps bn1's output as block 0's input and has no max-pool: the
+  // stem's memory plan differs in every mode.
+  for (auto [depth, stem] : {std::pair{18, Stem::ImageNet}, std::pair{50, Stem::ImageNet}, std::pair{18, Stem::Cifar},
+                             std::pair{50, Stem::Cifar}}) {
+    const Run none = train(depth, Recompute::None, stem);
     for (Recompute mode : {Recompute::Bn, Recompute::Block}) {
-      INFO("ResNet-" << depth << ", recompute " << (mode == Recompute::Bn ? "bn" : "block"));
-      const Run r = train(depth, mode);
+      INFO("ResNet-" << depth << (stem == Stem::Cifar ? " (cifar stem)" : "") << ", recompute "
+                     << (mode == Recompute::Bn ? "bn" : "block"));
+      const Run r = train(depth, mode, stem);
       CHECK(same_bits(r.losses, none.losses));
       CHECK(same_bits(r.logits, none.logits));
       CHECK(same_bits(r.grads, none.grads));  // the first backward, every parameter

@@ -259,6 +259,62 @@ def case_transforms(a, tmp):
           "Pillow's draft mode")
 
 
+def case_padcrop(a, tmp):
+    """--augment pad-crop (issue 25) against torchvision: for a given box, RandomCrop(size, padding,
+    pad_if_needed=True)'s pixels are F.pad (fill 0) + crop + hflip of the image; the evaluation is
+    CenterCrop(size). Ours equals them up to float32 rounding of the normalisation. Then the boxes
+    plan_train draws cover every position of the padded image, and the flip is a coin."""
+    import torch
+    import torchvision.transforms as T
+    import torchvision.transforms.functional as TF
+    from PIL import Image
+    ds = make_dataset(tmp)
+    rng = np.random.default_rng(5)
+    to_norm = T.Compose([T.ToTensor(), T.Normalize(MEAN.tolist(), STD.tolist())])
+    jobs, refs = [], []
+    for k, path in enumerate(list(good_images(ds["root"]))[::3]):
+        im = Image.open(path).convert("RGB")
+        W, H = im.size
+        size, pad = int(rng.choice([16, 32, min(W, H) + 12])), int(rng.choice([0, 2, 4]))
+        x = TF.pad(TF.pil_to_tensor(im), pad, fill=0)  # (3, H + 2 pad, W + 2 pad), uint8
+        if x.shape[2] < size:  # torchvision's pad_if_needed: the difference on both sides
+            x = TF.pad(x, [size - x.shape[2], 0], fill=0)
+        if x.shape[1] < size:
+            x = TF.pad(x, [0, size - x.shape[1]], fill=0)
+        if k % 4 == 3:
+            jobs.append((path, size, "padcrop", pad, "eval"))
+            ref = T.CenterCrop(size)(im)
+        else:
+            top, left = int(rng.integers(0, x.shape[1] - size + 1)), int(rng.integers(0, x.shape[2] - size + 1))
+            flip = bool(rng.integers(0, 2))
+            jobs.append((path, size, "padcrop", pad, top, left, int(flip)))
+            ref = TF.crop(x, top, left, size, size)
+            if flip:
+                ref = TF.hflip(ref)
+            ref = TF.to_pil_image(ref)
+        refs.append(to_norm(ref).permute(1, 2, 0).double().numpy())
+    out = os.path.join(tmp, "p.safetensors")
+    ok([a.driver, "render", out, *["|".join(map(str, j)) for j in jobs]])
+    got = st.load(out)
+    worst = 0.0
+    for i, (job, ref) in enumerate(zip(jobs, refs)):
+        d = np.abs(got[str(i)].astype(np.float64) - ref).max()
+        # ours: v * (1 / (255 std)) + (-mean / std) in float32, torch: (v / 255 - mean) / std: a few ulps of 2.6
+        check(d <= 1e-5, f"{job}: |ours - torchvision| = {d:.3g} > 1e-5")
+        worst = max(worst, d)
+    # The drawn boxes: every top and left of the padded 10x12 image's 8x8 crops (padding 2), flips ~1/2.
+    seen, flips = set(), 0
+    for line in ok([a.driver, "plan", 10, 12, 7, 1, 0, 8, 2, 600]).stdout.splitlines():
+        top, left, flip = map(int, line.split())
+        seen.add((top, left))
+        flips += flip
+    want = {(t, l) for t in range(-2, 12 + 4 - 8 - 2 + 1) for l in range(-2, 10 + 4 - 8 - 2 + 1)}
+    check(seen == want, f"pad-crop windows drawn {sorted(seen)} != every position {sorted(want)}")
+    check(240 <= flips <= 360, f"{flips} of 600 pad-crop samples flipped (p = 0.5)")
+    print(f"pad-crop: {len(jobs)} crops/center crops equal torchvision's to {worst:.2e}; "
+          f"{len(want)} window positions all drawn, {flips}/600 flipped")
+
+
 # --- sampler
 def case_sampler(a, tmp):
     from torch.utils.data.distributed import DistributedSampler

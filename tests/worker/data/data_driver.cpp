@@ -2,9 +2,11 @@
 // worker/data on the files it is given and writes what came out as safetensors or text.
 //   data_driver decode SCALE OUT FILE...         tensor i (U8, h x w x 3): file i at SCALE/8
 //   data_driver render OUT JOB...                tensor i (F32, SIZE x SIZE x 3): job i, which is
-//       FILE|SIZE|DCT|TOP|LEFT|H|W|FLIP (that box) or FILE|SIZE|DCT|eval (the evaluation transform);
-//       metadata scale_num_i: the DCT scale used
-//   data_driver plan W H SEED EPOCH INDEX SIZE   the training plan drawn for that sample (text)
+//       FILE|SIZE|DCT|TOP|LEFT|H|W|FLIP (that box) or FILE|SIZE|DCT|eval (the evaluation transform),
+//       or pad-crop's FILE|SIZE|padcrop|PAD|TOP|LEFT|FLIP (the crop at TOP, LEFT of the padded
+//       image) and FILE|SIZE|padcrop|PAD|eval (its CenterCrop); metadata scale_num_i: the DCT scale used
+//   data_driver plan W H SEED EPOCH INDEX SIZE [PAD COUNT]  the training plan drawn for that sample
+//       (text; with PAD pad-crop's for samples INDEX .. INDEX + COUNT - 1: window top, left, flip per line)
 //   data_driver index DIR                        "label<TAB>relative path" lines, then "classes ..."
 //   data_driver index-time DIR SPLIT             seconds to scan DIR/SPLIT, then to load its cache
 //   data_driver shard N WORLD ACCUM BATCH SEED EPOCH   the sampler's batches (JSON)
@@ -68,14 +70,20 @@ int run(int argc, char** argv) {
       std::vector<std::string> f;
       std::stringstream ss(a[j]);
       for (std::string t; std::getline(ss, t, '|');) f.push_back(t);
-      if (f.size() != 8 && f.size() != 4) throw std::runtime_error("bad render job '" + a[j] + "'");
+      if (f.size() != 8 && f.size() != 4 && !(f.size() >= 5 && f[2] == "padcrop"))
+        throw std::runtime_error("bad render job '" + a[j] + "'");
       const auto file = slurp(f[0]);
       const ImageHeader h = read_header(file.data(), file.size());
       TransformConfig tf;
       tf.size = std::stoi(f[1]);
       tf.dct_scaling = f[2] == "on";
       SamplePlan p;
-      if (f.size() == 4) {
+      if (f[2] == "padcrop") {
+        tf.augment = Augment::PadCrop;
+        tf.padding = std::stoi(f[3]);
+        p = f[4] == "eval" ? plan_eval(h.width, h.height, tf)
+                           : plan_pad_crop(h.width, h.height, tf, std::stoi(f[4]), std::stoi(f[5]), f.at(6) == "1");
+      } else if (f.size() == 4) {
         p = plan_eval(h.width, h.height, tf);
       } else {
         p.box_y0 = std::stoi(f[3]);
@@ -95,6 +103,17 @@ int run(int argc, char** argv) {
       meta["scale_num_" + name] = std::to_string(g.scale_num);
     }
     write_safetensors(a[1], out, meta);
+    return 0;
+  }
+  if (a[0] == "plan" && a.size() == 9) {
+    TransformConfig tf;
+    tf.size = std::stoi(a[6]);
+    tf.augment = Augment::PadCrop;
+    tf.padding = std::stoi(a[7]);
+    for (int64_t i = std::stoll(a[5]), end = i + std::stoll(a[8]); i < end; ++i) {
+      const SamplePlan p = plan_train(std::stoi(a[1]), std::stoi(a[2]), tf, std::stoull(a[3]), std::stoll(a[4]), i);
+      std::cout << p.win_y << " " << p.win_x << " " << int(p.flip) << "\n";
+    }
     return 0;
   }
   if (a[0] == "plan" && a.size() == 7) {

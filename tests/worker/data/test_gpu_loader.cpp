@@ -217,7 +217,7 @@ float bf16_to_float(uint16_t b) {
 // element within rounding; with it, each sample's mean and largest difference in levels (beyond
 // bf16's rounding) within twice the decoders' spread.
 void compare(const std::string& root, Split split, DType dtype, Loader gpu_loader, const char* what,
-             const Spread* spread = nullptr) {
+             const Spread* spread = nullptr, Augment augment = Augment::Standard) {
   const int size = 56, batch = 16, batches = 4;
   DataSourceOptions o;
   o.data = root;
@@ -226,6 +226,7 @@ void compare(const std::string& root, Split split, DType dtype, Loader gpu_loade
   o.seed = 17;
   o.tf.size = size;
   o.tf.dct_scaling = false;  // the GPU back end decodes at full size
+  o.tf.augment = augment;
   auto cpu_ops = make_cpu_ops(2);
   auto gpu_ops = make_gpu_ops(0, dtype);
   o.loader = Loader::Cpu;
@@ -312,6 +313,11 @@ int main() {
     compare(pngs, Split::Train, DType::F32, Loader::Gpu, "PNGs, train fp32, GPU loader");
     compare(pngs, Split::Train, DType::BF16, Loader::Gpu, "PNGs, train bf16, GPU loader");
     compare(pngs, Split::Val, DType::F32, Loader::Gpu, "PNGs, val fp32, GPU loader");
+    // --augment pad-crop (issue 25): the window reaches past the image (black padding) in training,
+    // and CenterCrop at the images' own scale in evaluation; the kernel gives such pixels no taps.
+    compare(pngs, Split::Train, DType::F32, Loader::Gpu, "PNGs, pad-crop train fp32, GPU loader", nullptr,
+            Augment::PadCrop);
+    compare(pngs, Split::Val, DType::F32, Loader::Gpu, "PNGs, pad-crop val fp32, GPU loader", nullptr, Augment::PadCrop);
     for (const auto& [root, name] : {std::pair{j444, "4:4:4 JPEGs"}, std::pair{j420, "4:2:0 JPEGs"}}) {
       const Spread spread = decoder_spread(root);
       std::cout << name << ": libjpeg-turbo's own spread (fast IDCT, no fancy upsampling, against the default): "

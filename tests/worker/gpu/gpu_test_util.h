@@ -162,9 +162,11 @@ inline double l2_rel(const std::vector<float>& ours, const std::vector<float>& r
 }
 
 // --- The whole-model tests' ResNet: width 16, 64x64 images, 10 classes.
-inline ModelConfig small_resnet(int depth, int batch, Recompute recompute = Recompute::None) {
+inline ModelConfig small_resnet(int depth, int batch, Recompute recompute = Recompute::None,
+                                Stem stem = Stem::ImageNet) {
   ModelConfig cfg;
   cfg.depth = depth;
+  cfg.stem = stem;
   cfg.width = 16;
   cfg.num_classes = 10;
   cfg.image_size = 64;

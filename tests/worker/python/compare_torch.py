@@ -100,9 +100,19 @@ class Report:
         return err
 
 
-def torch_weights(depth, classes, path):
-    torch.manual_seed(depth)
+def torchvision_resnet(depth, classes, stem):
+    """torchvision's resnetNN; with stem "cifar" the CIFAR variant train_resnet's --stem cifar is:
+    conv1 a 3x3 stride-1 convolution, no max-pool (the state dict keeps its names)."""
     m = getattr(torchvision.models, f"resnet{depth}")(num_classes=classes)
+    if stem == "cifar":
+        m.conv1 = torch.nn.Conv2d(3, m.conv1.out_channels, 3, 1, 1, bias=False)
+        m.maxpool = torch.nn.Identity()
+    return m
+
+
+def torch_weights(depth, classes, path, stem):
+    torch.manual_seed(depth)
+    m = torchvision_resnet(depth, classes, stem)
     with torch.no_grad():
         for name, mod in m.named_modules():
             if name.endswith(".bn3"):
@@ -110,14 +120,14 @@ def torch_weights(depth, classes, path):
     st.save(path, {k: v.numpy() for k, v in m.state_dict().items()})
 
 
-def run_depth(driver, depth, image_size, batch, classes, verbose):
+def run_depth(driver, depth, image_size, batch, classes, verbose, stem):
     rep = Report()
     with tempfile.TemporaryDirectory() as d:
         cmd = [driver, "step", "--depth", str(depth), "--width", "64", "--classes", str(classes),
-               "--image-size", str(image_size), "--batch", str(batch), "--seed", "3", "--out", d]
+               "--image-size", str(image_size), "--batch", str(batch), "--seed", "3", "--out", d, "--stem", stem]
         origin = "our init"
         if depth >= 50:
-            torch_weights(depth, classes, os.path.join(d, "torch.safetensors"))
+            torch_weights(depth, classes, os.path.join(d, "torch.safetensors"), stem)
             cmd += ["--init", os.path.join(d, "torch.safetensors")]
             origin = f"torchvision init, bn3 weights U{BN3_GAMMA}"
         subprocess.run(cmd, check=True, stdout=subprocess.DEVNULL)
@@ -134,7 +144,7 @@ def run_depth(driver, depth, image_size, batch, classes, verbose):
     y = torch.from_numpy(batch_t["labels"])
 
     def fresh():
-        m = getattr(torchvision.models, f"resnet{depth}")(num_classes=classes)
+        m = torchvision_resnet(depth, classes, stem)
         m.load_state_dict({k: torch.from_numpy(v) for k, v in init.items()}, strict=True)
         m.train()
         return m
@@ -145,7 +155,7 @@ def run_depth(driver, depth, image_size, batch, classes, verbose):
         loss.backward()
         return loss.item(), {n: p.grad.detach().double().numpy().copy() for n, p in m.named_parameters()}
 
-    print(f"resnet{depth}: image {image_size}, batch {batch}, classes {classes}, weights: {origin}")
+    print(f"resnet{depth} ({stem} stem): image {image_size}, batch {batch}, classes {classes}, weights: {origin}")
     m = fresh()
     loss, g = step(m)
     rep.check("loss", grads["loss"], loss, TOL_LOSS, True)
@@ -249,13 +259,15 @@ def main():
     ap.add_argument("--batch", type=int, default=4)
     ap.add_argument("--classes", type=int, default=10)
     ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--stem", default="imagenet", choices=["imagenet", "cifar"])
     ap.add_argument("--verbose", action="store_true", help="print every tensor, not only failures")
     a = ap.parse_args()
     torch.set_num_threads(a.threads)
     torch.manual_seed(0)
     failures = []
     for depth in [int(s) for s in a.depths.split(",")]:
-        failures += [f"resnet{depth} {f}" for f in run_depth(a.driver, depth, a.image_size, a.batch, a.classes, a.verbose)]
+        failures += [f"resnet{depth} {f}" for f in run_depth(a.driver, depth, a.image_size, a.batch, a.classes, a.verbose,
+                                                                       a.stem)]
     if failures:
         print(f"FAILED: {len(failures)} tensors out of tolerance")
         for f in failures[:20]:

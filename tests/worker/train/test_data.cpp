@@ -6,6 +6,8 @@
 #include <unistd.h>
 
 #include <cstdlib>
+#include <fstream>
+#include <optional>
 #include <string>
 #include <thread>
 #include <vector>
@@ -77,6 +79,20 @@ int cores() {
   return ::sched_getaffinity(0, sizeof set, &set) == 0 ? CPU_COUNT(&set) : int(std::thread::hardware_concurrency());
 }
 
+// Sets an environment variable for a scope, then puts back what was there.
+struct ScopedEnv {
+  ScopedEnv(const char* name, const std::string& value) : name_(name) {
+    if (const char* v = std::getenv(name)) old_ = v;
+    ::setenv(name, value.c_str(), 1);
+  }
+  ~ScopedEnv() {
+    if (old_) ::setenv(name_, old_->c_str(), 1);
+    else ::unsetenv(name_);
+  }
+  const char* name_;
+  std::optional<std::string> old_;
+};
+
 }  // namespace
 
 // The launcher's variables reach the image pipeline through WorkerEnv, read once (they used to be
@@ -90,7 +106,8 @@ TEST_CASE("data_env: the node's ranks divide its cores, the log folder holds the
   CHECK(data_env(read_worker_env({})).local_ranks == 1);
   CHECK(data_env(read_worker_env({})).log_dir.empty());
 
-  TempDir d, logs;
+  TempDir d, logs, cache;
+  const ScopedEnv xdg("XDG_CACHE_HOME", cache.path);
   for (const char* c : {"a", "b"}) {
     ::mkdir((d.path + "/train").c_str(), 0755);
     ::mkdir((d.path + "/train/" + c).c_str(), 0755);
@@ -106,7 +123,7 @@ TEST_CASE("data_env: the node's ranks divide its cores, the log folder holds the
   auto threads_for = [&](int local_ranks) {
     const std::string what = make_batch_source(o, {local_ranks, ""}, Split::Train, *ops)->describe();
     INFO(what);
-    const size_t at = what.find(" threads");
+    const size_t at = what.find(" thread");  // "1 thread", "2 threads"
     REQUIRE(at != std::string::npos);
     return std::stoi(what.substr(what.rfind(' ', at - 1) + 1));
   };
@@ -116,11 +133,17 @@ TEST_CASE("data_env: the node's ranks divide its cores, the log folder holds the
   o.data_threads = 3;  // --data-threads wins
   CHECK(threads_for(100000) == 3);
 
-  // No cache beside the data (its name taken by a folder, which stops root too): the log folder.
+  // The index goes to the cache folder, nothing into the data's (issue 25), then to the log folder
+  // when the cache folder cannot be written (a file in its place stops root too).
   const std::string beside = d.path + "/.train_resnet-index.train";
-  CHECK(::unlink(beside.c_str()) == 0);  // written by the runs above
-  ::mkdir(beside.c_str(), 0755);
+  CHECK(::access(beside.c_str(), F_OK) != 0);
   const std::string what = make_batch_source(o, {1, logs.path}, Split::Train, *ops)->describe();
   INFO(what);
-  CHECK(what.find("cached in " + logs.path + "/train_resnet-index-") != std::string::npos);
+  CHECK(what.find(" " + cache.path + "/train_resnet/train_resnet-index-") != std::string::npos);  // read back
+  std::ofstream(cache.path + "/blocked") << "x";
+  ::setenv("XDG_CACHE_HOME", (cache.path + "/blocked").c_str(), 1);
+  const std::string in_logs = make_batch_source(o, {1, logs.path}, Split::Train, *ops)->describe();
+  INFO(in_logs);
+  CHECK(in_logs.find("cached in " + logs.path + "/train_resnet-index-") != std::string::npos);
+  CHECK(::access(beside.c_str(), F_OK) != 0);
 }

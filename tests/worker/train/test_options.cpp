@@ -197,7 +197,7 @@ TEST_CASE("--loader, --augment, --decode-scaling: names in, enums out, readable 
   CHECK(parse_options(std::vector<std::string>{"--loader", "cpu"})->loader == worker::Loader::Cpu);
 
   CHECK(usage_error({"--loader", "foo"}) == "--loader must be auto, cpu or gpu, got 'foo'");
-  CHECK(usage_error({"--augment", "heavy"}) == "--augment must be standard or none, got 'heavy'");
+  CHECK(usage_error({"--augment", "heavy"}) == "--augment must be standard, none or pad-crop, got 'heavy'");
   CHECK(usage_error({"--decode-scaling", "1"}) == "--decode-scaling must be on or off, got '1'");
 
   std::ostringstream help;
@@ -226,4 +226,70 @@ TEST_CASE("--cuda-graph: auto by default, on or off (issue 13)", "[train][option
   CHECK(parse_options(std::vector<std::string>{"--cuda-graph", "off"})->cuda_graph == CudaGraph::Off);
   CHECK(std::string(worker::to_string(CudaGraph::Auto)) == "auto");
   CHECK_THAT(usage_error({"--cuda-graph", "yes"}), Catch::Contains("--cuda-graph must be auto, on or off, got 'yes'"));
+}
+
+// --- issue 25: recipes, the cifar stem, pad-crop
+
+TEST_CASE("--recipe: a named set of options that the command line overrides", "[train][options][recipe]") {
+  const auto guide = parse_options(std::vector<std::string>{});
+  REQUIRE(guide);
+  CHECK(guide->recipe == "guide");
+  CHECK(guide->given.empty());
+  CHECK_FALSE(guide->given_or_recipe("--image-size"));  // the guide leaves the size to the data
+  CHECK(guide->given_or_recipe("--depth"));
+
+  const auto small = parse_options({"--recipe", "small-images"});
+  REQUIRE(small);
+  CHECK(small->depth == 18);
+  CHECK(small->width == 32);
+  CHECK(small->stem == worker::Stem::Cifar);
+  CHECK(small->image_size == 32);
+  CHECK(small->augment == worker::Augment::PadCrop);
+  CHECK(small->crop_padding == 4);
+  CHECK(small->optimizer == worker::OptimizerKind::Sgd);
+  CHECK(small->nesterov);
+  CHECK(small->no_wd_on_bn_bias);
+  CHECK(small->lr_schedule == worker::LrScheduleKind::Cosine);
+  CHECK(small->lr_base_batch == 128);
+  CHECK(small->label_smoothing == 0.1);
+  CHECK(small->given == std::set<std::string>{"--recipe"});
+
+  // Explicit options win, wherever they stand relative to --recipe; flags can be turned off.
+  const auto mine = parse_options({"--epochs", "3", "--recipe=small-images", "--width", "16", "--nesterov=false"});
+  REQUIRE(mine);
+  CHECK(mine->epochs == 3);
+  CHECK(mine->width == 16);
+  CHECK_FALSE(mine->nesterov);
+  CHECK(mine->stem == worker::Stem::Cifar);  // the rest is the recipe's
+  CHECK(mine->given == std::set<std::string>{"--epochs", "--recipe", "--width", "--nesterov"});
+
+  const auto nv = parse_options({"--recipe", "nvidia"});
+  REQUIRE(nv);
+  CHECK(nv->momentum == 0.875);
+  CHECK(nv->lr == 0.256);
+  CHECK(nv->weight_decay == 3.0517578125e-05);
+  CHECK(nv->warmup_epochs == 5);
+  const auto tv = parse_options({"--recipe", "torchvision"});
+  REQUIRE(tv);
+  CHECK(tv->lr_schedule == worker::LrScheduleKind::Step);
+  CHECK(tv->lr_steps == std::vector<int>{30, 60, 90});
+  CHECK(tv->weight_decay == 1e-4);
+  CHECK(tv->epochs == 90);
+
+  CHECK(usage_error({"--recipe", "imagenet"}) == "--recipe must be guide, torchvision, nvidia or small-images, got 'imagenet'");
+  // A recipe's value that no longer fits what the command line changed names both.
+  CHECK(usage_error({"--recipe", "nvidia", "--epochs", "3"}).find("--warmup-epochs") != std::string::npos);
+}
+
+TEST_CASE("--stem and --augment pad-crop (issue 25)", "[train][options]") {
+  const auto o = parse_options({"--stem", "cifar", "--augment", "pad-crop", "--crop-padding", "2"});
+  REQUIRE(o);
+  CHECK(o->stem == worker::Stem::Cifar);
+  CHECK(o->augment == worker::Augment::PadCrop);
+  CHECK(o->crop_padding == 2);
+  CHECK(std::string(worker::to_string(o->stem)) == "cifar");
+  CHECK(std::string(worker::to_string(o->augment)) == "pad-crop");
+  CHECK(usage_error({"--stem", "tiny"}) == "--stem must be imagenet or cifar, got 'tiny'");
+  CHECK(usage_error({"--augment", "crop"}) == "--augment must be standard, none or pad-crop, got 'crop'");
+  CHECK(usage_error({"--crop-padding", "-1"}) == "--crop-padding must be between 0 and 4096 pixels");
 }

@@ -7,7 +7,7 @@ Cases: refuse (bad --save, partial checkpoints, another optimizer, --seed -1), i
 temporary files, a save killed between its two renames), stop (SIGINT alone, SIGTERM to `launch`
 with two ranks), one_rank (the checkpoint signal, then SIGTERM, to rank 1 alone: both ranks act at
 one step), slow_save (rank 0's saves far longer than --comm-timeout end no healthy run), save_once
-(the same state is written once).
+(the same state is written once), tee (Ctrl-C with stdout's reader gone: the resume hint on stderr).
 Exit 0 pass, 1 fail, 77 skipped (`launch` not built).
 """
 import os
@@ -192,6 +192,32 @@ def case_stop(a, tmp):
           "resuming after SIGTERM changed the result")
     print(f"SIGTERM twice to launch and its workers (2 ranks): saved step {step}, exited 143 after {dt:.2f} s; "
           "resumed = uninterrupted")
+
+
+def case_tee(a, tmp):
+    """Ctrl-C through `launch ... | tee` (issue 25): the SIGINT that stops the job ends tee too, so
+    the hint to resume has no reader on stdout; launch repeats rank 0's last lines on stderr."""
+    if not os.access(a.launch, os.X_OK):
+        print(f"SKIPPED: {a.launch} is not built")
+        return SKIP
+    ck = os.path.join(tmp, "tee.safetensors")
+    cmd = [a.launch, "--devices", "cpu", "--nproc_per_node", "2", "--log_dir", os.path.join(tmp, "logs"), a.train] + \
+        SMALL + ["--log-every", "1", "--epochs", "3", "--max-steps", "40", "--save", ck]
+    p = subprocess.Popen(cmd, env=clean_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        read_until(p, "Batch[3]")
+        p.stdout.close()  # tee, gone with the Ctrl-C
+        p.send_signal(signal.SIGINT)
+        rc = p.wait(timeout=60)
+        err = p.stderr.read()
+    finally:
+        if p.poll() is None:
+            p.kill()
+            p.wait()
+    check(rc == 130, f"exit {rc} after SIGINT, expected 130:\n{err[-3000:]}")
+    hint = [l for l in err.splitlines() if "[rank 0] Stopped by signal 2" in l and "continue with --resume " + ck in l]
+    check(hint, f"no resume hint on stderr:\n{err[-3000:]}")
+    print(f"Ctrl-C with stdout's reader gone: stderr repeats rank 0's last lines, '{hint[0].split('[rank 0] ')[1][:60]}...'")
 
 
 def endpoint_ranks(a, tmp, args, env=None, n=2):

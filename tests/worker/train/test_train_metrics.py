@@ -366,7 +366,28 @@ def case_plot(a, tmp):
                        timeout=120)
     check(r.returncode != 0 and "bad.jsonl:2" in r.stderr and not os.path.exists(f"{tmp}/bad.png"),
           f"a bad file: rc {r.returncode}, {r.stderr!r}")
-    print(f"plot_metrics wrote a {w}x{h} PNG")
+    for axis in ("epoch", "time"):  # issue 25: runs at different speeds compare by time
+        r = subprocess.run(["/usr/bin/python3", a.plot, m, "-o", f"{tmp}/{axis}.png", "--x", axis], capture_output=True,
+                           text=True, timeout=120)
+        check(r.returncode == 0 and os.path.getsize(f"{tmp}/{axis}.png") > 1000, f"--x {axis}: {r.stderr[-2000:]}")
+    # A resumed run's file: what the interrupted run logged after its checkpoint (step 5) is left out;
+    # epochs are fractional (steps per epoch from step - batch), a validation sits at its epoch's end.
+    import importlib.util
+    spec = importlib.util.spec_from_file_location("plot_metrics", a.plot)
+    pm = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(pm)
+    resumed = f"{tmp}/resumed.jsonl"
+    with open(resumed, "w") as f:
+        for r in ({"step": 0, "epoch": 0, "batch": 0, "loss": 2.0, "time": 0.1}, {"step": 4, "epoch": 1, "batch": 0, "loss": 1.5, "time": 0.5},
+                  {"step": 6, "epoch": 1, "batch": 2, "loss": 1.4, "time": 0.7}, {"eval": True, "step": 8, "epoch": 1, "top1": 50, "top5": 90, "val_loss": 1.2},
+                  {"resume": True, "step": 5, "epoch": 1, "batch": 1, "time": 0.6},
+                  {"step": 5, "epoch": 1, "batch": 1, "loss": 1.45, "time": 0.62}, {"final": True}):
+            f.write(json.dumps(r) + "\n")
+    steps, evals = pm.load(resumed)
+    check([r["step"] for r in steps] == [0, 4, 5] and evals == [], f"records after a resume: {steps}, {evals}")
+    x = pm.x_of(steps, "epoch")
+    check([x(r) for r in steps] == [0.0, 1.0, 1.25] and x({"eval": True, "epoch": 1}) == 2, "fractional epochs")
+    print(f"plot_metrics wrote a {w}x{h} PNG; --x epoch and --x time; a resumed file's redone records left out")
 
 
 if __name__ == "__main__":

@@ -83,7 +83,7 @@ def write_st(path, tensors):
 
 def losses(metrics_path):
     with open(metrics_path) as f:
-        return {j["step"]: j["loss"] for j in map(json.loads, f) if not j.get("final")}
+        return {j["step"]: j["loss"] for j in map(json.loads, f) if "loss" in j}
 
 
 def checksums(text):

@@ -1,0 +1,127 @@
+// The membership of a job's nodes and the choice of the node that serves its key-value store,
+// kept in etcd so that the job survives the loss of any node (the first included): pure logic
+// over the primitives (primitives.h, lease_keeper.h), independent of how the launcher drives
+// it. Keys, all under /launch/<job_id>/:
+//   nodes/<node_id>  a node's record, written with that node's lease: it goes when the node
+//                    leaves or dies (a TTL after its last renewal)
+//   store            the serving node and its address, with that node's lease: the first node
+//                    to create it serves; when it goes, the others' wait returns and the first
+//                    of them to create it again takes over
+// Node ranks follow the order in which the nodes joined (their keys' create_revision): every
+// node computes the same ranks from the same listing, and a node that joins later never moves
+// the rank of one before it. Values are versioned JSON envelopes (kNodeFormat, kStoreFormat).
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <stdexcept>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "launcher/etcd/client.h"
+#include "launcher/etcd/lease_keeper.h"
+#include "launcher/etcd/primitives.h"
+
+namespace launch::etcd {
+
+// The rendezvous cannot go on: a node id taken, nodes missing at the timeout, a record that
+// is not ours. The message names the job and what to do.
+class RendezvousError : public std::runtime_error {
+ public:
+  using std::runtime_error::runtime_error;
+};
+
+// --- Keys and records (pure) ---
+inline constexpr std::string_view kNodeFormat = "launch.etcd.node";
+inline constexpr std::string_view kStoreFormat = "launch.etcd.store";
+inline constexpr int kRecordVersion = 1;
+// A node's record (the caller's, e.g. its hosts and ports) is at most this long: a listing of
+// 1,000 nodes stays far below Options::max_response_bytes.
+inline constexpr size_t kMaxRecordBytes = 4096;
+
+// RendezvousError for a job id or node id that cannot be part of a key (empty, longer than 128
+// bytes, or with a byte outside printable ASCII).
+void check_id(std::string_view what, std::string_view id);
+std::string job_prefix(std::string_view job_id);    // "/launch/<job_id>/"
+std::string nodes_prefix(std::string_view job_id);  // "/launch/<job_id>/nodes/"
+std::string store_key(std::string_view job_id);     // "/launch/<job_id>/store"
+
+std::string encode_node_record(std::string_view record);
+// The caller's record; RendezvousError naming `key` for another format, version or size.
+std::string decode_node_record(std::string_view key, std::string_view value);
+
+struct StoreHolder {
+  std::string node_id;
+  std::string address;       // where the store listens, "HOST:PORT"
+  int64_t mod_revision = 0;  // of the store key, for wait_store_vacant and resign_store
+  bool mine = false;         // this node serves it
+};
+std::string encode_store_record(std::string_view node_id, std::string_view address);
+StoreHolder decode_store_record(std::string_view key, const KeyValue& kv);
+
+struct Member {
+  std::string node_id;
+  std::string record;
+  int64_t joined_revision = 0;  // create_revision of its key: the rank order
+};
+
+struct Membership {
+  int64_t revision = 0;  // the listing's; waits continue from it
+  std::vector<Member> nodes;  // in rank order
+  // -1 when the node is not a member.
+  int rank_of(std::string_view node_id) const;
+};
+// The members under `job_id` in a listing of nodes_prefix(job_id), in rank order.
+Membership membership_from(std::string_view job_id, const Listing& listing);
+
+// --- One node's part ---
+struct RendezvousConfig {
+  Options etcd;                // endpoint, timeouts, the cancel hook (StopSignals::attach)
+  std::string job_id;          // --rdzv-id / the job id: one namespace per job
+  std::string node_id;         // unique per launcher run (e.g. multinode::make_node_id())
+  int64_t lease_ttl_s = 10;    // a node that dies is gone from the membership this long after
+};
+
+class EtcdRendezvous {
+ public:
+  // Checks the ids and grants this node's lease (kept alive from then on); writes nothing.
+  explicit EtcdRendezvous(RendezvousConfig cfg);
+  ~EtcdRendezvous();  // leave()
+
+  // Registers this node with `record`. RendezvousError when its id is registered already.
+  void join(std::string_view record);
+  Membership members();
+  // Blocks until at least `count` nodes are members; RendezvousError at the timeout naming how
+  // many joined and who.
+  Membership wait_for_members(size_t count, std::chrono::milliseconds timeout);
+  // Blocks until the membership is no longer `seen` (a node joined, left or expired); nullopt
+  // at the timeout.
+  std::optional<Membership> wait_for_change(const Membership& seen, std::chrono::milliseconds timeout);
+
+  // Offers to serve the store at `address`: the first node to ask wins (mine == true); every
+  // other gets the holder. Ask again after wait_store_vacant.
+  StoreHolder claim_store(std::string_view address);
+  // Blocks until `holder`'s claim is gone (it resigned, left, or its lease expired): true; or
+  // the timeout passes: false.
+  bool wait_store_vacant(const StoreHolder& holder, std::chrono::milliseconds timeout);
+  // Gives the store up, if this node still holds it.
+  void resign_store(const StoreHolder& mine);
+
+  // Readable once this node's lease is lost (lease_keeper.h): it is no member any more, and no
+  // longer the store's host; the caller stops its workers and joins again.
+  int lost_fd() const { return lease_->lost_fd(); }
+  LeaseKeeper& lease() { return *lease_; }
+  const RendezvousConfig& config() const { return cfg_; }
+  // Revokes the lease: this node's keys go at once. Idempotent.
+  void leave();
+
+ private:
+  RendezvousConfig cfg_;
+  Client client_;
+  std::unique_ptr<LeaseKeeper> lease_;
+};
+
+}  // namespace launch::etcd
