@@ -3,9 +3,9 @@
 # elsewhere and carried: which fused conv + batch-norm graphs cuDNN runs on ResNet-50's layers, and what
 # each saves per training step against the trainer's unfused chain.
 #
-# Before (on the build machine; the probe is EXCLUDE_FROM_ALL):
-#   ninja -C build-gpu -j2 cudnn_fusion_probe launch train_resnet test_worker_gpu gpu_model_driver
-#   scripts/gpu_pack.sh build-gpu        # copies the probe into .gpu/bin when it was built
+# Before (on the build machine, in a build folder with the GPU backend; the probe is EXCLUDE_FROM_ALL):
+#   cmake --build build -j2 --target cudnn_fusion_probe launch train_resnet test_worker_gpu gpu_model_driver
+#   scripts/gpu_pack.sh build            # copies the probe into .gpu/bin when it was built
 # Then on the GPU machine (device tool, carry [".gpu"], one GPU is enough):
 #   bash scripts/gpu_probe.sh [extra probe options, e.g. --only 'l3\.' --plans 3]
 # Time: at most 6 minutes of wall clock: the probe's rows stop starting after GPU_PROBE_BUDGET_S (default
@@ -13,16 +13,16 @@
 # Output: $OUT (default out/probe) holds probe.log (every row as it finished) and summary.md (the Markdown
 # tables); the summary is printed last. Exit: the probe's (0 done, 1 stopped by a GPU error, 124 killed at
 # the time limit), 77 without a GPU, 1 without the probe binary.
-#   GPU_BIN  folder of the probe binary (default .gpu/bin, else build-gpu/bin)
+#   GPU_BIN  folder of the probe binary (default .gpu/bin, else build/bin, else build-gpu/bin)
 set -uo pipefail
 root="$(cd "$(dirname "$0")/.." && pwd)"
 probe=""
-for d in "${GPU_BIN:-$root/.gpu/bin}" "$root/build-gpu/bin"; do
+for d in "${GPU_BIN:-$root/.gpu/bin}" "$root/build/bin" "$root/build-gpu/bin"; do
   if [ -x "$d/cudnn_fusion_probe" ]; then probe="$d/cudnn_fusion_probe"; break; fi
 done
 if [ -z "$probe" ]; then
-  echo "gpu_probe: no cudnn_fusion_probe in ${GPU_BIN:-$root/.gpu/bin} or $root/build-gpu/bin: build it" \
-       "(ninja -C build-gpu -j2 cudnn_fusion_probe), pack it (scripts/gpu_pack.sh build-gpu) and carry .gpu" >&2
+  echo "gpu_probe: no cudnn_fusion_probe in ${GPU_BIN:-$root/.gpu/bin}, $root/build/bin or $root/build-gpu/bin:" \
+       "build it (cmake --build build --target cudnn_fusion_probe), pack it (scripts/gpu_pack.sh build) and carry .gpu" >&2
   exit 1
 fi
 if ! command -v nvidia-smi > /dev/null 2>&1 || ! nvidia-smi -L 2> /dev/null | grep -q '^GPU'; then
@@ -51,12 +51,14 @@ log="$OUT/probe.log"
 echo "gpu_probe: running $probe (budget $budget s, killed at $((budget + 40)) s); log in $log"
 timeout --kill-after=10 $((budget + 40)) "$probe" --budget-s "$budget" "$@" >> "$log" 2>&1
 rc=$?
-sed -n '/^## cuDNN fusion probe/,$p' "$log" > "$OUT/summary.md"
+# The tables (temporary name, then rename: no summary.md unless the probe printed one).
+sed -n '/^## cuDNN fusion probe/,$p' "$log" > "$OUT/summary.md.tmp"
+if [ -s "$OUT/summary.md.tmp" ]; then mv "$OUT/summary.md.tmp" "$OUT/summary.md"; else rm -f "$OUT/summary.md.tmp"; fi
 if [ "$rc" -ne 0 ] || [ ! -s "$OUT/summary.md" ]; then
   echo "gpu_probe: the probe exited with $rc$([ "$rc" -eq 124 ] && echo ' (killed at the time limit)'); the last lines of its log:"
   tail -n 40 "$log"
 fi
 echo
 grep -m1 '^cudnn_fusion_probe:' "$log" || true
-cat "$OUT/summary.md"
+[ -s "$OUT/summary.md" ] && cat "$OUT/summary.md"
 exit "$rc"

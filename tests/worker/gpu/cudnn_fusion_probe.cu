@@ -486,7 +486,8 @@ struct Check {
 // inside the fused graph (its prologue's output to 16 bits before the tensor cores, say: about `in`) and
 // the rounding of its own output (out.unit); the tolerance is twice that, so that a different rounding
 // pattern's largest element does not fail by chance.
-Check check(Gpu& g, const char* what, const Dt& out, const void* fused, const float* ref_r, const float* ref_u, size_t n) {
+Check check(Gpu& g, const char* what, const Dt& out, const void* fused, const float* ref_r, const float* ref_u,
+            size_t n) {
   Check c;
   c.what = what;
   c.in = error_of(g, kF32, ref_u, ref_r, n);
@@ -626,7 +627,7 @@ Fused first_supported(Gpu& gpu, const std::vector<std::pair<std::string, std::fu
 
 // The pointers of a graph's tensors by name: names the graph lacks are skipped (a dual variant's), and
 // every tensor of the graph must get one.
-Pack bind(const Fused& f, std::initializer_list<std::pair<const char*, const void*>> ptrs) {
+Pack bind_ptrs(const Fused& f, std::initializer_list<std::pair<const char*, const void*>> ptrs) {
   Pack p;
   for (const auto& [name, ptr] : ptrs) {
     const auto it = f.t.find(name);
@@ -652,7 +653,8 @@ void run_graph(Gpu& g, Fused& f, Pack& p) {
       f.plan.index = i;
       if (f.g->get_workspace_size_plan_at_index(i, f.plan.ws).is_bad()) continue;
       try {
-        const double ms = time_ms(g, [&] { exec(g, f, p); }, 5);
+        const auto one = [&] { exec(g, f, p); };
+        const double ms = time_ms(g, one, 5);
         if (ms < best) best = ms, best_index = i;
       } catch (const std::runtime_error&) {  // this plan refuses the data: not a candidate
       }
@@ -700,7 +702,9 @@ Attr act(int64_t n, int64_t c, int64_t h, fe::DataType_t t) {
   return Attr().set_dim({n, c, h, h}).set_stride(nhwc_stride(c, h)).set_data_type(t);
 }
 Attr filt(const Conv& cv, fe::DataType_t t) { return act(cv.k, cv.c, cv.r, t); }  // KRSC
-Attr chan(int64_t c, fe::DataType_t t) { return Attr().set_dim({1, c, 1, 1}).set_stride({c, 1, c, c}).set_data_type(t); }
+Attr chan(int64_t c, fe::DataType_t t) {
+  return Attr().set_dim({1, c, 1, 1}).set_stride({c, 1, c, c}).set_data_type(t);
+}
 
 template <typename A>
 A conv_attr(const Conv& cv) {
@@ -793,7 +797,8 @@ Fused sbr_conv(const Dt& io, const Conv& cv, int64_t n, fe::DataType_t sb, bool 
 
 // A per-channel sum over N, H, W of y (c channels) as the graph's one reduction.
 TensorPtr channel_sum(Fused& f, const TensorPtr& y, int64_t c) {
-  auto s = f.g->reduction(y, fe::graph::Reduction_attributes().set_mode(fe::ReductionMode_t::ADD).set_compute_data_type(kFloat));
+  auto s = f.g->reduction(
+      y, fe::graph::Reduction_attributes().set_mode(fe::ReductionMode_t::ADD).set_compute_data_type(kFloat));
   s->set_dim({1, c, 1, 1}).set_stride({c, 1, c, c});
   return f.out("sum", s, kFloat);
 }
@@ -831,7 +836,8 @@ Fused sbr_wgrad(const Dt& io, const Conv& cv, int64_t n, fe::DataType_t inter) {
   Fused f(io, inter);
   auto dy = f.in("dy", act(n, cv.k, cv.o(), io.fe));
   auto x = f.in("x", act(n, cv.c, cv.h, io.fe));
-  auto dw = f.g->conv_wgrad(dy, scale_bias(f, x, cv.c, io.fe, "", true), conv_attr<fe::graph::Conv_wgrad_attributes>(cv));
+  auto dw =
+      f.g->conv_wgrad(dy, scale_bias(f, x, cv.c, io.fe, "", true), conv_attr<fe::graph::Conv_wgrad_attributes>(cv));
   dw->set_dim({cv.k, cv.c, cv.r, cv.r}).set_stride(nhwc_stride(cv.c, cv.r));
   f.out("dw", dw, io.fe);
   return f;
@@ -884,7 +890,8 @@ Fused join_dgrad(const Dt& io, const Conv& cv, int64_t n, bool dual) {
   Fused f(io);
   auto g = f.pw(Mode::ADD, dgrad_of(f, io, cv, n), f.in("dyb", act(n, cv.c, cv.h, io.fe)));
   auto x = f.in("x", act(n, cv.c, cv.h, io.fe));
-  auto other = dual ? bn_out(f, f.in("x2", act(n, cv.c, cv.h, io.fe)), cv.c, "2") : f.in("r", act(n, cv.c, cv.h, io.fe));
+  auto other =
+      dual ? bn_out(f, f.in("x2", act(n, cv.c, cv.h, io.fe)), cv.c, "2") : f.in("r", act(n, cv.c, cv.h, io.fe));
   auto dz = f.out("dz", f.pw(Mode::RELU_BWD, g, f.pw(Mode::ADD, bn_out(f, x, cv.c, ""), other)), io.fe);
   dbn_weight_out(f, dz, x, "");
   if (dual) dbn_weight_out(f, dz, f.t.at("x2"), "2");
@@ -898,8 +905,9 @@ Fused bn_finalize(int64_t c, int64_t m, fe::DataType_t eq) {
   auto gamma = f.in("gamma", chan(c, kFloat)), beta = f.in("beta", chan(c, kFloat));
   auto rmean = f.in("rmean", chan(c, kFloat)), rvar = f.in("rvar", chan(c, kFloat));
   auto eps = f.g->tensor(Attr(kEps)), momentum = f.g->tensor(Attr(kMomentum)), count = f.g->tensor(Attr(m));
-  auto [es, eb, mean, invstd, nrm, nrv] = f.g->bn_finalize(
-      sum, sq, gamma, beta, eps, count, fe::graph::BN_finalize_attributes().set_previous_running_stats(rmean, rvar, momentum));
+  auto [es, eb, mean, invstd, nrm, nrv] =
+      f.g->bn_finalize(sum, sq, gamma, beta, eps, count,
+                       fe::graph::BN_finalize_attributes().set_previous_running_stats(rmean, rvar, momentum));
   f.out("eq_scale", es, eq);
   f.out("eq_bias", eb, eq);
   f.out("mean", mean, kFloat);
@@ -919,9 +927,9 @@ class Convs {
     Fused& f = get(d, ref);
     if (!f.ok())
       throw std::runtime_error(std::string(ref ? "fp32 reference " : "plain ") + dir_name(d) + ": " + f.plan.status);
-    Pack p = d == Dir::Fprop   ? bind(f, {{"x", a}, {"w", b}, {"y", out}})
-             : d == Dir::Dgrad ? bind(f, {{"dy", a}, {"w", b}, {"dx", out}})
-                               : bind(f, {{"dy", a}, {"x", b}, {"dw", out}});
+    Pack p = d == Dir::Fprop   ? bind_ptrs(f, {{"x", a}, {"w", b}, {"y", out}})
+             : d == Dir::Dgrad ? bind_ptrs(f, {{"dy", a}, {"w", b}, {"dx", out}})
+                               : bind_ptrs(f, {{"dy", a}, {"x", b}, {"dw", out}});
     run_graph(g_, f, p);
   }
  private:
@@ -931,7 +939,8 @@ class Convs {
     if (it != built_.end()) return it->second;
     Fused f = conv_graph(d, ref ? kF32 : dt_, cv_, g_.batch);
     build(g_, f, ref ? Numerics::Fp32 : Numerics::Any);
-    if (ref && !f.ok()) {  // no engine without tensor cores: take one with (scripts/gpu_probe.sh sets NVIDIA_TF32_OVERRIDE=0)
+    if (ref && !f.ok()) {  // no engine without tensor cores: take one with (scripts/gpu_probe.sh sets
+                           // NVIDIA_TF32_OVERRIDE=0)
       Fused any = conv_graph(d, kF32, cv_, g_.batch);
       build(g_, any, Numerics::Any);
       any.variant = "tensor-core engine";
@@ -977,7 +986,8 @@ class Passes {
     while (node) {
       cudaGraphNodeType type;
       CUDA_CHECK(cudaGraphNodeGetType(node, &type));
-      if (type != cudaGraphNodeTypeKernel) throw std::logic_error("probe: a bn.cu launcher enqueued a non-kernel node");
+      if (type != cudaGraphNodeTypeKernel)
+        throw std::logic_error("probe: a bn.cu launcher enqueued a non-kernel node");
       cudaKernelNodeParams params{};
       CUDA_CHECK(cudaGraphKernelNodeGetParams(node, &params));
       cudaGraph_t one = nullptr;
@@ -1075,7 +1085,8 @@ struct Case {
 };
 
 std::string case_shape(const Case& cs) {
-  if (cs.role == Role::JoinOnly) return std::to_string(cs.cv.c) + " ch " + std::to_string(cs.cv.h) + "x" + std::to_string(cs.cv.h);
+  if (cs.role == Role::JoinOnly)
+    return std::to_string(cs.cv.c) + " ch " + std::to_string(cs.cv.h) + "x" + std::to_string(cs.cv.h);
   return conv_shape(cs.cv);
 }
 
@@ -1148,7 +1159,9 @@ std::vector<Case> resnet50_cases() {
   return cases;
 }
 
-uint64_t seed_of(const Case& cs, int k) { return 0x243F6A8885A308D3ull * (cs.index + 1) + 0x9E3779B9ull * uint64_t(k); }
+uint64_t seed_of(const Case& cs, int k) {
+  return 0x243F6A8885A308D3ull * (cs.index + 1) + 0x9E3779B9ull * uint64_t(k);
+}
 
 // --- Results: one line per row, the Markdown table, the saving per step
 
@@ -1219,11 +1232,13 @@ class Report {
     std::string checks;
     for (const Check& c : r.checks) checks += (checks.empty() ? "" : "; ") + check_str(c);
     if (checks.empty()) checks = r.check_note.empty() ? "-" : r.check_note;
-    std::printf("[%6.1f s] %-38s %-4s %-10s x%-2d %-22s %s  %s%s  build %.2f s  fused %s  unfused %s (%s)  saved %s  err %s\n",
-                now_s() - t0_, r.pattern.c_str(), r.dt->name, r.layer.c_str(), r.count, r.shape.c_str(),
-                r.status == "ok" ? "OK" : "NO", r.status == "ok" ? "" : (r.status + "  ").c_str(), r.engine.c_str(),
-                r.build_s, ms_str(r.fused_ms).c_str(), ms_str(r.unfused_ms).c_str(), r.unfused.c_str(),
-                r.ok() ? fmt("%.3f", r.saved()).c_str() : "-", checks.c_str());
+    std::printf(
+        "[%6.1f s] %-38s %-4s %-10s x%-2d %-22s %s  %s%s  build %.2f s  fused %s  unfused %s (%s)  saved %s  err "
+        "%s\n",
+        now_s() - t0_, r.pattern.c_str(), r.dt->name, r.layer.c_str(), r.count, r.shape.c_str(),
+        r.status == "ok" ? "OK" : "NO", r.status == "ok" ? "" : (r.status + "  ").c_str(), r.engine.c_str(),
+        r.build_s, ms_str(r.fused_ms).c_str(), ms_str(r.unfused_ms).c_str(), r.unfused.c_str(),
+        r.ok() ? fmt("%.3f", r.saved()).c_str() : "-", checks.c_str());
     std::fflush(stdout);
     rows_.push_back(std::move(r));
   }
@@ -1232,7 +1247,19 @@ class Report {
     std::printf("\n## cuDNN fusion probe: every row (ms = median device time; saved = unfused - fused)\n\n");
     std::printf("| pattern | shape | dtype | engine | fused ms | unfused ms | saved ms | error |\n");
     std::printf("|---|---|---|---|---|---|---|---|\n");
-    for (const Row& r : rows_) {
+    // Grouped by pattern (in the order they first ran), layers in the order they ran.
+    std::vector<std::string> order;
+    for (const Row& r : rows_)
+      if (std::find(order.begin(), order.end(), r.pattern + r.dt->name) == order.end())
+        order.push_back(r.pattern + r.dt->name);
+    std::vector<const Row*> sorted;
+    for (const Row& r : rows_) sorted.push_back(&r);
+    std::stable_sort(sorted.begin(), sorted.end(), [&](const Row* x, const Row* y) {
+      return std::find(order.begin(), order.end(), x->pattern + x->dt->name) <
+             std::find(order.begin(), order.end(), y->pattern + y->dt->name);
+    });
+    for (const Row* rp : sorted) {
+      const Row& r = *rp;
       std::string engine = r.status == "ok" ? r.engine : "none: " + r.status.substr(0, 110);
       std::replace(engine.begin(), engine.end(), '|', '/');
       std::string err = "-";
@@ -1286,9 +1313,11 @@ class Report {
         if (r.path != Path::Joins) path_dbarcs += r.saved() * r.count, unfused_dbarcs += unf;
       }
     }
-    std::printf("\n## Per training step (batch %ld): each layer once per step, forward and backward as they occur\n\n",
-                long(batch));
-    std::printf("| pattern | dtype | layers fused / applicable | unfused ms/step | fused ms/step | saved ms/step |\n");
+    std::printf(
+        "\n## Per training step (batch %ld): each layer once per step, forward and backward as they occur\n\n",
+        long(batch));
+    std::printf(
+        "| pattern | dtype | layers fused / applicable | unfused ms/step | fused ms/step | saved ms/step |\n");
     std::printf("|---|---|---|---|---|---|\n");
     for (const auto& [key, s] : sums) {
       std::string layers = std::to_string(s.fused) + " / " + std::to_string(s.layers);
@@ -1297,13 +1326,19 @@ class Report {
       std::printf("| %s | %s | %s | %.2f | %.2f | %.2f |\n", key.substr(0, key.size() - 5).c_str(), s.dt->name,
                   layers.c_str(), s.unfused, s.fused_ms, s.unfused - s.fused_ms);
     }
-    std::printf("\nFull fp16 fused path, SBAR/DBAR at the joins: saves %.2f ms per step (of %.2f ms these passes take unfused).\n",
-                path_joins, unfused_joins);
+    std::printf(
+        "\nFull fp16 fused path, SBAR/DBAR at the joins: saves %.2f ms per step (of %.2f ms these passes take "
+        "unfused).\n",
+        path_joins, unfused_joins);
     std::printf("Full fp16 fused path, DBARCS at the joins:    saves %.2f ms per step (of %.2f ms).\n", path_dbarcs,
                 unfused_dbarcs);
-    std::printf("Not counted: the stem's BN + ReLU + max-pool, the last join's backward, the unchanged wgrads of c1/ds/stem.\n");
-    if (rows_not_run) std::printf("%d row(s) not run (budget or an earlier failure): their layers count as unfused.\n", rows_not_run);
-    if (rows_failing) std::printf("%d row(s) fail their numerical check: their savings are counted above.\n", rows_failing);
+    std::printf(
+        "Not counted: the stem's BN + ReLU + max-pool, the last join's backward, the unchanged wgrads of "
+        "c1/ds/stem.\n");
+    if (rows_not_run)
+      std::printf("%d row(s) not run (budget or an earlier failure): their layers count as unfused.\n", rows_not_run);
+    if (rows_failing)
+      std::printf("%d row(s) fail their numerical check: their savings are counted above.\n", rows_failing);
   }
 
   double t0_;
@@ -1355,7 +1390,8 @@ class CaseRun {
     if (cudaStreamSynchronize(g_.s) != cudaSuccess) {
       (void)cudaGetLastError();
       const cudaError_t e = cudaDeviceSynchronize();
-      if (e != cudaSuccess) throw StopRun(std::string("CUDA error ") + cudaGetErrorString(e) + " after " + r.pattern + " on " + r.layer);
+      if (e != cudaSuccess)
+        throw StopRun(std::string("CUDA error ") + cudaGetErrorString(e) + " after " + r.pattern + " on " + r.layer);
     }
   }
 
@@ -1385,6 +1421,27 @@ bool planned(Row& r, const Fused& f) {
   r.engine = f.plan.engine + (f.variant.empty() ? "" : " (" + f.variant + ")");
   r.build_s = f.plan.build_s;
   return f.ok();
+}
+
+// The unfused side of a row: what it runs, and its median time.
+void time_unfused(Gpu& g, Row& r, const std::string& what, const std::function<void()>& chain) {
+  r.unfused = what;
+  r.unfused_ms = time_ms(g, chain);
+}
+
+// The fused side of a row, f already built: its engine (or why it did not build) into the row; when it
+// runs, its median time, and one more run on zeroed outputs for the checks. False when it did not build.
+bool measure(Gpu& g, Row& r, Fused& f, std::initializer_list<std::pair<const char*, const void*>> ptrs) {
+  if (!planned(r, f)) return false;
+  Pack p = bind_ptrs(f, ptrs);
+  r.fused_ms = time_ms(g, [&] { run_graph(g, f, p); });
+  run_fresh(g, f, p);
+  return true;
+}
+
+Fused built(Gpu& g, Fused f) {
+  build(g, f, Numerics::Any);
+  return f;
 }
 
 // Fills a row's checks; a reference that cannot run leaves a note instead.
@@ -1424,18 +1481,18 @@ void finalize_row(Gpu& g, Arena& a, CaseRun& cr, size_t row, Bn& bn, const std::
     const std::vector<float> in(exact.begin(), exact.end());
     float* sums = a.f32(2 * c);
     to_device(sums, in);
-    Fused f = first_supported(g, {{"eq " + std::string(r.dt->name), [&] { return bn_finalize(bn.c, bn.m, r.dt->fe); }},
+    const std::string eq16 = "eq " + std::string(r.dt->name);
+    Fused f = first_supported(g, {{eq16, [&] { return bn_finalize(bn.c, bn.m, r.dt->fe); }},
                                   {"eq FLOAT", [&] { return bn_finalize(bn.c, bn.m, kFloat); }}});
-    if (!planned(r, f)) return;
     const Dt& eq = f.variant == "eq FLOAT" ? kF32 : *r.dt;
     void* es = a.of(eq, c);
     void* eb = a.of(eq, c);
     float *mean = a.f32(c), *inv = a.f32(c), *nrm = a.f32(c), *nrv = a.f32(c);
-    Pack p = bind(f, {{"sum", sums}, {"sq", sums + c}, {"gamma", bn.gamma}, {"beta", bn.beta}, {"rmean", bn.t_rmean},
-                      {"rvar", bn.t_rvar}, {"eq_scale", es}, {"eq_bias", eb}, {"mean", mean}, {"invstd", inv},
-                      {"next_rmean", nrm}, {"next_rvar", nrv}});
-    r.fused_ms = time_ms(g, [&] { run_graph(g, f, p); });
-    run_fresh(g, f, p);
+    if (!measure(g, r, f,
+                 {{"sum", sums}, {"sq", sums + c}, {"gamma", bn.gamma}, {"beta", bn.beta}, {"rmean", bn.t_rmean},
+                  {"rvar", bn.t_rvar}, {"eq_scale", es}, {"eq_bias", eb}, {"mean", mean}, {"invstd", inv},
+                  {"next_rmean", nrm}, {"next_rvar", nrv}}))
+      return;
     // eq scale, eq bias, mean, invstd in double from sums s (the statistics pass's arithmetic)
     auto ref = [&](const std::vector<double>& s) {
       std::vector<float> o(4 * c);
@@ -1460,8 +1517,47 @@ void finalize_row(Gpu& g, Arena& a, CaseRun& cr, size_t row, Bn& bn, const std::
   });
 }
 
-// The input x, w of a conv whose input is not a batch norm's output: conv+genstats and the finalize of its
-// own batch norm.
+// conv+genstats on x against the conv and the statistics pass, checked against the fp32 conv of x.r
+// (and of x.u for the tolerance), then the finalize of the conv's batch norm from those sums.
+void conv_genstats_rows(Gpu& g, Arena& a, CaseRun& cr, Convs& convs, const Conv& cv, const In& x, const In& w,
+                        Bn& bnc, size_t r_cg, size_t r_fin, std::string refs_failed) {
+  const Dt& dt = kF16;
+  const Sizes z = sizes_of(g, cv);
+  const int k = int(cv.k);
+  float *yr = a.f32(z.ny), *yu = a.f32(z.ny), *sr = nullptr, *su = nullptr;
+  std::vector<double> exact;
+  if (refs_failed.empty()) try {
+      convs.run(Dir::Fprop, true, x.r, w.r, yr);
+      convs.run(Dir::Fprop, true, x.u, w.u, yu);
+      sr = channel_sums_f32(g, a, yr, z.m_out, k, &exact);
+      su = channel_sums_f32(g, a, yu, z.m_out, k);
+    } catch (const std::exception& e) {
+      refs_failed = e.what();
+    }
+  void* y16 = a.of(dt, z.ny);
+  void* z16 = a.of(dt, z.ny);
+  convs.run(Dir::Fprop, false, x.h, w.h, y16);
+  auto fwd_c = bn_forward_passes(g, dt, bnc, y16, nullptr, true, z16);
+  cr.run(r_cg, [&](Row& r) {
+    time_unfused(g, r, "conv+stats", [&] {
+      convs.run(Dir::Fprop, false, x.h, w.h, y16);
+      fwd_c->run(kStats);
+    });
+    Fused f = built(g, conv_genstats(dt, cv, z.n));
+    void* yf = a.of(dt, z.ny);
+    float* sf = a.f32(2 * size_t(k));
+    if (!measure(g, r, f, {{"x", x.h}, {"w", w.h}, {"y", yf}, {"sum", sf}, {"sq", sf + k}})) return;
+    verify(r, refs_failed, [&] {
+      r.checks.push_back(check(g, "y", dt, yf, yr, yu, z.ny));
+      r.checks.push_back(check(g, "sum", kF32, sf, sr, su, size_t(k)));
+      r.checks.push_back(check(g, "sq", kF32, sf + k, sr + k, su + k, size_t(k)));
+    });
+  });
+  finalize_row(g, a, cr, r_fin, bnc, exact, refs_failed);
+}
+
+// A conv whose input is not a batch norm's output (the stem, l1.b1.c1, the downsamples): conv+genstats and
+// the finalize of its own batch norm.
 void run_plain(Gpu& g, CaseRun& cr, const Case& cs) {
   const Dt& dt = kF16;
   const size_t r_cg = cr.declare(pattern::kConvGenstats, dt, cs.count);
@@ -1477,44 +1573,7 @@ void run_plain(Gpu& g, CaseRun& cr, const Case& cs) {
   Bn bnc = make_bn(g, a, k, z.m_out, seed_of(cs, 3), nullptr);
   Convs convs(g, cv, dt);
 
-  std::string refs_failed;
-  float *yr = a.f32(z.ny), *yu = a.f32(z.ny), *sr = nullptr, *su = nullptr;
-  std::vector<double> exact;
-  try {
-    convs.run(Dir::Fprop, true, x.r, w.r, yr);
-    convs.run(Dir::Fprop, true, x.u, w.u, yu);
-    sr = channel_sums_f32(g, a, yr, z.m_out, k, &exact);
-    su = channel_sums_f32(g, a, yu, z.m_out, k);
-  } catch (const std::exception& e) {
-    refs_failed = e.what();
-  }
-
-  void* y16 = a.of(dt, z.ny);
-  void* z16 = a.of(dt, z.ny);
-  convs.run(Dir::Fprop, false, x.h, w.h, y16);
-  auto fwd_c = bn_forward_passes(g, dt, bnc, y16, nullptr, true, z16);
-
-  cr.run(r_cg, [&](Row& r) {
-    r.unfused = "conv+stats";
-    r.unfused_ms = time_ms(g, [&] {
-      convs.run(Dir::Fprop, false, x.h, w.h, y16);
-      fwd_c->run(kStats);
-    });
-    Fused f = conv_genstats(dt, cv, z.n);
-    build(g, f, Numerics::Any);
-    if (!planned(r, f)) return;
-    void* yf = a.of(dt, z.ny);
-    float* sf = a.f32(2 * size_t(k));
-    Pack p = bind(f, {{"x", x.h}, {"w", w.h}, {"y", yf}, {"sum", sf}, {"sq", sf + k}});
-    r.fused_ms = time_ms(g, [&] { run_graph(g, f, p); });
-    run_fresh(g, f, p);
-    verify(r, refs_failed, [&] {
-      r.checks.push_back(check(g, "y", dt, yf, yr, yu, z.ny));
-      r.checks.push_back(check(g, "sum", kF32, sf, sr, su, size_t(k)));
-      r.checks.push_back(check(g, "sq", kF32, sf + k, sr + k, su + k, size_t(k)));
-    });
-  });
-  finalize_row(g, a, cr, r_fin, bnc, exact, refs_failed);
+  conv_genstats_rows(g, a, cr, convs, cv, x, w, bnc, r_cg, r_fin, "");
 }
 
 // A conv whose input is relu(bn(y0)) (c2, c3): ConvBNfprop, DgradDreluBNBwdWeight, dBNApply, ConvBNwgrad,
@@ -1543,7 +1602,8 @@ void run_prologue(Gpu& g, CaseRun& cr, const Case& cs) {
   // statistics (what DgradDreluBNBwdWeight reads)
   std::string refs_failed;
   float *xr = a.f32(z.nx), *xu = a.f32(z.nx), *yr = a.f32(z.ny), *yu = a.f32(z.ny), *sr = nullptr, *su = nullptr;
-  float *gr = a.f32(z.nx), *gu = a.f32(z.nx), *dxr = a.f32(z.nx), *dxu = a.f32(z.nx), *dzr = a.f32(z.nx), *dzu = a.f32(z.nx);
+  float *gr = a.f32(z.nx), *gu = a.f32(z.nx), *dxr = a.f32(z.nx), *dxu = a.f32(z.nx), *dzr = a.f32(z.nx),
+        *dzu = a.f32(z.nx);
   float *dwr = a.f32(z.nw), *dwu = a.f32(z.nw);
   BnGrads bgr{}, bgu{};
   std::vector<double> exact;
@@ -1578,20 +1638,16 @@ void run_prologue(Gpu& g, CaseRun& cr, const Case& cs) {
   auto bwd_p = bn_backward_passes(g, dt, bnp, y0.h, x16, g16, nullptr, BnMask::FromInput, dx16, nullptr);
 
   cr.run(r_fprop, [&](Row& r) {
-    r.unfused = "apply+ReLU, conv, stats";
-    r.unfused_ms = time_ms(g, [&] {
+    time_unfused(g, r, "apply+ReLU, conv, stats", [&] {
       fwd_p->run(kApply);
       convs.run(Dir::Fprop, false, x16, w.h, y16);
       fwd_c->run(kStats);
     });
-    Fused f = sbr_conv(dt, cv, z.n, dt.fe, true);
-    build(g, f, Numerics::Any);
-    if (!planned(r, f)) return;
+    Fused f = built(g, sbr_conv(dt, cv, z.n, dt.fe, true));
     void* yf = a.of(dt, z.ny);
     float* sf = a.f32(2 * size_t(k));
-    Pack p = bind(f, {{"x", y0.h}, {"s", s.h}, {"b", b.h}, {"w", w.h}, {"y", yf}, {"sum", sf}, {"sq", sf + k}});
-    r.fused_ms = time_ms(g, [&] { run_graph(g, f, p); });
-    run_fresh(g, f, p);
+    if (!measure(g, r, f, {{"x", y0.h}, {"s", s.h}, {"b", b.h}, {"w", w.h}, {"y", yf}, {"sum", sf}, {"sq", sf + k}}))
+      return;
     verify(r, refs_failed, [&] {
       r.checks.push_back(check(g, "y", dt, yf, yr, yu, z.ny));
       r.checks.push_back(check(g, "sum", kF32, sf, sr, su, size_t(k)));
@@ -1601,22 +1657,20 @@ void run_prologue(Gpu& g, CaseRun& cr, const Case& cs) {
 
   // DgradDreluBNBwdWeight's outputs feed the dBNApply row (or, where it does not run, the trainer's own).
   void* dzf = a.of(dt, z.nx);
-  float *ds = a.f32(size_t(c)), *db = a.f32(size_t(c)), *A = a.f32(size_t(c)), *B = a.f32(size_t(c)), *C = a.f32(size_t(c));
+  float *ds = a.f32(size_t(c)), *db = a.f32(size_t(c)), *A = a.f32(size_t(c)), *B = a.f32(size_t(c)),
+        *C = a.f32(size_t(c));
   bool ddbw_ok = false;
   cr.run(r_ddbw, [&](Row& r) {
-    r.unfused = "dgrad, BN backward reduction";
-    r.unfused_ms = time_ms(g, [&] {
+    time_unfused(g, r, "dgrad, BN backward reduction", [&] {
       convs.run(Dir::Dgrad, false, dy.h, w.h, g16);
       bwd_p->run(kReduce);
     });
-    Fused f = dgrad_drelu_dbnw(dt, cv, z.n);
-    build(g, f, Numerics::Any);
-    if (!planned(r, f)) return;
-    Pack p = bind(f, {{"dy", dy.h}, {"w", w.h}, {"x", y0.h}, {"mean", bnp.mean}, {"invstd", bnp.invstd},
-                      {"gamma", bnp.gamma}, {"beta", bnp.beta}, {"dz", dzf}, {"dscale", ds}, {"dbias", db},
-                      {"a", A}, {"b", B}, {"c", C}});
-    r.fused_ms = time_ms(g, [&] { run_graph(g, f, p); });
-    run_fresh(g, f, p);
+    Fused f = built(g, dgrad_drelu_dbnw(dt, cv, z.n));
+    if (!measure(g, r, f,
+                 {{"dy", dy.h}, {"w", w.h}, {"x", y0.h}, {"mean", bnp.mean}, {"invstd", bnp.invstd},
+                  {"gamma", bnp.gamma}, {"beta", bnp.beta}, {"dz", dzf}, {"dscale", ds}, {"dbias", db},
+                  {"a", A}, {"b", B}, {"c", C}}))
+      return;
     ddbw_ok = true;
     verify(r, refs_failed, [&] {
       r.checks.push_back(check(g, "dz", dt, dzf, dzr, dzu, z.nx));
@@ -1626,34 +1680,25 @@ void run_prologue(Gpu& g, CaseRun& cr, const Case& cs) {
   });
 
   cr.run(r_apply, [&](Row& r) {
-    r.unfused = "BN backward dx";
-    r.unfused_ms = time_ms(g, [&] { bwd_p->run(kDx); });
+    time_unfused(g, r, "BN backward dx", [&] { bwd_p->run(kDx); });
     if (!ddbw_ok) {  // the masked gradient and coefficients from the trainer's kernels instead
       wg::bn_backward(dt.wk, y0.h, x16, g16, nullptr, bnp.m, c, bnp.gamma, bnp.beta, bnp.t_mean, bnp.t_invstd,
                       BnMask::FromInput, dx16, dzf, bnp.t_dgamma, bnp.t_dbeta, bnp.sync, bnp.t_coef, g.s);
       coef_to_abc(bnp, A, B, C);
     }
-    Fused f = dbn_apply(dt, c, cv.h, z.n, false);
-    build(g, f, Numerics::Any);
-    if (!planned(r, f)) return;
-    if (!ddbw_ok) r.engine += " (inputs from bn.cu: DgradDreluBNBwdWeight did not run)";
+    Fused f = built(g, dbn_apply(dt, c, cv.h, z.n, false));
     void* dxf = a.of(dt, z.nx);
-    Pack p = bind(f, {{"dy", dzf}, {"x", y0.h}, {"a", A}, {"b", B}, {"c", C}, {"dx", dxf}});
-    r.fused_ms = time_ms(g, [&] { run_graph(g, f, p); });
-    run_fresh(g, f, p);
+    if (!measure(g, r, f, {{"dy", dzf}, {"x", y0.h}, {"a", A}, {"b", B}, {"c", C}, {"dx", dxf}})) return;
+    if (!ddbw_ok) r.engine += " (inputs from bn.cu: DgradDreluBNBwdWeight did not run)";
     verify(r, refs_failed, [&] { r.checks.push_back(check(g, "dx", dt, dxf, dxr, dxu, z.nx)); });
   });
 
   cr.run(r_wgrad, [&](Row& r) {
-    r.unfused = "wgrad on the stored relu(bn(y0))";
-    r.unfused_ms = time_ms(g, [&] { convs.run(Dir::Wgrad, false, dy.h, x16, dw16); });
+    time_unfused(g, r, "wgrad on the stored relu(bn(y0))", [&] { convs.run(Dir::Wgrad, false, dy.h, x16, dw16); });
     Fused f = first_supported(g, {{"intermediate FLOAT", [&] { return sbr_wgrad(dt, cv, z.n, kFloat); }},
                                   {"intermediate HALF", [&] { return sbr_wgrad(dt, cv, z.n, dt.fe); }}});
-    if (!planned(r, f)) return;
     void* dwf = a.of(dt, z.nw);
-    Pack p = bind(f, {{"dy", dy.h}, {"x", y0.h}, {"s", s.h}, {"b", b.h}, {"dw", dwf}});
-    r.fused_ms = time_ms(g, [&] { run_graph(g, f, p); });
-    run_fresh(g, f, p);
+    if (!measure(g, r, f, {{"dy", dy.h}, {"x", y0.h}, {"s", s.h}, {"b", b.h}, {"dw", dwf}})) return;
     verify(r, refs_failed, [&] { r.checks.push_back(check(g, "dw", dt, dwf, dwr, dwu, z.nw)); });
   });
   finalize_row(g, a, cr, r_fin, bnc, exact, refs_failed);
@@ -1744,7 +1789,8 @@ void run_join(Gpu& g, CaseRun& cr, const Case& cs) {
     try {
       ref_join(dual, y3.r, s3.r, b3.r, res.r, yds.r, sd.r, bd.r, zr);  // forward: the 16-bit maps SBAR reads
       ref_join(dual, y3.u, s3.u, b3.u, res.u, yds.u, sd.u, bd.u, zu);
-      ref_join(dual, y3.r, bn3.scale, bn3.shift, res.r, yds.r, bnd.scale, bnd.shift, zbr);  // backward's mask: fp32 maps
+      ref_join(dual, y3.r, bn3.scale, bn3.shift, res.r, yds.r, bnd.scale, bnd.shift,
+               zbr);  // backward's mask: fp32 maps
     } catch (const std::exception& e) {
       join_refs = e.what();
     }
@@ -1782,15 +1828,13 @@ void run_join(Gpu& g, CaseRun& cr, const Case& cs) {
     };
 
     cr.run(kr.sbar, [&](Row& r) {
-      r.unfused = dual ? "apply (ds), apply+add+ReLU" : "apply+add+ReLU";
-      r.unfused_ms = time_ms(g, join_unfused);
-      Fused f = sbar(dt, c, cv.h, z.n, dual);
-      build(g, f, Numerics::Any);
-      if (!planned(r, f)) return;
+      time_unfused(g, r, dual ? "apply (ds), apply+add+ReLU" : "apply+add+ReLU", join_unfused);
+      Fused f = built(g, sbar(dt, c, cv.h, z.n, dual));
       void* yf = a.of(dt, z.nx);
-      Pack p = bind(f, {{"x", y3.h}, {"s", s3.h}, {"b", b3.h}, {"z", dual ? yds.h : res.h}, {"s2", sd.h}, {"b2", bd.h}, {"y", yf}});
-      r.fused_ms = time_ms(g, [&] { run_graph(g, f, p); });
-      run_fresh(g, f, p);
+      if (!measure(g, r, f,
+                   {{"x", y3.h}, {"s", s3.h}, {"b", b3.h}, {"z", dual ? yds.h : res.h}, {"s2", sd.h}, {"b2", bd.h},
+                    {"y", yf}}))
+        return;
       verify(r, join_refs, [&] { r.checks.push_back(check(g, "y", dt, yf, zr, zu, z.nx)); });
     });
     if (!conv) continue;
@@ -1800,22 +1844,19 @@ void run_join(Gpu& g, CaseRun& cr, const Case& cs) {
     if (!zin.h) zin = stored(g, a, dt, zu, z.nx);
 
     cr.run(kr.dbarcs, [&](Row& r) {
-      r.unfused = dual ? "apply (ds), apply+add+ReLU, conv, stats" : "apply+add+ReLU, conv, stats";
-      r.unfused_ms = time_ms(g, [&] {
+      time_unfused(g, r, dual ? "apply (ds), apply+add+ReLU, conv, stats" : "apply+add+ReLU, conv, stats", [&] {
         join_unfused();
         convs.run(Dir::Fprop, false, z16, w.h, y16);
         fwd_c->run(kStats);
       });
-      Fused f = dbarcs(dt, cv, z.n, dual);
-      build(g, f, Numerics::Any);
-      if (!planned(r, f)) return;
+      Fused f = built(g, dbarcs(dt, cv, z.n, dual));
       void* ryf = a.of(dt, z.nx);
       void* yf = a.of(dt, z.ny);
       float* sf = a.f32(2 * size_t(k));
-      Pack p = bind(f, {{"x", y3.h}, {"s", s3.h}, {"b", b3.h}, {"z", dual ? yds.h : res.h}, {"s2", sd.h}, {"b2", bd.h},
-                        {"w", w.h}, {"relu_y", ryf}, {"y", yf}, {"sum", sf}, {"sq", sf + k}});
-      r.fused_ms = time_ms(g, [&] { run_graph(g, f, p); });
-      run_fresh(g, f, p);
+      if (!measure(g, r, f,
+                   {{"x", y3.h}, {"s", s3.h}, {"b", b3.h}, {"z", dual ? yds.h : res.h}, {"s2", sd.h}, {"b2", bd.h},
+                    {"w", w.h}, {"relu_y", ryf}, {"y", yf}, {"sum", sf}, {"sq", sf + k}}))
+        return;
       verify(r, kind_refs, [&] {
         r.checks.push_back(check(g, "relu_y", dt, ryf, zr, zu, z.nx));
         r.checks.push_back(check(g, "y", dt, yf, yzr, yzu, z.ny));
@@ -1836,22 +1877,21 @@ void run_join(Gpu& g, CaseRun& cr, const Case& cs) {
     for (float*& p : o) p = a.f32(cc);
     bool dgrad_ok = false;
     cr.run(kr.dgrad, [&](Row& r) {
-      r.unfused = dual ? "dgrad, BN reductions (bn3 with the skip gradient, ds)" : "dgrad, BN reduction (with the skip gradient)";
-      r.unfused_ms = time_ms(g, [&] {
+      const char* what = dual ? "dgrad, BN reductions (bn3 with the skip gradient, ds)"
+                              : "dgrad, BN reduction (with the skip gradient)";
+      time_unfused(g, r, what, [&] {
         convs.run(Dir::Dgrad, false, dy.h, w.h, g16);
         bwd_3->run(kReduce);
         if (dual) bwd_d->run(kReduce);
       });
-      Fused f = join_dgrad(dt, cv, z.n, dual);
-      build(g, f, Numerics::Any);
-      if (!planned(r, f)) return;
-      Pack p = bind(f, {{"dy", dy.h}, {"w", w.h}, {"dyb", dyb.h}, {"x", y3.h}, {"mean", bn3.mean}, {"invstd", bn3.invstd},
-                        {"gamma", bn3.gamma}, {"beta", bn3.beta}, {"r", res.h}, {"x2", yds.h}, {"mean2", bnd.mean},
-                        {"invstd2", bnd.invstd}, {"gamma2", bnd.gamma}, {"beta2", bnd.beta}, {"dz", dzf},
-                        {"dscale", o[0]}, {"dbias", o[1]}, {"a", o[2]}, {"b", o[3]}, {"c", o[4]},
-                        {"dscale2", o[5]}, {"dbias2", o[6]}, {"a2", o[7]}, {"b2", o[8]}, {"c2", o[9]}});
-      r.fused_ms = time_ms(g, [&] { run_graph(g, f, p); });
-      run_fresh(g, f, p);
+      Fused f = built(g, join_dgrad(dt, cv, z.n, dual));
+      if (!measure(g, r, f,
+                   {{"dy", dy.h}, {"w", w.h}, {"dyb", dyb.h}, {"x", y3.h}, {"mean", bn3.mean}, {"invstd", bn3.invstd},
+                    {"gamma", bn3.gamma}, {"beta", bn3.beta}, {"r", res.h}, {"x2", yds.h}, {"mean2", bnd.mean},
+                    {"invstd2", bnd.invstd}, {"gamma2", bnd.gamma}, {"beta2", bnd.beta}, {"dz", dzf},
+                    {"dscale", o[0]}, {"dbias", o[1]}, {"a", o[2]}, {"b", o[3]}, {"c", o[4]},
+                    {"dscale2", o[5]}, {"dbias2", o[6]}, {"a2", o[7]}, {"b2", o[8]}, {"c2", o[9]}}))
+        return;
       dgrad_ok = true;
       verify(r, kind_refs, [&] {
         r.checks.push_back(check(g, "dz", dt, dzf, dzr, dzu, z.nx));
@@ -1865,8 +1905,7 @@ void run_join(Gpu& g, CaseRun& cr, const Case& cs) {
     });
 
     cr.run(kr.apply, [&](Row& r) {
-      r.unfused = dual ? "BN backward dx (bn3, ds)" : "BN backward dx";
-      r.unfused_ms = time_ms(g, [&] {
+      time_unfused(g, r, dual ? "BN backward dx (bn3, ds)" : "BN backward dx", [&] {
         bwd_3->run(kDx);
         if (dual) bwd_d->run(kDx);
       });
@@ -1876,16 +1915,14 @@ void run_join(Gpu& g, CaseRun& cr, const Case& cs) {
         coef_to_abc(bn3, o[2], o[3], o[4]);
         if (dual) coef_to_abc(bnd, o[7], o[8], o[9]);
       }
-      Fused f = dbn_apply(dt, c, cv.h, z.n, dual);
-      build(g, f, Numerics::Any);
-      if (!planned(r, f)) return;
-      if (!dgrad_ok) r.engine += " (inputs from bn.cu: the join's fused dgrad did not run)";
+      Fused f = built(g, dbn_apply(dt, c, cv.h, z.n, dual));
       void* dxf = a.of(dt, z.nx);
       void* dx2f = a.of(dt, z.nx);
-      Pack p = bind(f, {{"dy", dz}, {"x", y3.h}, {"a", o[2]}, {"b", o[3]}, {"c", o[4]}, {"x2", yds.h}, {"a2", o[7]},
-                        {"b2", o[8]}, {"c2", o[9]}, {"dx", dxf}, {"dx2", dx2f}});
-      r.fused_ms = time_ms(g, [&] { run_graph(g, f, p); });
-      run_fresh(g, f, p);
+      if (!measure(g, r, f,
+                   {{"dy", dz}, {"x", y3.h}, {"a", o[2]}, {"b", o[3]}, {"c", o[4]}, {"x2", yds.h}, {"a2", o[7]},
+                    {"b2", o[8]}, {"c2", o[9]}, {"dx", dxf}, {"dx2", dx2f}}))
+        return;
+      if (!dgrad_ok) r.engine += " (inputs from bn.cu: the join's fused dgrad did not run)";
       verify(r, kind_refs, [&] {
         r.checks.push_back(check(g, "dx", dt, dxf, dx3r, dx3u, z.nx));
         if (dual) r.checks.push_back(check(g, "dx2", dt, dx2f, dxdr, dxdu, z.nx));
@@ -1895,38 +1932,7 @@ void run_join(Gpu& g, CaseRun& cr, const Case& cs) {
   if (!conv) return;
 
   // conv+genstats on a join's output (the path without DBARCS), then its batch norm's finalize.
-  float *yr = a.f32(z.ny), *yu = a.f32(z.ny), *sr = nullptr, *su = nullptr;
-  std::vector<double> exact;
-  std::string cg_refs = refs_failed;
-  if (cg_refs.empty()) try {
-      convs.run(Dir::Fprop, true, zin.r, w.r, yr);
-      convs.run(Dir::Fprop, true, zin.u, w.u, yu);
-      sr = channel_sums_f32(g, a, yr, z.m_out, k, &exact);
-      su = channel_sums_f32(g, a, yu, z.m_out, k);
-    } catch (const std::exception& e) {
-      cg_refs = e.what();
-    }
-  cr.run(r_cg, [&](Row& r) {
-    r.unfused = "conv+stats";
-    r.unfused_ms = time_ms(g, [&] {
-      convs.run(Dir::Fprop, false, zin.h, w.h, y16);
-      fwd_c->run(kStats);
-    });
-    Fused f = conv_genstats(dt, cv, z.n);
-    build(g, f, Numerics::Any);
-    if (!planned(r, f)) return;
-    void* yf = a.of(dt, z.ny);
-    float* sf = a.f32(2 * size_t(k));
-    Pack p = bind(f, {{"x", zin.h}, {"w", w.h}, {"y", yf}, {"sum", sf}, {"sq", sf + k}});
-    r.fused_ms = time_ms(g, [&] { run_graph(g, f, p); });
-    run_fresh(g, f, p);
-    verify(r, cg_refs, [&] {
-      r.checks.push_back(check(g, "y", dt, yf, yr, yu, z.ny));
-      r.checks.push_back(check(g, "sum", kF32, sf, sr, su, size_t(k)));
-      r.checks.push_back(check(g, "sq", kF32, sf + k, sr + k, su + k, size_t(k)));
-    });
-  });
-  finalize_row(g, a, cr, r_fin, bnc, exact, cg_refs);
+  conv_genstats_rows(g, a, cr, convs, cv, zin, w, bnc, r_cg, r_fin, "");
 }
 
 // The bf16 controls on the generic runtime-fusion engine: sbr+conv without statistics and dgrad + dReLU +
@@ -1950,23 +1956,20 @@ void run_controls(Gpu& g, CaseRun& cr, const Case& cs) {
     const In x = random_in(g, a, dt, z.nx, seed_of(cs, 11), 1.5f, 0.2f, true);
     cr.run(r_sum, [&](Row& r) {
       void* y16 = a.of(dt, z.ny);
-      r.unfused = "plain conv (the sum alone costs the epilogue this much)";
-      r.unfused_ms = time_ms(g, [&] { convs.run(Dir::Fprop, false, x.h, w.h, y16); });
-      Fused f = conv_sum(dt, cv, z.n);
-      build(g, f, Numerics::Any);
-      if (!planned(r, f)) return;
+      time_unfused(g, r, "plain conv (the sum alone costs the epilogue this much)",
+                   [&] { convs.run(Dir::Fprop, false, x.h, w.h, y16); });
+      Fused f = built(g, conv_sum(dt, cv, z.n));
       void* yf = a.of(dt, z.ny);
       float* sf = a.f32(size_t(k));
-      Pack p = bind(f, {{"x", x.h}, {"w", w.h}, {"y", yf}, {"sum", sf}});
-      r.fused_ms = time_ms(g, [&] { run_graph(g, f, p); });
-      run_fresh(g, f, p);
+      if (!measure(g, r, f, {{"x", x.h}, {"w", w.h}, {"y", yf}, {"sum", sf}})) return;
       float *yr = a.f32(z.ny), *yu = a.f32(z.ny);
       std::string refs;
       verify(r, refs, [&] {
         convs.run(Dir::Fprop, true, x.r, w.r, yr);
         convs.run(Dir::Fprop, true, x.u, w.u, yu);
         r.checks.push_back(check(g, "y", dt, yf, yr, yu, z.ny));
-        r.checks.push_back(check(g, "sum", kF32, sf, channel_sums_f32(g, a, yr, z.m_out, k), channel_sums_f32(g, a, yu, z.m_out, k), size_t(k)));
+        r.checks.push_back(check(g, "sum", kF32, sf, channel_sums_f32(g, a, yr, z.m_out, k),
+                                 channel_sums_f32(g, a, yu, z.m_out, k), size_t(k)));
       });
     });
     return;
@@ -1978,8 +1981,7 @@ void run_controls(Gpu& g, CaseRun& cr, const Case& cs) {
   void* y16 = a.of(dt, z.ny);
   auto fwd_p = bn_forward_passes(g, dt, bnp, y0.h, nullptr, true, x16);
   cr.run(r_sbr, [&](Row& r) {
-    r.unfused = "apply+ReLU, conv";
-    r.unfused_ms = time_ms(g, [&] {
+    time_unfused(g, r, "apply+ReLU, conv", [&] {
       fwd_p->run(kApply);
       convs.run(Dir::Fprop, false, x16, w.h, y16);
     });
@@ -1987,13 +1989,11 @@ void run_controls(Gpu& g, CaseRun& cr, const Case& cs) {
     const In s = stored(g, a, dt, bnp.scale, size_t(c)), b = stored(g, a, dt, bnp.shift, size_t(c));
     Fused f = first_supported(g, {{"s/b FLOAT", [&] { return sbr_conv(dt, cv, z.n, kFloat, false); }},
                                   {"s/b BF16", [&] { return sbr_conv(dt, cv, z.n, dt.fe, false); }}});
-    if (!planned(r, f)) return;
     const bool f32_sb = f.variant == "s/b FLOAT";
     void* yf = a.of(dt, z.ny);
-    Pack p = bind(f, {{"x", y0.h}, {"s", f32_sb ? static_cast<const void*>(bnp.scale) : s.h},
-                      {"b", f32_sb ? static_cast<const void*>(bnp.shift) : b.h}, {"w", w.h}, {"y", yf}});
-    r.fused_ms = time_ms(g, [&] { run_graph(g, f, p); });
-    run_fresh(g, f, p);
+    const void* sp = f32_sb ? static_cast<const void*>(bnp.scale) : s.h;
+    const void* bp = f32_sb ? static_cast<const void*>(bnp.shift) : b.h;
+    if (!measure(g, r, f, {{"x", y0.h}, {"s", sp}, {"b", bp}, {"w", w.h}, {"y", yf}})) return;
     verify(r, "", [&] {
       float *xr = a.f32(z.nx), *xu = a.f32(z.nx), *yr = a.f32(z.ny), *yu = a.f32(z.ny);
       ref_apply(g, a, y0.r, z.m_in, c, f32_sb ? bnp.scale : s.r, f32_sb ? bnp.shift : b.r, nullptr, true, xr);
@@ -2008,16 +2008,12 @@ void run_controls(Gpu& g, CaseRun& cr, const Case& cs) {
   const In xrelu = random_in(g, a, dt, z.nx, seed_of(cs, 16), 1.f, 0.f, true);  // the stored ReLU output
   cr.run(r_dgs, [&](Row& r) {
     void* g16 = a.of(dt, z.nx);
-    r.unfused = "plain dgrad (the dReLU and sum alone cost the epilogue this much)";
-    r.unfused_ms = time_ms(g, [&] { convs.run(Dir::Dgrad, false, dy.h, w.h, g16); });
-    Fused f = dgrad_drelu_sum(dt, cv, z.n);
-    build(g, f, Numerics::Any);
-    if (!planned(r, f)) return;
+    time_unfused(g, r, "plain dgrad (the dReLU and sum alone cost the epilogue this much)",
+                 [&] { convs.run(Dir::Dgrad, false, dy.h, w.h, g16); });
+    Fused f = built(g, dgrad_drelu_sum(dt, cv, z.n));
     void* dzf = a.of(dt, z.nx);
     float* sf = a.f32(size_t(c));
-    Pack p = bind(f, {{"dy", dy.h}, {"w", w.h}, {"x", xrelu.h}, {"dz", dzf}, {"sum", sf}});
-    r.fused_ms = time_ms(g, [&] { run_graph(g, f, p); });
-    run_fresh(g, f, p);
+    if (!measure(g, r, f, {{"dy", dy.h}, {"w", w.h}, {"x", xrelu.h}, {"dz", dzf}, {"sum", sf}})) return;
     verify(r, "", [&] {
       float *gr = a.f32(z.nx), *gu = a.f32(z.nx);
       convs.run(Dir::Dgrad, true, dy.r, w.r, gr);
@@ -2026,7 +2022,8 @@ void run_controls(Gpu& g, CaseRun& cr, const Case& cs) {
       relu_mask_kernel<<<grid_for(z.nx), 256, 0, g.s>>>(gu, xrelu.u, gu, z.nx);
       KERNEL_CHECK();
       r.checks.push_back(check(g, "dz", dt, dzf, gr, gu, z.nx));
-      r.checks.push_back(check(g, "sum", kF32, sf, channel_sums_f32(g, a, gr, z.m_in, c), channel_sums_f32(g, a, gu, z.m_in, c), size_t(c)));
+      r.checks.push_back(check(g, "sum", kF32, sf, channel_sums_f32(g, a, gr, z.m_in, c),
+                               channel_sums_f32(g, a, gu, z.m_in, c), size_t(c)));
     });
   });
 }
@@ -2052,7 +2049,8 @@ void run_case(Gpu& g, Report& rep, const Case& cs, bool controls) {
     (void)cudaGetLastError();
     cr.finish(std::string("case failed: ") + e.what());
     const cudaError_t sticky = cudaDeviceSynchronize();
-    if (sticky != cudaSuccess) throw StopRun(std::string("CUDA error ") + cudaGetErrorString(sticky) + " in " + cs.name);
+    if (sticky != cudaSuccess)
+      throw StopRun(std::string("CUDA error ") + cudaGetErrorString(sticky) + " in " + cs.name);
   }
 }
 
@@ -2081,8 +2079,9 @@ int run(const Options& opt) {
   std::vector<Case> cases = resnet50_cases();
   if (!opt.only.empty()) {
     const std::regex re(opt.only);
-    cases.erase(std::remove_if(cases.begin(), cases.end(), [&](const Case& c) { return !std::regex_search(c.name, re); }),
-                cases.end());
+    cases.erase(
+        std::remove_if(cases.begin(), cases.end(), [&](const Case& c) { return !std::regex_search(c.name, re); }),
+        cases.end());
   }
   if (opt.list) {
     list_cases(cases);
@@ -2091,13 +2090,16 @@ int run(const Options& opt) {
   int devices = 0;
   const cudaError_t de = cudaGetDeviceCount(&devices);
   if (de != cudaSuccess || devices == 0) {
-    std::fprintf(stderr, "cudnn_fusion_probe: no GPU visible (%s): run it on the GPU machine (scripts/gpu_probe.sh)\n",
+    std::fprintf(stderr,
+                 "cudnn_fusion_probe: no GPU visible (%s): run it on the GPU machine (scripts/gpu_probe.sh)\n",
                  de != cudaSuccess ? cudaGetErrorString(de) : "0 devices");
     return 77;
   }
   cudnn_frontend::cudnn_dlhandle = dlopen("libcudnn.so.9", RTLD_NOW | RTLD_GLOBAL);
   if (!cudnn_frontend::cudnn_dlhandle) {
-    std::fprintf(stderr, "cudnn_fusion_probe: cannot load libcudnn.so.9 (%s): put cuDNN's folder on LD_LIBRARY_PATH\n", dlerror());
+    std::fprintf(stderr,
+                 "cudnn_fusion_probe: cannot load libcudnn.so.9 (%s): put cuDNN's folder on LD_LIBRARY_PATH\n",
+                 dlerror());
     return 1;
   }
   const double t0 = now_s();
@@ -2108,11 +2110,12 @@ int run(const Options& opt) {
   g.deadline = t0 + opt.budget_s;
   cudaDeviceProp prop{};
   CUDA_CHECK(cudaGetDeviceProperties(&prop, 0));
-  std::printf("cudnn_fusion_probe: %s sm_%d%d, cuDNN %zu, frontend %d.%d.%d, batch %ld, budget %.0f s, %d plan(s) per "
-              "graph, %d timed runs each; %zu cases%s\n",
-              prop.name, prop.major, prop.minor, cudnnGetVersion(), CUDNN_FRONTEND_MAJOR_VERSION,
-              CUDNN_FRONTEND_MINOR_VERSION, CUDNN_FRONTEND_PATCH_VERSION, long(opt.batch), opt.budget_s, opt.plans,
-              opt.reps, cases.size(), opt.controls ? " then the bf16 controls" : "");
+  std::printf(
+      "cudnn_fusion_probe: %s sm_%d%d, cuDNN %zu, frontend %d.%d.%d, batch %ld, budget %.0f s, %d plan(s) per "
+      "graph, %d timed runs each; %zu cases%s\n",
+      prop.name, prop.major, prop.minor, cudnnGetVersion(), CUDNN_FRONTEND_MAJOR_VERSION,
+      CUDNN_FRONTEND_MINOR_VERSION, CUDNN_FRONTEND_PATCH_VERSION, long(opt.batch), opt.budget_s, opt.plans, opt.reps,
+      cases.size(), opt.controls ? " then the bf16 controls" : "");
   std::fflush(stdout);
   Report rep(t0);
   std::string stopped;
@@ -2138,7 +2141,8 @@ int main(int argc, char** argv) {
   app.add_option("--batch", opt.batch, "images per batch")->check(CLI::Range(int64_t(1), int64_t(4096)));
   app.add_option("--budget-s", opt.budget_s, "wall-clock budget: rows that would start later are reported as not run")
       ->check(CLI::Range(1.0, 3600.0));
-  app.add_option("--reps", opt.reps, "timed runs per measurement (the median is reported)")->check(CLI::Range(3, 1000));
+  app.add_option("--reps", opt.reps, "timed runs per measurement (the median is reported)")
+      ->check(CLI::Range(3, 1000));
   app.add_option("--plans", opt.plans, "plans built per graph in the heuristics' order; the fastest is kept")
       ->check(CLI::Range(1, 64));
   app.add_option("--only", opt.only, "only the cases whose first layer's name matches this regular expression");
