@@ -7,12 +7,12 @@
 #   cmake --build build -j2 --target cudnn_fusion_probe launch train_resnet test_worker_gpu gpu_model_driver
 #   scripts/gpu_pack.sh build            # copies the probe into .gpu/bin when it was built
 # Then on the GPU machine (device tool, carry [".gpu"], one GPU is enough):
-#   bash scripts/gpu_probe.sh [extra probe options, e.g. --only 'l3\.' --plans 3]
+#   bash scripts/gpu_probe.sh [probe options, e.g. --only 'l3\.' --plans 3; the budget is GPU_PROBE_BUDGET_S]
 # Time: at most 6 minutes of wall clock: the probe's rows stop starting after GPU_PROBE_BUDGET_S (default
 # 300 s) and it is killed 40 s after that; what finished is in the log either way.
 # Output: $OUT (default out/probe) holds probe.log (every row as it finished) and summary.md (the Markdown
 # tables); the summary is printed last. Exit: the probe's (0 done, 1 stopped by a GPU error, 124 killed at
-# the time limit), 77 without a GPU, 1 without the probe binary.
+# the time limit), 77 without a GPU, 1 without the probe binary, 2 a bad GPU_PROBE_BUDGET_S.
 #   GPU_BIN  folder of the probe binary (default .gpu/bin, else build/bin, else build-gpu/bin)
 set -uo pipefail
 root="$(cd "$(dirname "$0")/.." && pwd)"
