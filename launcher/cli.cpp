@@ -68,7 +68,7 @@ const char* const kExamples =
 struct Raw {
   std::string gpus, devices, nproc, nnodes = "1", master, token_file, job_id = "default", log_dir = "log",
       log_level = "info", host = "127.0.0.1", stream = "rank0", ckpt, summary, master_addr, rdzv_endpoint,
-      rdzv_id, rdzv_backend, redirects, tee, ranks_filter, python;
+      rdzv_id, rdzv_backend, redirects, tee, ranks_filter, python, restart_backoff = "1:60";
   int rank = -1, max_restart = 0, start_port = 0, master_port = 0;
   double elastic_timeout = 600, grace = 10;
   bool log_overwrite = false, dry_run = false, standalone = false, module = false, no_python = false,
@@ -145,6 +145,9 @@ Parsed parse_args(const std::vector<std::string>& args) {
   flag("--log_overwrite", r.log_overwrite, "truncate workerlog.N instead of appending");
   opt("--max_restart,--max-restarts,--max_restarts", r.max_restart,
       "after a worker failure, stop all workers and start them all again, up to N times")->capture_default_str();
+  opt("--restart-backoff,--restart_backoff", r.restart_backoff,
+      "INITIAL[:MAX] seconds to wait before a restart, doubling after each one up to MAX; 0: at once")
+      ->capture_default_str();
   opt("--start_port", r.start_port, "first port of the trainer endpoints (default: free ports)");
   flag("--dry-run,--dry_run", r.dry_run, "print each rank's command and environment, start nothing");
   opt("--stream", r.stream, "console output: rank0, all ([rank N] prefix), none")->capture_default_str();
@@ -399,6 +402,7 @@ CliResult parse_cli(int argc, const char* const* argv, const proto::EnvMap& env)
   o.host = r.host;
   o.host_given = r.given.at("--host");
   o.max_restart = r.max_restart;
+  o.restart_backoff = parse_restart_backoff(r.restart_backoff);
   if (r.given.at("--start_port")) o.start_port = r.start_port;
   o.dry_run = r.dry_run;
   o.stream = parse_stream(r.stream);

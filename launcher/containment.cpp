@@ -5,6 +5,7 @@
 #include <poll.h>
 #include <sched.h>
 #include <signal.h>
+#include <sys/inotify.h>
 #include <sys/prctl.h>
 #include <sys/signalfd.h>
 #include <sys/stat.h>
@@ -12,6 +13,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <chrono>
 #include <cstdlib>
@@ -125,7 +127,7 @@ class CgroupContainment final : public Containment {
 
   ~CgroupContainment() override {
     if (procs_fd_ >= 0) close(procs_fd_);
-    if (made_) {
+    if (made_ && !left_) {
       // The supervisor has reaped everything; whatever escaped it goes now.
       if (cgroup_populated(events_path_.c_str())) {
         kill_all();
@@ -143,9 +145,12 @@ class CgroupContainment final : public Containment {
   }
   ChildJoin child_join() const override { return {procs_fd_, getpid(), -1, -1}; }
 
+  // The workers are both our children and in the cgroup: each process once.
   std::vector<pid_t> members() const override {
     std::vector<pid_t> out = my_children();
     list_procs(dir_, out, 0);
+    std::sort(out.begin(), out.end());
+    out.erase(std::unique(out.begin(), out.end()), out.end());
     return out;
   }
   bool kill_all() override {
@@ -157,6 +162,17 @@ class CgroupContainment final : public Containment {
   }
   bool anything_left(bool launcher_has_children) const override { return launcher_has_children; }
   bool on_reaped(pid_t) override { return false; }
+  std::string leave() override {
+    left_ = true;
+    kill_all();
+    // The guard waits for the end of our pipe anyway: this byte tells it the launcher's end is
+    // no accident (nothing to report) and that processes may stay a while (wait for them).
+    if (guard_fd_ >= 0) {
+      [[maybe_unused]] ssize_t n = write(guard_fd_, "L", 1);
+    }
+    return "they stay in the job's cgroup " + dir_ + " (cgroup.kill written: each dies as soon as the kernel lets it); "
+           "its guard process (pid " + std::to_string(guard_pid_) + ") removes the cgroup once the last is gone";
+  }
 
  private:
   CgroupContainment() = default;
@@ -209,10 +225,12 @@ class CgroupContainment final : public Containment {
   // The guard: a process outside the job and outside the launcher's tree (double fork, its own
   // session, started before the launcher becomes a subreaper so that init adopts it). It waits
   // for the end of a pipe the launcher holds; when the launcher is gone, however, it kills the
-  // cgroup and removes it. After a clean end the launcher has removed it already.
+  // cgroup, waits until it is empty and removes it. After a clean end the launcher has removed
+  // it already; after leave() ('L' on the pipe) processes SIGKILL could not end yet may stay
+  // in it for as long as the kernel keeps them, and the guard waits that long.
   bool start_guard(std::string& why) {
-    int fds[2];
-    if (pipe2(fds, O_CLOEXEC) < 0) {
+    int fds[2], pid_pipe[2];
+    if (pipe2(fds, O_CLOEXEC) < 0 || pipe2(pid_pipe, O_CLOEXEC) < 0) {
       why = std::string("pipe2: ") + std::strerror(errno);
       return false;
     }
@@ -222,47 +240,82 @@ class CgroupContainment final : public Containment {
     const pid_t mid = fork();
     if (mid < 0) {
       why = std::string("fork: ") + std::strerror(errno);
-      close(fds[0]);
-      close(fds[1]);
+      for (int fd : {fds[0], fds[1], pid_pipe[0], pid_pipe[1]}) close(fd);
       return false;
     }
     if (mid == 0) {
       close(fds[1]);
+      close(pid_pipe[0]);
       setsid();
-      if (fork() != 0) _exit(0);  // the guard is the grandchild; init adopts it
+      const pid_t guard = fork();
+      if (guard != 0) {  // the guard is the grandchild; init adopts it
+        [[maybe_unused]] ssize_t n = write(pid_pipe[1], &guard, sizeof guard);
+        _exit(0);
+      }
       keep_only(fds[0]);
       struct sigaction ign {};
       ign.sa_handler = SIG_IGN;
       for (int s : {SIGINT, SIGTERM, SIGHUP, SIGQUIT, SIGUSR1, SIGUSR2, SIGPIPE}) sigaction(s, &ign, nullptr);
-      for (;;) {  // nothing is ever written: the read returns at the end of the pipe
+      bool handed_over = false;
+      for (;;) {  // the read returns at the end of the pipe; 'L' may come before it
         char b;
         const ssize_t r = read(3, &b, 1);
+        if (r > 0) handed_over = handed_over || b == 'L';
         if (r > 0 || (r < 0 && errno == EINTR)) continue;
         break;
       }
       // The launcher is gone (or done). Kill what is left of its job, then remove the cgroup.
       if (cgroup_populated(events_path)) {
         int fd = open(kill_path, O_WRONLY);
-        if (fd >= 0 && write(fd, "1", 1) == 1)
+        if (fd >= 0 && write(fd, "1", 1) == 1 && !handed_over)
           write_all(STDERR_FILENO, "launch: the launcher ended before its job: killed the job's remaining processes (cgroup.kill)\n");
         if (fd >= 0) close(fd);
-        for (int i = 0; i < 500 && cgroup_populated(events_path); ++i) sleep_ms(10);
+        wait_until_empty(events_path);
       }
       rmdir(dir);
       _exit(0);
     }
     close(fds[0]);
+    close(pid_pipe[1]);
     int st;
     while (waitpid(mid, &st, 0) < 0 && errno == EINTR) {
     }
+    if (read(pid_pipe[0], &guard_pid_, sizeof guard_pid_) != sizeof guard_pid_) guard_pid_ = -1;
+    close(pid_pipe[0]);
     guard_fd_ = fds[1];
     return true;
   }
 
+  // Until cgroup.events says "populated 0", however long that takes: the kernel notifies a
+  // change of it as a modification (inotify), so this waits without polling when it can.
+  // Async-signal-safe (the guard is a fork of a process with threads).
+  static void wait_until_empty(const char* events_path) {
+    int in = inotify_init1(IN_CLOEXEC);
+    if (in >= 0 && inotify_add_watch(in, events_path, IN_MODIFY) < 0) {
+      close(in);
+      in = -1;
+    }
+    alignas(inotify_event) char buf[4096];
+    while (cgroup_populated(events_path)) {  // watched before looked at: no change is missed
+      if (in < 0) {
+        sleep_ms(100);
+        continue;
+      }
+      pollfd p{in, POLLIN, 0};
+      if (poll(&p, 1, 1000) > 0 && read(in, buf, sizeof buf) < 0 && errno != EINTR) {
+        close(in);
+        in = -1;
+      }
+    }
+    if (in >= 0) close(in);
+  }
+
   std::string dir_, kill_path_, events_path_;
   bool made_ = false;
+  bool left_ = false;  // leave(): processes stay; the guard removes the cgroup after them
   int procs_fd_ = -1;
   int guard_fd_ = -1;
+  pid_t guard_pid_ = -1;
 };
 
 // ---------------------------------------------------------------------------------------------
@@ -319,7 +372,7 @@ class PidNamespaceContainment final : public Containment {
     for (int fd : {ns_fd_, own_fd_})
       if (fd >= 0) close(fd);
     if (pipe_fd_ >= 0) close(pipe_fd_);  // init kills what is left and exits
-    if (init_ > 0 && !init_gone_) {
+    if (init_ > 0 && !init_gone_ && !left_) {
       int st;
       for (int i = 0; i < 500; ++i) {
         pid_t r = waitpid(init_, &st, WNOHANG);
@@ -354,6 +407,11 @@ class PidNamespaceContainment final : public Containment {
     return out;
   }
   bool kill_all() override { return false; }
+  std::string leave() override {
+    left_ = true;
+    return "they stay in the job's PID namespace " + ns_link_ + ", whose init (pid " + std::to_string(init_) +
+           ") kills everything in it when launch exits; the kernel ends the namespace once the last is gone";
+  }
   bool anything_left(bool) const override { return !init_gone_ && !members().empty(); }
   bool on_reaped(pid_t pid) override {
     if (pid != init_) return false;
@@ -402,6 +460,7 @@ class PidNamespaceContainment final : public Containment {
   int ns_fd_ = -1;   // the namespace, for setns before a worker's fork
   int own_fd_ = -1;  // ours, for setns after it
   bool init_gone_ = false;
+  bool left_ = false;  // leave(): the kernel ends the namespace later, nobody waits for it
   std::string ns_link_;
 };
 
@@ -418,6 +477,10 @@ class ProcessGroupContainment final : public Containment {
   bool kill_all() override { return false; }
   bool anything_left(bool launcher_has_children) const override { return launcher_has_children; }
   bool on_reaped(pid_t) override { return false; }
+  std::string leave() override {
+    return "nothing holds them once launch exits (no cgroup or PID namespace here): init adopts them, and each "
+           "dies as soon as the kernel lets it";
+  }
 
  private:
   std::string why_;

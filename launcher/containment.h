@@ -79,6 +79,15 @@ class Containment {
   // The launcher reaped `pid` and it was none of its workers: true when it was the namespace's
   // init (every process of the namespace is gone with it).
   virtual bool on_reaped(pid_t pid) = 0;
+  // The supervisor gave up on processes that SIGKILL has not ended (uninterruptible sleep: a
+  // driver, a hung file system): the containment stops waiting for them at the launcher's end
+  // and leaves what outlives it in a known state, which the returned text tells the user --
+  //  - cgroup: the job's cgroup stays, cgroup.kill written (each process dies as soon as the
+  //    kernel lets it); the guard process removes the cgroup once the last one is gone;
+  //  - pidns: the namespace's init has been told to kill everything; the kernel ends the
+  //    namespace once they are gone;
+  //  - process groups: nothing holds them any more.
+  virtual std::string leave() = 0;
 };
 
 // Parses LAUNCH_CONTAINMENT ("auto" when empty); nullopt for auto. Throws UsageError.

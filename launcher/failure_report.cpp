@@ -34,8 +34,11 @@ void print_python_error(const std::string& path, const PythonError& e) {
 
 }  // namespace
 
-void print_failure_report(const JobOutcome& o, const std::string& log_dir) {
+void print_failure_report(const JobOutcome& o, const std::string& log_dir, NextStep next) {
   const auto& p = o.policy;
+  const std::string verdict = next.restart > 0 ? "restart " + std::to_string(next.restart) + " of " +
+                                                     std::to_string(next.max_restart) + " follows"
+                                               : "launch exits with " + std::to_string(p.exit_code());
   if (const auto& root = p.root()) {
     const int r = root->rank;
     const WorkerRecord* rec = nullptr;
@@ -46,8 +49,7 @@ void print_failure_report(const JobOutcome& o, const std::string& log_dir) {
     const std::string where =
         rec ? " (pid " + std::to_string(rec->pid) + ", " + launch::describe(rec->device) + ")" : "";
     log::error("==================== failure report ====================");
-    log::error("root cause: rank " + std::to_string(r) + " " + root->description + where + "; launch exits with " +
-               std::to_string(p.exit_code()));
+    log::error("root cause: rank " + std::to_string(r) + " " + root->description + where + "; " + verdict);
     const std::string error_file = worker_error_file(log_dir, r);
     if (auto e = read_error_file(error_file)) print_python_error(error_file, *e);
     if (rec) {
@@ -59,14 +61,16 @@ void print_failure_report(const JobOutcome& o, const std::string& log_dir) {
     log::error("========================================================");
   } else if (auto remote = p.remote_failure()) {
     log::error("==================== failure report ====================");
-    log::error("root cause, on another node: " + *remote + "; launch exits with " + std::to_string(p.exit_code()));
+    log::error("root cause, on another node: " + *remote + "; " + verdict);
     log::error("========================================================");
   } else if (auto s = p.launcher_signal()) {
     log::warn("job stopped by " + signal_name(*s) + "; launch exits with " + std::to_string(exit_code_for_signal(*s)));
   } else {
     log::info("all " + std::to_string(o.records.size()) + " worker(s) exited with code 0");
   }
-  if (o.stragglers > 0) log::error(std::to_string(o.stragglers) + " process(es) could not be killed");
+  if (!o.stragglers.empty())
+    log::error(std::to_string(o.stragglers.size()) + " process(es) could not be killed: " +
+               describe_processes(o.stragglers) + "; " + o.stragglers_left);
 }
 
 }  // namespace launch

@@ -6,6 +6,8 @@
 #include <string>
 #include <vector>
 
+#include "launcher/restart_backoff.h"
+
 namespace launch {
 
 enum class StreamMode { Rank0, All, None };
@@ -30,6 +32,7 @@ struct Options {
   bool log_overwrite = false;
   std::string host = "127.0.0.1";
   int max_restart = 0;  // restarts of the whole job after a worker failure
+  BackoffSpec restart_backoff;  // --restart-backoff INITIAL[:MAX]: the wait before each restart
   std::optional<int> start_port;
   bool dry_run = false;
   StreamMode stream = StreamMode::Rank0;

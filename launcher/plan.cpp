@@ -103,7 +103,9 @@ bool same_dir(const std::string& a, const std::string& b) {
 // too when both start in one folder) moves to OUTER/inner.RANK; a --log_dir naming the outer's
 // is refused. Returns the directory, and sets *note when it moved.
 std::string own_log_dir(const Options& opt, const EnvMap& parent, std::string* note) {
-  const std::string dir = absolute(opt.log_dir);
+  // Absolute and normal ("log/", "./log" and "log" read the same in every message).
+  std::string dir = std::filesystem::path(absolute(opt.log_dir)).lexically_normal().string();
+  while (dir.size() > 1 && dir.back() == '/') dir.pop_back();
   const LauncherEnv nested = launcher_env(parent);
   const auto outer = parent.find(proto::env::kPaddleLogDir);
   if (!nested.outer || outer == parent.end() || !same_dir(dir, outer->second)) return dir;

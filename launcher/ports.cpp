@@ -12,6 +12,7 @@
 #include <utility>
 
 #include "launcher/errors.h"
+#include "launcher/private_dir.h"
 
 namespace launch {
 
@@ -41,12 +42,12 @@ int bind_port(const std::string& host, uint16_t port, uint16_t* bound) {
   return fd;
 }
 
-// -1 when another live launch holds the port; -2 when locking is impossible (no lock dir).
+// -1 when another live launch holds the port; -2 when `dir` is empty (no locking).
 int lock_port(const std::string& dir, uint16_t port) {
-  std::string path = dir + "/" + std::to_string(port);
-  int fd = open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0666);
-  if (fd < 0) fd = open(path.c_str(), O_RDONLY | O_CLOEXEC);  // created by another user
-  if (fd < 0) return -2;
+  if (dir.empty()) return -2;
+  const std::string path = dir + "/" + std::to_string(port);
+  int fd = open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0600);
+  if (fd < 0) throw SystemError("cannot open the port lock " + path, errno);  // in a folder of ours
   if (flock(fd, LOCK_EX | LOCK_NB) < 0) {
     close(fd);
     return -1;
@@ -54,19 +55,15 @@ int lock_port(const std::string& dir, uint16_t port) {
   return fd;
 }
 
-bool ensure_lock_dir(const std::string& dir) {
-  if (dir.empty()) return false;
-  if (mkdir(dir.c_str(), 01777) == 0) {
-    chmod(dir.c_str(), 01777);  // shared by every user of the host, like /tmp; umask cut it
-    return true;
-  }
-  struct stat st;
-  return errno == EEXIST && stat(dir.c_str(), &st) == 0 && S_ISDIR(st.st_mode);
-}
-
 }  // namespace
 
 // ---------------------------------------------------------------------------------------------
+
+std::string port_lock_dir() {
+  const std::string base = temp_dir() + "/launch-" + std::to_string(getuid());
+  const std::string way_out = "set TMPDIR to a directory of yours to keep launch's port locks there";
+  return private_dir(private_dir(base, way_out) + "/ports", way_out);
+}
 
 bool is_ipv4_address(const std::string& host) {
   in_addr a;
@@ -74,11 +71,11 @@ bool is_ipv4_address(const std::string& host) {
 }
 
 PortReservation reserve_ports(const std::string& host, int count, std::optional<int> start_port,
-                              const std::string& lock_dir) {
+                              const std::optional<std::string>& lock_dir) {
   if (!is_ipv4_address(host))
     throw UsageError("--host '" + host + "' is not an IPv4 address (e.g. 127.0.0.1)");
   PortReservation r;
-  const bool locking = ensure_lock_dir(lock_dir);
+  const std::string dir = !lock_dir ? port_lock_dir() : lock_dir->empty() ? "" : private_dir(*lock_dir, "");
 
   if (start_port) {
     if (*start_port + count - 1 > 65535)
@@ -93,7 +90,7 @@ PortReservation reserve_ports(const std::string& host, int count, std::optional<
                          std::to_string(*start_port) + ") is in use; pick another --start_port "
                          "or leave it out to use free ports");
       r.sockets_.push_back(fd);
-      int lk = locking ? lock_port(lock_dir, p) : -2;
+      const int lk = lock_port(dir, p);
       if (lk == -1)
         throw UsageError("port " + std::to_string(p) + " (from --start_port) is held by another "
                          "launch on this host; pick another --start_port");
@@ -106,21 +103,30 @@ PortReservation reserve_ports(const std::string& host, int count, std::optional<
   // Sockets on ports another launch holds stay bound until we are done, so the kernel does not
   // hand them to us again.
   std::vector<int> skipped;
-  for (int attempts = 0; static_cast<int>(r.ports_.size()) < count; ++attempts) {
-    if (attempts > 4 * count + 256) {
-      for (int fd : skipped) close(fd);
-      throw SystemError("could not find " + std::to_string(count) + " free ports on " + host, EADDRINUSE);
+  struct CloseSkipped {
+    std::vector<int>& fds;
+    ~CloseSkipped() {
+      for (int fd : fds) close(fd);
     }
+  } close_skipped{skipped};
+  for (int attempts = 0; static_cast<int>(r.ports_.size()) < count; ++attempts) {
+    if (attempts > 4 * count + 256)
+      throw SystemError("could not find " + std::to_string(count) + " free ports on " + host, EADDRINUSE);
     uint16_t p = 0;
     int fd = bind_port(host, 0, &p);
     if (fd < 0) {
       int err = errno;
-      for (int s : skipped) close(s);
       if (err == EADDRNOTAVAIL)
         throw UsageError("--host " + host + " is not an address of this machine");
       throw SystemError("bind(" + host + ":0)", err);
     }
-    int lk = locking ? lock_port(lock_dir, p) : -2;
+    int lk;
+    try {
+      lk = lock_port(dir, p);
+    } catch (...) {
+      close(fd);
+      throw;
+    }
     if (lk == -1) {
       skipped.push_back(fd);
       continue;
@@ -129,7 +135,6 @@ PortReservation reserve_ports(const std::string& host, int count, std::optional<
     r.sockets_.push_back(fd);
     r.ports_.push_back(p);
   }
-  for (int fd : skipped) close(fd);
   return r;
 }
 

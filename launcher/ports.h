@@ -7,11 +7,16 @@
 // ports to anyone else's bind(0) meanwhile. The sockets must be closed before the workers start
 // (they bind those ports themselves), which reopens a window in which another launch's bind(0)
 // could draw the same port before our worker binds it. To close that window between launches,
-// each port is also claimed with flock() on /tmp/launch-ports/<port> for the whole life of the
-// job: a launch that draws a port another live launch holds the lock of skips it. The kernel
+// each port is also claimed with flock() on <port> in the port-lock folder for the whole life of
+// the job: a launch that draws a port another live launch holds the lock of skips it. The kernel
 // drops the locks when the launcher dies, even by SIGKILL. What remains is the race with
 // unrelated programs binding ports in the window between close() and the worker's bind(), the
 // same race torchrun and paddle accept.
+//
+// The folder is the user's own, $TMPDIR/launch-<uid>/ports (TMPDIR defaults to /tmp), checked
+// for owner, type and mode (private_dir.h): a shared /tmp/launch-ports that any local user could
+// plant as a file silently switched locking off. So launches of one user coordinate; those of
+// different users meet the same race as unrelated programs.
 #pragma once
 
 #include <cstdint>
@@ -35,16 +40,20 @@ class PortReservation {
   void release_sockets();
 
  private:
-  friend PortReservation reserve_ports(const std::string&, int, std::optional<int>, const std::string&);
+  friend PortReservation reserve_ports(const std::string&, int, std::optional<int>, const std::optional<std::string>&);
   std::vector<uint16_t> ports_;
   std::vector<int> sockets_;
   std::vector<int> locks_;
 };
 
 // `count` ports on IPv4 address `host`. With start_port: start_port .. start_port+count-1, each
-// checked free (UsageError if not). lock_dir empty: no cross-launch locks.
+// checked free (UsageError if not). lock_dir: nullopt for port_lock_dir(), empty for no
+// cross-launch locks, else a folder checked as port_lock_dir() is.
 PortReservation reserve_ports(const std::string& host, int count, std::optional<int> start_port,
-                              const std::string& lock_dir = "/tmp/launch-ports");
+                              const std::optional<std::string>& lock_dir = std::nullopt);
+
+// $TMPDIR/launch-<uid>/ports, made or checked; UsageError saying what is wrong and what to do.
+std::string port_lock_dir();
 
 bool is_ipv4_address(const std::string& host);
 

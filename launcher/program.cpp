@@ -88,18 +88,34 @@ std::vector<std::string> resolve_command(const std::vector<std::string>& command
   return argv;
 }
 
-std::string join_command(const std::vector<std::string>& argv) {
-  auto quote = [](const std::string& a) {
-    if (!a.empty() && a.find_first_not_of("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ"
-                                          "0123456789_-+=./:,@%") == std::string::npos)
-      return a;
-    std::string out = "'";
-    for (char c : a) out += c == '\'' ? std::string("'\\''") : std::string(1, c);
-    return out + "'";
-  };
+namespace {
+
+std::string shell_quote(const std::string& a) {
+  if (!a.empty() && a.find_first_not_of("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ"
+                                        "0123456789_-+=./:,@%") == std::string::npos)
+    return a;
+  std::string out = "'";
+  for (char c : a) out += c == '\'' ? std::string("'\\''") : std::string(1, c);
+  return out + "'";
+}
+
+}  // namespace
+
+std::string join_command(const std::vector<std::string>& argv) { return join_command(argv, std::string::npos); }
+
+std::string join_command(const std::vector<std::string>& argv, size_t max_chars) {
   std::string out;
-  for (size_t i = 0; i < argv.size(); ++i) out += (i ? " " : "") + quote(argv[i]);
-  return out;
+  size_t i = 0;
+  for (; i < argv.size(); ++i) {
+    const std::string q = shell_quote(argv[i]);
+    if (i > 0 && out.size() + 1 + q.size() > max_chars) break;  // argv[0] is always shown
+    out += (i ? " " : "") + q;
+  }
+  if (i == argv.size()) return out;
+  size_t bytes = 0;
+  for (size_t k = i; k < argv.size(); ++k) bytes += argv[k].size() + 1;
+  return out + " ... (" + std::to_string(argv.size() - i) + " more argument(s), " + std::to_string(bytes) +
+         " bytes, not shown)";
 }
 
 LookupContext real_lookup_context(const std::string& path_var, const std::string& python,

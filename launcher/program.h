@@ -27,6 +27,10 @@ std::vector<std::string> resolve_command(const std::vector<std::string>& command
 
 // argv as a shell would read it back ("python3 -u 'my script.py'"), for logs and --dry-run.
 std::string join_command(const std::vector<std::string>& argv);
+// The same for one log line: whole arguments up to `max_chars`, then how many arguments (and
+// bytes of them) were left out. 100,000 arguments must not become one 600 KB line.
+inline constexpr size_t kLoggedCommandChars = 1024;
+std::string join_command(const std::vector<std::string>& argv, size_t max_chars);
 
 // The I/O side: $PATH, /proc/self/exe, access()/stat(); `python` as above.
 LookupContext real_lookup_context(const std::string& path_var, const std::string& python = "",

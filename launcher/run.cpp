@@ -1,11 +1,11 @@
 #include "launcher/run.h"
 
-#include <algorithm>
-
 #include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
+#include <chrono>
+#include <cmath>
 #include <csignal>
 #include <iostream>
 
@@ -17,9 +17,12 @@
 #include "launcher/failure_report.h"
 #include "launcher/job_mode.h"
 #include "launcher/log.h"
+#include "launcher/log_lock.h"
 #include "launcher/output.h"
 #include "launcher/plan.h"
 #include "launcher/program.h"
+#include "launcher/restart_backoff.h"
+#include "launcher/seconds.h"
 #include "launcher/slurm/requeue.h"
 #include "launcher/stop_signals.h"
 #include "launcher/summary.h"
@@ -60,24 +63,40 @@ std::vector<WorkerPlan> worker_plans(const Plan& p, const RankLayout& layout, in
   return plans;
 }
 
-// After a failed generation: whether the job starts again.
-bool restart_follows(const JobOutcome& o, int generation, int max_restart, StopSignals& stops) {
+// After a generation: whether the job starts again; `why_not` says why it does not when a
+// restart was asked for (logged after the failure report).
+bool restart_follows(const JobOutcome& o, int generation, int max_restart, StopSignals& stops, std::string& why_not) {
   const ExitPolicy& policy = o.policy;
   if (policy.exit_code() == 0 || policy.launcher_signal() || (!policy.root_rank() && !policy.remote_failure()))
     return false;
   if (generation >= max_restart) {
     if (max_restart > 0)
-      log::error("no restart left (--max_restart " + std::to_string(max_restart) + "); launch exits with " +
-                 std::to_string(policy.exit_code()));
+      why_not = "no restart left (--max_restart " + std::to_string(max_restart) + "); launch exits with " +
+                std::to_string(policy.exit_code());
     return false;
   }
   if (auto s = stops.poll()) {
-    log::warn(signal_name(*s) + " arrived while the job was failing: not restarting");
+    why_not = signal_name(*s) + " arrived while the job was failing: not restarting";
     return false;
   }
-  log::warn("restarting all " + std::to_string(o.records.size()) + " worker(s) (restart " +
-            std::to_string(generation + 1) + " of " + std::to_string(max_restart) +
-            ", PADDLE_RESTART_COUNT=" + std::to_string(generation + 1) + ")");
+  return true;
+}
+
+// The wait before restart `restart` (--restart-backoff); a stop signal ends it, and the job.
+bool wait_before_restart(double delay_s, int restart, const Plan& p, size_t workers, StopSignals& stops) {
+  log::warn("restarting all " + std::to_string(workers) + " worker(s) " +
+            (delay_s > 0 ? "in " + seconds_text(delay_s) + " s " : std::string()) + "(restart " +
+            std::to_string(restart) + " of " + std::to_string(p.opt.max_restart) +
+            ", PADDLE_RESTART_COUNT=" + std::to_string(restart) + "; --restart-backoff " +
+            describe(p.opt.restart_backoff) + ")");
+  if (delay_s <= 0) return true;
+  try {
+    stops.wait_readable(-1, static_cast<int>(std::ceil(delay_s * 1000)), "waiting to restart");
+  } catch (const StopRequested& e) {
+    log::warn(signal_name(e.sig()) + " arrived during the wait before restart " + std::to_string(restart) +
+              ": not restarting");
+    return false;
+  }
   return true;
 }
 
@@ -118,20 +137,33 @@ int run_job(const Plan& p, const ConsoleStreams& console) {
   cfg.log_console = console.err.get();
 
   JobOutcome outcome;
+  RestartBackoff backoff(p.opt.restart_backoff);
+  LogLocks log_locks;  // held until we exit, whatever the generation
   for (int gen = 0;; ++gen) {
     const RankLayout layout = mode->start(gen);
+    std::vector<int> ranks;
+    for (int i = 0; i < p.n(); ++i) ranks.push_back(layout.first_rank + i);
+    log_locks.hold(p.job.log_dir, ranks);  // a second launch on these workerlog.N is refused
     mode->install(cfg);
     // The first run truncates the logs if asked; a restart appends to what the failed run wrote.
     cfg.log_overwrite = p.opt.log_overwrite && gen == 0;
     const std::vector<WorkerPlan> plans = worker_plans(p, layout, gen);
-    log::info("job " + p.job.job_id + ": " + std::to_string(p.n()) + " worker(s) of " + join_command(p.command) +
-              "; logs in " + p.job.log_dir + (layout.store_addr.empty() ? "" : "; store at " + layout.store_addr) +
+    log::info("job " + p.job.job_id + ": " + std::to_string(p.n()) + " worker(s) of " +
+              join_command(p.command, kLoggedCommandChars) + "; logs in " + p.job.log_dir +
+              (layout.store_addr.empty() ? "" : "; store at " + layout.store_addr) +
               (gen > 0 ? "; restart " + std::to_string(gen) + " of " + std::to_string(p.opt.max_restart) : ""));
+    const auto started = std::chrono::steady_clock::now();
     outcome = supervise(plans, cfg);
     outcome.restart_count = gen;
-    print_failure_report(outcome, p.job.log_dir);
+    std::string why_not;
+    bool again = restart_follows(outcome, gen, p.opt.max_restart, stops, why_not);
+    print_failure_report(outcome, p.job.log_dir, again ? NextStep{gen + 1, p.opt.max_restart} : NextStep{});
     repeat_last_words(outcome, console);
-    const bool again = restart_follows(outcome, gen, p.opt.max_restart, stops);
+    if (!why_not.empty()) log::error(why_not);
+    if (again) {
+      const double ran = std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
+      again = wait_before_restart(backoff.next(ran), gen + 1, p, plans.size(), stops);
+    }
     mode->finish(outcome.policy.exit_code(), !again);
     if (!again) break;
   }

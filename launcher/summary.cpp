@@ -37,6 +37,9 @@ std::string summary_json(const std::string& job_id, const JobOutcome& o) {
   j["restart_count"] = o.restart_count;
   j["launcher_signal"] = nullptr;
   if (auto s = o.policy.launcher_signal()) j["launcher_signal"] = signal_name(*s);
+  j["stragglers"] = json::array();  // processes SIGKILL could not end (uninterruptible sleep)
+  for (const auto& p : o.stragglers)
+    j["stragglers"].push_back({{"pid", p.pid}, {"command", p.command}, {"state", std::string(1, p.state)}});
   j["ranks"] = json::array();
   for (const auto& r : o.records) {
     json rec{{"rank", r.rank},

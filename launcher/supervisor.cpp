@@ -11,7 +11,6 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
-#include <fstream>
 #include <map>
 #include <memory>
 #include <set>
@@ -47,14 +46,6 @@ double now_unix() {
   timespec ts;
   clock_gettime(CLOCK_REALTIME, &ts);
   return static_cast<double>(ts.tv_sec) + static_cast<double>(ts.tv_nsec) * 1e-9;
-}
-
-// The state letter of /proc/<pid>/stat ('R', 'S', 'D', 'T', 't', 'Z', ...); 0 when gone.
-char process_state(pid_t pid) {
-  std::ifstream f("/proc/" + std::to_string(pid) + "/stat");
-  std::string stat((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
-  const size_t paren = stat.rfind(')');
-  return paren != std::string::npos && paren + 2 < stat.size() ? stat[paren + 2] : 0;
 }
 
 void arm(int fd, double seconds, bool periodic = false) {
@@ -158,7 +149,8 @@ class Loop {
   std::vector<size_t> failed_;
   size_t live_ = 0;
   bool have_children_ = true;
-  int stragglers_ = 0;
+  std::vector<ProcessInfo> stragglers_;
+  std::string stragglers_left_;
   Console* console_ = cfg_.console;
   // Teardown: the signal of this phase, the workers' process groups (signalled as groups) and
   // the processes outside them signalled since the phase began (each gets it once).
@@ -374,6 +366,7 @@ void Loop::act_on(const LostPeerReport& r) {
                  seconds_text(std::chrono::duration<double>(cfg_.remote_wait).count()) + " s for that node's report");
       begin_stop(SIGTERM);
       arm(await_fd_, std::chrono::duration<double>(cfg_.remote_wait).count());
+      if (cfg_.remote_peer_lost && r.peer) cfg_.remote_peer_lost(*r.peer, r.what);
       break;
     case ExitPolicy::Verdict::Consequence:
       log::debug(describe(r.noticer, r.end) + " (lost a peer: " + r.what + ")");
@@ -498,10 +491,16 @@ void Loop::on_timer() {
     phase_ = Phase::Killing;
     arm(timer_fd_, kKillBoundS);
   } else if (phase_ == Phase::Killing) {
-    stragglers_ = static_cast<int>(box_.members().size());
-    log::error(std::to_string(stragglers_) + " process(es) still alive " + seconds_text(kKillBoundS) +
-               " s after SIGKILL (uninterruptible sleep?); giving up waiting for them");
+    const pid_t self = getpid();
+    for (pid_t p : box_.members())  // each once; the dead that wait to be reaped are no stragglers
+      if (auto info = p == self ? std::nullopt : process_info(p); info && info->state != 'Z' && info->state != 'X')
+        stragglers_.push_back(*info);
     phase_ = Phase::Done;
+    if (stragglers_.empty()) return;
+    stragglers_left_ = box_.leave();
+    log::error(std::to_string(stragglers_.size()) + " process(es) still alive " + seconds_text(kKillBoundS) +
+               " s after SIGKILL: " + describe_processes(stragglers_) + "; giving up waiting for them: " +
+               stragglers_left_);
   }
 }
 
@@ -640,6 +639,7 @@ JobOutcome Loop::run(const std::vector<WorkerPlan>& plans) {
   if (cfg_.log_console && cfg_.log_console != console_) cfg_.log_console->report();
   out.policy = policy_;
   out.stragglers = stragglers_;
+  out.stragglers_left = stragglers_left_;
   return out;
 }
 

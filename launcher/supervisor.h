@@ -22,6 +22,7 @@
 #include "launcher/exit_policy.h"
 #include "launcher/options.h"
 #include "launcher/output.h"
+#include "launcher/proc_info.h"
 
 namespace launch {
 
@@ -72,12 +73,19 @@ struct SupervisorConfig {
   // before the worker is named (a dead launcher is declared after 5 s without a heartbeat, one
   // period more to notice, and a margin).
   std::chrono::milliseconds remote_wait{8000};
+  // Multi-node: told (on this thread, bounded) when one of our workers lost global rank `rank`
+  // of another node, before the wait above: that evidence lets the job monitor name a dead
+  // launcher at once (remote_fd fires) instead of after the heartbeat timeout.
+  std::function<void(int rank, const std::string& what)> remote_peer_lost;
 };
 
 struct JobOutcome {
   ExitPolicy policy;
   std::vector<WorkerRecord> records;
-  int stragglers = 0;  // processes still alive after SIGKILL and the last bound (should be 0)
+  // Processes still alive after SIGKILL and the last bound (uninterruptible sleep; should be
+  // none), and what the containment leaves of them (Containment::leave).
+  std::vector<ProcessInfo> stragglers;
+  std::string stragglers_left;
   int restart_count = 0;  // which generation this was (set by the caller; 0: the first run)
 };
 

@@ -218,7 +218,7 @@ struct Client::Impl {
         return;
       }
       ms left = remaining(connect_deadline);
-      if (left.count() == 0)
+      if (left.count() == 0 || !opts.retry_connect)
         throw StoreError(Kind::Connection, "could not reach the store at " + opts.address + ": " + last +
                                                " (is the launcher running? check " + opts.address_source + ")");
       // Backoff between attempts, not synchronisation: the launcher may still be starting.
@@ -298,6 +298,7 @@ namespace {
     case Status::TooLarge:
     case Status::NotInteger:
     case Status::ReservedKey:
+    case Status::QuotaExceeded:
       throw StoreError(Kind::Invalid, "store rejected " + what + " (" + std::string(status_name(r.status)) +
                                           "): " + r.message);
     default:

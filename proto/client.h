@@ -34,6 +34,9 @@ struct ClientOptions {
   std::string job_id;
   std::string token;    // the raw token as handed out in LAUNCH_STORE_TOKEN
   std::chrono::milliseconds connect_timeout{std::chrono::seconds(60)};
+  // false: one connection attempt per call, a refused one fails it at once (a probe of whether
+  // anybody listens there); true: attempts are retried until connect_timeout (a store starting).
+  bool retry_connect = true;
   std::string client_name;  // for the server's log, e.g. "rank 3"
   // Where `address` came from, named in "could not reach the store" errors ("check ...").
   std::string address_source = "LAUNCH_STORE_ADDR";

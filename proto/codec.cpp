@@ -36,6 +36,7 @@ std::string_view status_name(Status s) {
     case Status::NotInteger: return "NOT_INTEGER";
     case Status::ReservedKey: return "RESERVED_KEY";
     case Status::UnknownOp: return "UNKNOWN_OP";
+    case Status::QuotaExceeded: return "QUOTA_EXCEEDED";
   }
   return "UNKNOWN";
 }

@@ -63,7 +63,7 @@ void KvState::handle(ClientId c, const Request& req, Clock::time_point now,
     case Op::Ping: reply(Reply{}); return;
     case Op::Set:
       if (reserved(req.key)) return;
-      reply(set_value(req.key, req.value, out));
+      reply(set_value(req.key, req.value, "SET of key " + quoted(req.key), out));
       return;
     case Op::Add: {
       if (reserved(req.key)) return;
@@ -83,8 +83,7 @@ void KvState::handle(ClientId c, const Request& req, Clock::time_point now,
         reply(Reply::error(Status::NotInteger, "ADD on key " + quoted(req.key) + " overflows int64"));
         return;
       }
-      set_value(req.key, std::to_string(next), out);
-      Reply r;
+      Reply r = set_value(req.key, std::to_string(next), "ADD to key " + quoted(req.key), out);
       r.number = next;
       reply(std::move(r));
       return;
@@ -99,8 +98,13 @@ void KvState::handle(ClientId c, const Request& req, Clock::time_point now,
     case Op::Delete: {
       if (reserved(req.key)) return;
       Reply r;
-      r.existed = data_.erase(req.key) != 0;
-      if (r.existed) ++generation_;
+      auto it = data_.find(req.key);
+      r.existed = it != data_.end();
+      if (r.existed) {
+        bytes_ -= charge(it->first, it->second.size());
+        data_.erase(it);
+        ++generation_;
+      }
       reply(std::move(r));
       return;
     }
@@ -109,7 +113,11 @@ void KvState::handle(ClientId c, const Request& req, Clock::time_point now,
       auto it = data_.find(req.key);
       bool match = it == data_.end() ? req.value.empty() : it->second == req.value;
       if (match) {
-        set_value(req.key, req.desired, out);
+        Reply set = set_value(req.key, req.desired, "COMPARE_SET of key " + quoted(req.key), out);
+        if (set.status != Status::Ok) {
+          reply(std::move(set));
+          return;
+        }
         it = data_.find(req.key);
       }
       Reply r;
@@ -124,9 +132,28 @@ void KvState::handle(ClientId c, const Request& req, Clock::time_point now,
   reply(Reply::error(Status::UnknownOp, "unknown op"));
 }
 
-Reply KvState::set_value(const std::string& key, std::string value, std::vector<Outgoing>& out) {
-  auto [it, inserted] = data_.insert_or_assign(key, std::move(value));
-  (void)it;
+Reply KvState::set_value(const std::string& key, std::string value, const std::string& what,
+                         std::vector<Outgoing>& out) {
+  auto it = data_.find(key);
+  const size_t before = it == data_.end() ? 0 : charge(key, it->second.size());
+  const size_t after = charge(key, value.size());
+  if (it == data_.end() && data_.size() >= limits_.max_store_keys)
+    return Reply::error(Status::QuotaExceeded,
+                        "store quota: " + what + " would make key " + std::to_string(data_.size() + 1) +
+                            "; the store holds at most " + std::to_string(limits_.max_store_keys) +
+                            " keys per job (delete keys no longer needed: DELETE, launch kv delete)");
+  if (after > before && bytes_ - before + after > limits_.max_store_bytes)
+    return Reply::error(Status::QuotaExceeded,
+                        "store quota: " + what + " (" + std::to_string(value.size()) + " bytes) would bring the "
+                            "store to " + std::to_string(bytes_ - before + after) + " bytes of keys and values; "
+                            "it holds at most " + std::to_string(limits_.max_store_bytes) +
+                            " per job (delete keys no longer needed: DELETE, launch kv delete)");
+  bytes_ = bytes_ - before + after;
+  const bool inserted = it == data_.end();
+  if (inserted)
+    data_.emplace(key, std::move(value));
+  else
+    it->second = std::move(value);
   ++generation_;
   if (inserted) notify(key, out);
   return Reply{};
@@ -258,6 +285,8 @@ bool KvState::fail_job(const std::string& record, std::vector<Outgoing>& out) {
   waiters_.clear();
   watchers_.clear();
   deadlines_.clear();
+  // The launcher's own record: never refused by the quota (it counts towards it from now on).
+  bytes_ += charge(std::string(kJobFailedKey), record.size());
   data_[std::string(kJobFailedKey)] = record;
   ++generation_;
   return true;

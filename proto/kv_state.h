@@ -58,6 +58,8 @@ class KvState {
   bool parked(ClientId client) const { return waiters_.count(client) != 0; }
   size_t parked_count() const { return waiters_.size(); }
   size_t key_count() const { return data_.size(); }
+  // What the quota counts (Limits::max_store_bytes): key + value + kEntryCharge per key.
+  size_t stored_bytes() const { return bytes_; }
   // Changes whenever any key's value does: lets a caller memoise an answer (the server
   // reuses one encoded MULTI_GET reply for identical requests while this is unchanged).
   uint64_t generation() const { return generation_; }
@@ -71,7 +73,10 @@ class KvState {
     Clock::time_point deadline;
   };
 
-  Reply set_value(const std::string& key, std::string value, std::vector<Outgoing>& out);
+  // Stores `value` under `key`, or answers QUOTA_EXCEEDED (`what`: the request, for the message)
+  // when that would take the store past its quota. A write that does not grow it always passes.
+  Reply set_value(const std::string& key, std::string value, const std::string& what, std::vector<Outgoing>& out);
+  static size_t charge(const std::string& key, size_t value_size) { return key.size() + value_size + kEntryCharge; }
   void notify(const std::string& key, std::vector<Outgoing>& out);
   // Either answers at once (all keys present, job failed, zero timeout) or parks.
   void block_or_answer(ClientId c, const Request& req, Clock::time_point now,
@@ -88,6 +93,7 @@ class KvState {
   std::set<std::pair<Clock::time_point, ClientId>> deadlines_;
   std::optional<std::string> failure_;
   uint64_t generation_ = 0;
+  size_t bytes_ = 0;  // sum of charge() over data_
 };
 
 }  // namespace proto

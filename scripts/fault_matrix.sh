@@ -2,10 +2,14 @@
 # The fault matrix of issue 14, run against the built binaries: signals, kill -9 of the launcher,
 # a stalled console, hostile store clients, a full disk, a stopped rank, a killed peer, a killed
 # node, a late checkpoint signal, a missing peer, a failing --summary, Slurm's elastic timeout,
-# Slurm's repeated SIGTERM (time limit, scancel).
-# Prints one table row per case: PASS/FAIL and its figure (time to teardown, peak RSS, exit code).
+# Slurm's repeated SIGTERM (time limit, scancel); and issue 22's: node 0 killed, a worker in D
+# state, a crash loop, two launches on one log folder, a store flood, a planted port-lock folder,
+# a restart's report, 100,000 arguments, a guessable token. Prints one table row per case:
+# PASS/FAIL (SKIP where the machine cannot run it, e.g. FUSE without root) and its figure (time
+# to teardown, peak RSS, exit code).
 #
-#   scripts/fault_matrix.sh [BIN_DIR]        (default: build/bin; needs launch and train_resnet)
+#   scripts/fault_matrix.sh [BIN_DIR]        (default: build/bin; needs launch and train_resnet,
+#                                             and fuse_hold for the D-state case)
 #
 # Everything runs on 127.0.0.1 in a temporary directory, every wait is bounded, and what a case
 # started is killed at its end. The full-disk case mounts a 64 KiB tmpfs when it may (root;
@@ -39,7 +43,7 @@ now_ms() { date +%s%3N; }
 alive() { pgrep -f "^sleep 1000 $tag\$" | wc -l; }
 row() {
   printf '| %-46s | %-4s | %s |\n' "$1" "$2" "$3"
-  [ "$2" = PASS ] || failed=$((failed + 1))
+  [ "$2" = PASS ] || [ "$2" = SKIP ] || failed=$((failed + 1))
 }
 # wait_for COND SECONDS: polls a shell condition every 10 ms, bounded.
 wait_for() {
@@ -169,7 +173,7 @@ import resource, socket, struct, sys, time
 port, pid = int(sys.argv[1]), sys.argv[2]
 soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
 resource.setrlimit(resource.RLIMIT_NOFILE, (min(hard, max(soft, 4096)), hard))
-def hdr(op, n): return b"LSTR\x01" + bytes([op]) + b"\0\0" + struct.pack("<Q", n)
+def hdr(op, n): return b"LSTR\x02" + bytes([op]) + b"\0\0" + struct.pack("<Q", n)
 socks = []
 for i in range(1000):
     s = socket.create_connection(("127.0.0.1", port)); s.settimeout(0.2); socks.append(s)
@@ -231,22 +235,35 @@ signal_rank 4 2 KILL
 result=FAIL; [ "$rc" = 137 ] && grep -q 'root cause: rank 2 killed by SIGKILL' err && result=PASS
 row "SIGKILL of rank 2 of 4" "$result" "root cause rank 2 after $ms ms, exit $rc"
 
-# --- one node's launcher killed: two launchers on loopback, train_resnet across them
-fresh
-master="127.0.0.1:$("$py" -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')"
-export LAUNCH_STORE_TOKEN=0123456789abcdef0123456789abcdef-fault-matrix
-for n in 0 1; do
-  "$launch" --nnodes 2 --master "$master" --rank $n --host 127.0.0.1 --devices cpu --nproc_per_node 1 \
-    --log_dir log "$train" "${TA[@]}" --num-samples 100000 --epochs 1 --log-every 1 >out.$n 2>err.$n &
-  eval "node$n=\$!"
-done
-unset LAUNCH_STORE_TOKEN
-wait_for 'grep -q "Batch\[2\]" log/workerlog.0 2>/dev/null' 60
-t0=$(now_ms); kill -KILL "$node1"; wait "$node1" 2>/dev/null
-wait_exit "$node0" 30; ms=$(( $(now_ms) - t0 ))
+# --- one node's launcher killed: two launchers on loopback (one address), train_resnet across
+# them. kill_node VICTIM: once they train, SIGKILL node VICTIM's launcher; sets rc and ms (kill ->
+# the other node's exit), the other node's stderr in err.OTHER.
+kill_node() {
+  local victim=$1 other=$((1 - $1)) n
+  fresh
+  local master="127.0.0.1:$("$py" -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')"
+  local pids=()
+  for n in 0 1; do
+    LAUNCH_STORE_TOKEN=0123456789abcdef0123456789abcdef-fault-matrix \
+      "$launch" --nnodes 2 --master "$master" --rank $n --host 127.0.0.1 --devices cpu --nproc_per_node 1 \
+      --log_dir log "$train" "${TA[@]}" --num-samples 100000 --epochs 1 --log-every 1 >out.$n 2>err.$n &
+    pids+=($!)
+  done
+  wait_for 'grep -q "Batch\[2\]" log/workerlog.'"$other"' 2>/dev/null' 60
+  local t0; t0=$(now_ms); kill -KILL "${pids[$victim]}"; wait "${pids[$victim]}" 2>/dev/null
+  wait_exit "${pids[$other]}" 30; ms=$(( $(now_ms) - t0 ))
+}
+kill_node 1
 result=FAIL
-grep -q 'root cause, on another node: node 1' err.0 && ! grep -q 'root cause: rank 0' err.0 && [ "$rc" != 0 ] && result=PASS
+grep -q 'root cause, on another node: node 1' err.0 && ! grep -q 'root cause: rank 0' err.0 && [ "$rc" != 0 ] &&
+  [ "$ms" -le 2000 ] && result=PASS
 row "one node's launcher killed (2 nodes, ring)" "$result" "node 0 names node 1 after $ms ms, exit $rc"
+# issue 22, item 4: node 0, the store's host, killed; node 1 shares its address
+kill_node 0
+result=FAIL
+grep -q 'root cause, on another node: node 0 (127.0.0.1): launcher stopped responding' err.1 &&
+  ! grep -q 'node 1 (127.0.0.1): launcher stopped' err.1 && [ "$rc" != 0 ] && [ "$ms" -le 2000 ] && result=PASS
+row "node 0 (the store's host) killed, one address" "$result" "node 1 names node 0 after $ms ms, exit $rc"
 
 # --- a late checkpoint signal: it reaches a wrapper shell and a program without its handler
 fresh
@@ -289,6 +306,130 @@ wait_exit $! 15; ms=$(( $(now_ms) - t0 ))
 result=FAIL; [ "$rc" != 0 ] && [ "$rc" != 255 ] && [ "$ms" -le 5000 ] && result=PASS
 row "Slurm task without task 0, --elastic_timeout 2 (h10-launcher)" "$result" \
     "$([ "$rc" = 255 ] && echo "still waiting after 15 s" || echo "exit $rc after $ms ms")"
+
+# --- issue 22, item 7: a worker stuck in D state (a FUSE file system that never answers)
+fresh
+if [ ! -x "$bin/fuse_hold" ]; then
+  row "a worker in D state (FUSE held)" SKIP "no $bin/fuse_hold (build the fuse_hold target)"
+else
+  mkdir mnt
+  mkfifo hold
+  "$bin/fuse_hold" "$PWD/mnt" <hold >fuse.out 2>&1 &
+  fuse=$!
+  exec 4>hold  # the helper's stdin: closing it lets every held request go
+  wait_for 'grep -q "ready\|SKIPPED" fuse.out' 10
+  if ! grep -q ready fuse.out; then
+    exec 4>&-; wait "$fuse" 2>/dev/null
+    row "a worker in D state (FUSE held)" SKIP "$(head -1 fuse.out)"
+  else
+    "$launch" --devices cpu --nproc_per_node 2 --grace 0.5 sh -c \
+      'if [ $RANK = 0 ]; then exec cat '"$PWD"'/mnt/x; fi; while [ ! -e go ]; do sleep 0.01; done; exit 3' >out 2>err 4>&- &
+    pid=$!
+    wait_for 'grep -q "^held 1 " fuse.out' 20
+    stuck=$(sed -n 's/^held 1 //p' fuse.out | head -1)
+    touch go; wait_exit "$pid" 30
+    cg=$(grep -o "they stay in the job's cgroup [^ ]*" err | head -1 | awk '{print $NF}')
+    named=$(grep -c "1 process(es) could not be killed: pid $stuck (cat $PWD/mnt/x, state D" err)
+    t0=$(now_ms); exec 4>&-; wait "$fuse" 2>/dev/null
+    gone=-1
+    if [ -n "$cg" ]; then wait_for '[ ! -e "$cg" ]' 10 && gone=$(( $(now_ms) - t0 )); fi
+    umount -l "$PWD/mnt" 2>/dev/null
+    result=FAIL
+    [ "$rc" = 3 ] && [ "$named" = 1 ] && ! grep -q '2 process(es)' err && { [ -z "$cg" ] || [ "$gone" -ge 0 ]; } &&
+      result=PASS
+    row "a worker in D state (FUSE held)" "$result" \
+        "exit $rc, 1 process named (pid $stuck, D)$([ -n "$cg" ] && echo ", cgroup removed $gone ms after it could die")"
+  fi
+fi
+
+# --- issue 22, item 8: --max_restart 50 with a worker that always fails; SIGTERM in the back-off
+fresh
+"$launch" --devices cpu --nproc_per_node 1 --max_restart 50 sh -c 'touch gen.$PADDLE_RESTART_COUNT; exit 1' >out 2>err &
+pid=$!
+wait_for '[ -e gen.2 ]' 10
+gens=$(ls gen.* 2>/dev/null | wc -l)
+wait_for 'grep -q "restarting all 1 worker(s) in 4 s" err' 10
+t0=$(now_ms); kill -TERM "$pid"; wait_exit "$pid" 10; ms=$(( $(now_ms) - t0 ))
+result=FAIL; [ "$gens" -le 3 ] && [ "$rc" = 1 ] && [ "$ms" -le 1000 ] && result=PASS
+row "crash loop: --max_restart 50, always failing" "$result" \
+    "$gens generations in the first 3 s (waits of 1, 2, 4 s); SIGTERM in the wait: exit $rc after $ms ms"
+
+# --- issue 22, item 9: a second launch on the same --log_dir
+fresh
+"$launch" --devices cpu --nproc_per_node 1 sh -c 'touch up; exec sleep 60' >out.1 2>err.1 &
+first=$!
+wait_for '[ -e up ]' 10
+t0=$(now_ms); "$launch" --devices cpu --nproc_per_node 1 true >out.2 2>err.2; rc=$?; ms=$(( $(now_ms) - t0 ))
+kill -TERM "$first"; wait "$first" 2>/dev/null
+result=FAIL; [ "$rc" = 2 ] && grep -q "is in use: another launch (pid $first)" err.2 && result=PASS
+row "two launches on one --log_dir" "$result" "the second refused in $ms ms (exit $rc), naming pid $first"
+
+# --- issue 22, item 10: one authenticated client writes 500,000 keys of 1 KiB
+fresh
+"$launch" --devices cpu --nproc_per_node 1 sh -c \
+  'echo $LAUNCH_STORE_ADDR > addr; echo $LAUNCH_STORE_TOKEN > token; while [ ! -e go ]; do sleep 0.02; done' >out 2>err &
+pid=$!
+wait_for '[ -s token ]' 20
+flood=$("$py" - "$(cut -d: -f2 addr)" "$(cat token)" "$pid" <<'EOF'
+import socket, struct, sys
+port, token, pid = int(sys.argv[1]), sys.argv[2].encode(), sys.argv[3]
+def s(b): return struct.pack("<I", len(b)) + b
+def frame(op, payload): return b"LSTR\x02" + bytes([op]) + b"\0\0" + struct.pack("<Q", len(payload)) + payload
+c = socket.create_connection(("127.0.0.1", port))
+buf = b""
+def replies(n):  # the status byte of each of the next n replies
+    global buf
+    out = []
+    while True:
+        while len(buf) >= 16 and len(out) < n:
+            ln = struct.unpack_from("<Q", buf, 8)[0]
+            if len(buf) < 16 + ln: break
+            out.append(buf[6]); buf = buf[16 + ln:]
+        if len(out) == n: return out
+        got = c.recv(1 << 20)
+        if not got: sys.exit("the store closed the connection")
+        buf += got
+c.sendall(frame(1, s(b"default") + s(token) + s(b"flood")))
+assert replies(1) == [0]
+value, ok, quota = b"v" * 1024, 0, 0
+for i in range(0, 500000, 1000):
+    c.sendall(b"".join(frame(2, s(b"flood/%d" % k) + s(value)) for k in range(i, i + 1000)))
+    for st in replies(1000):
+        ok += st == 0; quota += st == 12
+hwm = [l for l in open("/proc/%s/status" % pid) if l.startswith("VmHWM")][0].split()[1]
+print(ok, quota, int(hwm) // 1024)
+EOF
+)
+touch go; wait_exit "$pid" 20
+read -r ok quota peak <<<"$flood"
+result=FAIL; [ -n "${peak:-}" ] && [ "$peak" -lt 160 ] && [ "${quota:-0}" -gt 0 ] && [ "$rc" = 0 ] && result=PASS
+row "500,000 keys from one authenticated client" "$result" \
+    "${ok:-?} stored, ${quota:-?} refused (QUOTA_EXCEEDED); launcher peak RSS ${peak:-?} MB, job exit $rc"
+
+# --- issue 22, item 12: the port-lock folder planted as a file by someone else
+fresh
+mkdir tmp && touch "tmp/launch-$(id -u)"
+TMPDIR="$PWD/tmp" "$launch" --devices cpu --nproc_per_node 1 true >out 2>err; rc=$?
+result=FAIL; [ "$rc" = 2 ] && grep -q "launch-$(id -u) is a regular file, not a directory of yours" err && result=PASS
+row "port-lock folder planted as a regular file" "$result" "exit $rc: $(grep -o 'is a regular file[^(]*' err | head -1)"
+
+# --- issue 22, item 15: the report above a restart; 100,000 arguments; a guessable token
+fresh
+"$launch" --devices cpu --nproc_per_node 1 --max_restart 1 --restart-backoff 0 sh -c \
+  '[ $PADDLE_RESTART_COUNT = 0 ] && kill -KILL $$; exit 0' >out 2>err
+rc=$?
+first=$(grep -m1 'root cause: rank 0 killed by SIGKILL' err | sed 's/.*(pid [^)]*)//')
+result=FAIL; [ "$rc" = 0 ] && [ "$first" = "; restart 1 of 1 follows" ] && ! grep -q 'launch exits with 137' err && result=PASS
+row "the report above a restart" "$result" "\"...$first\", then exit $rc"
+fresh
+"$launch" --devices cpu --nproc_per_node 1 true $(seq 1 100000) >out 2>err; rc=$?
+longest=$(awk '{ if (length($0) > m) m = length($0) } END { print m + 0 }' err)
+result=FAIL; [ "$rc" = 0 ] && [ "$longest" -le 2048 ] && grep -q 'more argument(s)' err && result=PASS
+row "100,000 arguments" "$result" "longest log line $longest bytes, exit $rc"
+fresh
+LAUNCH_STORE_TOKEN=aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa "$launch" --nnodes 2 --master 127.0.0.1:1 true >out 2>err; rc=$?
+result=FAIL; [ "$rc" = 2 ] && grep -q 'guessable.*openssl rand -hex 32' err && result=PASS
+row "36 times one letter as the token" "$result" "exit $rc: $(grep -o 'guessable: [^(]*' err | head -1)"
 
 echo
 echo "containment in force: ${containment#containment: }; $(nproc) cores; $(uname -r)"

@@ -30,7 +30,7 @@ for b in test_worker_gpu_data data_driver data_bench cudnn_fusion_probe; do
 done
 # Every non-system library the binaries load that is not CUDA/cuDNN/NCCL/cuBLAS.
 libs=$(for b in "${bins[@]}"; do ldd "$build/bin/$b"; done | awk '$3 ~ /^\// {print $3}' | sort -u |
-       grep -E 'libgomp|libfmt|libspdlog|libopenblas|libnvjpeg|libjpeg|libpng' || true)
+       grep -E 'libgomp|libfmt|libspdlog|libopenblas|libnvjpeg|libjpeg|libpng|libcurl|libcrypto|libssl' || true)
 for l in $libs; do cp -L "$l" "$tmp/lib/"; done
 # The CUPTI profile (bench/cupti_trace.cpp), with the CUPTI it was built against, when built:
 #   CUDA_INJECTION64_PATH=$PWD/.gpu/lib/libcupti_trace.so .gpu/bin/train_resnet ...

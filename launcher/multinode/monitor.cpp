@@ -91,15 +91,72 @@ FailureRecord JobMonitor::node_silent(int node_rank, ms silent) const {
   return f;
 }
 
-FailureRecord JobMonitor::store_unreachable(const std::string& why) const {
-  // The store lives in the launcher of the node whose address it has: that launcher is gone.
+FailureRecord JobMonitor::node_gone(int node_rank, ms gone_for, const std::string& evidence) const {
   FailureRecord f;
-  const std::string host = host_of(cfg_.store.address);
-  for (const auto& n : cfg_.layout.nodes)
-    if (n.host == host) f.node_rank = n.node_rank;
-  f.host = host;
+  f.node_rank = node_rank;
+  f.host = cfg_.layout.nodes.at(size_t(node_rank)).host;
+  f.reason = "launcher stopped responding (its connection to the store closed " + seconds_text(gone_for) +
+             " ago and was not made again" + (evidence.empty() ? "" : "; " + evidence) + ")";
+  return f;
+}
+
+FailureRecord JobMonitor::store_unreachable(const std::string& why) const {
+  // The store lives in the launcher of the node that serves it: that launcher is gone. Named by
+  // its rank, not by the store's address: nodes may share an address (two on one host).
+  FailureRecord f;
+  const auto& nodes = cfg_.layout.nodes;
+  if (cfg_.store_node >= 0 && size_t(cfg_.store_node) < nodes.size()) {
+    f.node_rank = cfg_.store_node;
+    f.host = nodes[size_t(cfg_.store_node)].host;
+  } else {
+    f.host = host_of(cfg_.store.address);
+  }
   f.reason = "launcher stopped responding: its store at " + cfg_.store.address + " is unreachable (" + why + ")";
   return f;
+}
+
+void JobMonitor::declare(proto::Client& client, FailureRecord f, ms timeout) {
+  try {
+    f = decode_failure(client.compare_set(failed_key(cfg_.layout.generation), "", encode_failure(f), timeout));
+  } catch (const proto::StoreError&) {
+    // The store is gone or slow: our own record is the best root cause we know.
+  }
+  fire(f);
+}
+
+int JobMonitor::node_of_rank(int rank) const {
+  for (const auto& n : cfg_.layout.nodes)
+    if (rank >= n.rank_offset && rank < n.rank_offset + n.nproc) return n.node_rank;
+  return -1;
+}
+
+void JobMonitor::peer_lost(int rank, const std::string& what) {
+  const JobLayout& L = cfg_.layout;
+  const int node = node_of_rank(rank);
+  if (node < 0 || node == L.node_rank || failure()) return;
+  const std::string evidence = "rank " + std::to_string(rank) + " there was lost: " + what;
+  if (node == cfg_.store_node) {
+    // Its launcher is the store: alive, it answers at once, whatever its workers do. One
+    // connection attempt: a refused one (its host is up, nobody listens) is the answer.
+    proto::ClientOptions o = cfg_.store;
+    o.client_name = "node " + std::to_string(L.node_rank) + " probe";
+    o.connect_timeout = cfg_.probe_timeout;
+    o.retry_connect = false;
+    try {
+      proto::Client(o).ping(cfg_.probe_timeout);
+    } catch (const proto::StoreError& e) {
+      FailureRecord f = store_unreachable("no answer to a PING within " + seconds_text(cfg_.probe_timeout) + ": " +
+                                          e.what() + "; " + evidence);
+      fire(f);  // nowhere to record it: the store is that launcher
+    }
+    return;
+  }
+  if (!cfg_.presence) return;  // the store's node will tell (presence), or the heartbeat
+  std::lock_guard<std::mutex> lock(writer_mu_);
+  if (auto since = cfg_.presence->gone_since(L.generation, node)) {
+    const ms gone_for = std::chrono::duration_cast<ms>(Clock::now() - *since);
+    declare(*writer_, node_gone(node, gone_for, evidence), cfg_.probe_timeout);
+  }
 }
 
 FailureRecord JobMonitor::report_failure(const FailureRecord& f, ms timeout) {
@@ -124,19 +181,30 @@ FailureRecord JobMonitor::report_worker_exit(int rank, int exit_code, int signal
 }
 
 void JobMonitor::finish(ms timeout) {
-  if (finished_.exchange(true)) return;
   std::lock_guard<std::mutex> lock(writer_mu_);
+  if (finished_) return;
   try {
     writer_->set(done_key(cfg_.layout.generation, cfg_.layout.node_rank), "1", timeout);
   } catch (const proto::StoreError&) {
     // The others will see our heartbeat stop; nothing better to do on the way out.
   }
+  // Only now may the thread end and its connection close: the store's node must find our done
+  // key when it sees that (presence.h).
+  finished_ = true;
 }
 
 std::vector<int> JobMonitor::wait_all_finished(ms timeout) {
   const int g = cfg_.layout.generation;
+  // A node whose launcher is the root cause will never leave: not waited for.
+  const auto f = failure();
+  const int dead = f && f->rank < 0 && f->node_rank != cfg_.layout.node_rank ? f->node_rank : -1;
   std::vector<std::string> keys;
-  for (const auto& n : cfg_.layout.nodes) keys.push_back(done_key(g, n.node_rank));
+  std::vector<int> waited;
+  for (const auto& n : cfg_.layout.nodes)
+    if (n.node_rank != dead) {
+      keys.push_back(done_key(g, n.node_rank));
+      waited.push_back(n.node_rank);
+    }
   const auto deadline = std::chrono::steady_clock::now() + timeout;
   auto left = [&] {
     auto d = std::chrono::duration_cast<ms>(deadline - std::chrono::steady_clock::now());
@@ -151,20 +219,16 @@ std::vector<int> JobMonitor::wait_all_finished(ms timeout) {
     // JOB_FAILED: the store was failed (StoreServer::report_failure) and from then on answers
     // every request that would park at once, so the only way left to wait is to look again.
     // TIMEOUT: the loop below looks once, to name who is still there.
-    if (e.kind() != Kind::JobFailed && e.kind() != Kind::Timeout) {
-      for (const auto& n : cfg_.layout.nodes) running.push_back(n.node_rank);
-      return running;
-    }
+    if (e.kind() != Kind::JobFailed && e.kind() != Kind::Timeout) return waited;
   }
   for (;;) {
     running.clear();
     try {
       auto present = writer_->check(keys, std::max(left(), ms(1000)));  // CHECK never parks
       for (size_t i = 0; i < keys.size(); ++i)
-        if (!present[i]) running.push_back(cfg_.layout.nodes[i].node_rank);
+        if (!present[i]) running.push_back(waited[i]);
     } catch (const proto::StoreError&) {
-      for (const auto& n : cfg_.layout.nodes) running.push_back(n.node_rank);
-      return running;
+      return waited;
     }
     if (running.empty() || std::chrono::steady_clock::now() >= deadline) return running;
     std::this_thread::sleep_for(std::min(ms(50), left()));
@@ -181,7 +245,7 @@ void JobMonitor::run() {
   const ms call_timeout = std::max(ms(100), period);
 
   proto::ClientOptions o = cfg_.store;
-  o.client_name = "node " + std::to_string(L.node_rank) + " monitor";
+  o.client_name = monitor_client_name(g, L.node_rank);  // the store's node watches this connection
   o.connect_timeout = call_timeout;
   proto::Client client(o);
 
@@ -239,12 +303,7 @@ void JobMonitor::run() {
           // the others' old counters would blame a node that is not at fault.
           for (int r : beats.stale(now)) {
             if (done.count(r)) continue;
-            FailureRecord f = node_silent(r, beats.silent_for(r, now));
-            try {
-              f = decode_failure(client.compare_set(failed_key(g), "", encode_failure(f), call_timeout));
-            } catch (const proto::StoreError&) {
-            }
-            fire(f);
+            declare(client, node_silent(r, beats.silent_for(r, now)), call_timeout);
             fired = true;
             break;
           }
@@ -252,9 +311,34 @@ void JobMonitor::run() {
       }
     }
 
+    // --- On the store's node: a launcher whose connection closed and stayed closed ---
+    auto presence_due = Clock::time_point::max();
+    if (!fired && cfg_.presence) {
+      for (int r : others) {
+        const auto since = cfg_.presence->gone_since(g, r);
+        if (!since || done.count(r)) continue;
+        if (Clock::now() < *since + cfg_.presence_grace) {
+          presence_due = std::min(presence_due, *since + cfg_.presence_grace);
+          continue;
+        }
+        try {  // it may have finished just before it went (finish() writes its done key first)
+          if (client.check({done_key(g, r)}, call_timeout)[0]) {
+            done.insert(r);
+            continue;
+          }
+        } catch (const proto::StoreError&) {
+        }
+        declare(client, node_gone(r, std::chrono::duration_cast<ms>(Clock::now() - *since), ""), call_timeout);
+        fired = true;
+        break;
+      }
+    }
+
     // --- Until the next beat: parked in the store, waiting for a failure record ---
     if (!fired) {
       ms slice = std::min(kWaitSlice, std::chrono::duration_cast<ms>(next_beat - Clock::now()));
+      if (presence_due != Clock::time_point::max())
+        slice = std::min(slice, std::chrono::duration_cast<ms>(presence_due - Clock::now()) + ms(1));
       try {
         // GET parks until the record exists and returns it in the same reply: no window in
         // which the store could vanish between seeing the key and reading it.

@@ -15,6 +15,7 @@
 
 #include "launcher/multinode/failure.h"
 #include "launcher/multinode/layout.h"
+#include "launcher/multinode/presence.h"
 #include "proto/client.h"
 
 namespace launch::multinode {
@@ -25,11 +26,23 @@ inline constexpr std::chrono::milliseconds kDefaultHeartbeatPeriod{1000};
 // promises, while a launcher that misses 5 beats in a row is not merely slow.
 inline constexpr std::chrono::milliseconds kDefaultHeartbeatTimeout{5000};
 
+// How long the node serving the store waits for a node whose connection closed to connect again
+// before it declares that node's launcher stopped: a live monitor reconnects within its call.
+inline constexpr std::chrono::milliseconds kDefaultPresenceGrace{500};
+// How long a node whose worker lost a peer on the store's node waits for the store to answer a
+// PING before that node's launcher is declared stopped (the store is its thread).
+inline constexpr std::chrono::milliseconds kDefaultProbeTimeout{500};
+
 struct MonitorConfig {
   proto::ClientOptions store;  // the store the rendezvous used (same address, job id, token)
   JobLayout layout;            // this node and the generation whose nodes are watched
   std::chrono::milliseconds heartbeat_period = kDefaultHeartbeatPeriod;
   std::chrono::milliseconds heartbeat_timeout = kDefaultHeartbeatTimeout;
+  int store_node = 0;  // the node whose launcher serves the store: node 0 (multinode_job.cpp)
+  // On the node that serves the store: the connections it sees (presence.h). Null elsewhere.
+  std::shared_ptr<const Presence> presence;
+  std::chrono::milliseconds presence_grace = kDefaultPresenceGrace;
+  std::chrono::milliseconds probe_timeout = kDefaultProbeTimeout;
 };
 
 class JobMonitor {
@@ -56,6 +69,15 @@ class JobMonitor {
   // Convenience for a worker exit on this node: rank is the global rank.
   FailureRecord report_worker_exit(int rank, int exit_code, int signal = 0);
 
+  // For the supervisor, when one of this node's workers lost global rank `rank` of another node
+  // (`what`: what it saw). That is evidence against the node's launcher, checked at once rather
+  // than after the heartbeat timeout: on the store's node, whether that launcher's connection has
+  // closed; for the store's node itself, whether its store answers a PING within probe_timeout.
+  // When the evidence holds, its launcher is the root cause (recorded, event_fd() fires);
+  // otherwise nothing happens and that node's own report, or its heartbeat, will tell. Bounded
+  // by probe_timeout.
+  void peer_lost(int rank, const std::string& what);
+
   // This node's workers all exited 0: tell the others not to count our silence as a failure
   // from now on, and stop heartbeating. Idempotent; bounded by `timeout`.
   void finish(std::chrono::milliseconds timeout = std::chrono::seconds(5));
@@ -72,7 +94,12 @@ class JobMonitor {
   void run();
   void fire(const FailureRecord& f);
   FailureRecord node_silent(int node_rank, std::chrono::milliseconds silent) const;
+  FailureRecord node_gone(int node_rank, std::chrono::milliseconds gone_for, const std::string& evidence) const;
   FailureRecord store_unreachable(const std::string& why) const;
+  // Records `f` as the generation's root cause unless one is there already; fires with the one
+  // that is.
+  void declare(proto::Client& client, FailureRecord f, std::chrono::milliseconds timeout);
+  int node_of_rank(int rank) const;  // -1: no node has it
 
   MonitorConfig cfg_;
   int efd_ = -1;

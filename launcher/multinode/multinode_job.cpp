@@ -76,8 +76,12 @@ class MultinodeJob final : public JobMode {
     host_ = p.opt.host_given ? p.opt.host : route_source_address(master_ip);
     serve_ = p.opt.rank == 0 || (p.opt.rank == -1 && host_ == master_ip);
     if (serve_) {
+      presence_ = std::make_shared<mn::Presence>();
+      auto seen = [presence = presence_](const std::string& name, bool open) {
+        presence->on_client(name, open, mn::Presence::Clock::now());
+      };
       try {
-        store_ = start_shared_job_store(master_ip, p.job.job_id, static_cast<uint16_t>(master_port), p.token);
+        store_ = start_shared_job_store(master_ip, p.job.job_id, static_cast<uint16_t>(master_port), p.token, seen);
       } catch (const std::runtime_error& e) {
         throw std::runtime_error(std::string("node 0 cannot serve the job's store on --master ") + p.master + ": " +
                                  e.what());
@@ -130,7 +134,11 @@ class MultinodeJob final : public JobMode {
               std::to_string(layout_.nnodes) + ", global ranks " + std::to_string(layout_.rank_offset) + ".." +
               std::to_string(layout_.rank_offset + layout_.local_size - 1) + " of " +
               std::to_string(layout_.world_size));
-    monitor_ = std::make_unique<mn::JobMonitor>(mn::MonitorConfig{rc_.store, layout_});
+    mn::MonitorConfig mc;
+    mc.store = rc_.store;
+    mc.layout = layout_;
+    mc.presence = presence_;  // null but on node 0, which serves the store
+    monitor_ = std::make_unique<mn::JobMonitor>(mc);
     ports_.release_sockets();
 
     RankLayout l;
@@ -154,6 +162,7 @@ class MultinodeJob final : public JobMode {
       publish_in_store(monitor_->report_worker_exit(rc.rank, exit_code_of(t), sig));
     };
     cfg.remote_fd = monitor_->event_fd();
+    cfg.remote_peer_lost = [this](int rank, const std::string& what) { monitor_->peer_lost(rank, what); };
     cfg.remote_failure = [this]() -> std::pair<int, std::string> {
       auto f = monitor_->failure();
       if (!f) return {1, "unknown failure"};
@@ -191,6 +200,7 @@ class MultinodeJob final : public JobMode {
   bool serve_ = false;
   int max_restart_ = 0;
   mn::RendezvousConfig rc_;
+  std::shared_ptr<mn::Presence> presence_;  // node 0: who is connected to its store
   std::optional<JobStore> store_;
   PortReservation ports_;
   mn::JobLayout layout_;

@@ -6,6 +6,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <cmath>
 #include <cstdio>
 
 namespace launch::multinode {
@@ -41,10 +42,29 @@ std::string check_token_text(std::string text, const std::string& source) {
   if (text.size() > kMaxTokenChars)
     throw TokenError(source + " holds " + std::to_string(text.size()) + " characters; a token has at most " +
                      std::to_string(kMaxTokenChars));
+  if (const double bits = token_entropy_bits(text); bits < kMinTokenBits) {
+    char est[32];
+    std::snprintf(est, sizeof est, "%.0f", bits);
+    throw TokenError(source + " is guessable: " + std::to_string(text.size()) + " characters, but about " + est +
+                     " bits of entropy (at least " + std::to_string(int(kMinTokenBits)) +
+                     " needed); make a random one with: openssl rand -hex 32, or " + kMakeTokenCommand);
+  }
   return text;
 }
 
 }  // namespace
+
+double token_entropy_bits(const std::string& token) {
+  size_t count[256] = {};
+  for (unsigned char c : token) ++count[c];
+  double per_char = 0;
+  for (size_t n : count)
+    if (n > 0) {
+      const double p = double(n) / double(token.size());
+      per_char -= p * std::log2(p);
+    }
+  return per_char * double(token.size());
+}
 
 std::string read_token_file(const std::string& path) {
   // Open first, then fstat the open file: what we check is what we read.

@@ -22,10 +22,20 @@ inline constexpr const char* kMakeTokenCommand =
 inline constexpr size_t kMinTokenChars = 32;
 // The token travels in HELLO and in the environment; far below the store's key limit.
 inline constexpr size_t kMaxTokenChars = 1024;
+// A token typed by hand ("aaaa...", "abcabc...") is as long as a random one and guessable: its
+// estimated entropy must reach this. 32 random hex characters (the shortest token we accept)
+// estimate at 100-128 bits; 36 times one letter at 0, "ab" repeated at 36.
+inline constexpr double kMinTokenBits = 64;
+
+// The estimate: the token's length times the Shannon entropy of its characters' frequencies.
+// It cannot see structure beyond single characters ("abcdefgh" repeated passes), which is why
+// the bound is half of what a random token shows.
+double token_entropy_bits(const std::string& token);
 
 // The token in PATH: a regular file that only its owner may read (mode & 077 == 0), owned by
 // the user running the launcher, holding kMinTokenChars..kMaxTokenChars printable characters
-// (a trailing newline is dropped). Throws TokenError saying what to fix.
+// (a trailing newline is dropped) of at least kMinTokenBits estimated entropy. Throws TokenError
+// saying what to fix.
 std::string read_token_file(const std::string& path);
 
 // --token-file when given, else the LAUNCH_STORE_TOKEN value (`env_token`, the caller reads the

@@ -13,6 +13,7 @@
 #include "launcher/job_mode.h"
 #include "launcher/log.h"
 #include "launcher/ports.h"
+#include "launcher/private_dir.h"
 #include "launcher/store/job_store.h"
 #include "proto/client.h"
 
@@ -31,15 +32,11 @@ ms left_until(Clock::time_point deadline) {
   return d.count() > 0 ? d : ms(1);  // a store call needs a positive timeout
 }
 
-// /tmp/launch-<uid>, ours alone: another user must neither read the token nor plant one.
-std::string private_dir() {
-  const std::string dir = "/tmp/launch-" + std::to_string(getuid());
-  if (mkdir(dir.c_str(), 0700) < 0 && errno != EEXIST) throw SystemError("mkdir " + dir, errno);
-  struct stat st;
-  SYS_CHECK(lstat(dir.c_str(), &st));
-  if (!S_ISDIR(st.st_mode) || st.st_uid != getuid() || (st.st_mode & 077) != 0)
-    throw UsageError(dir + " must be a directory of yours that only you can access (chmod 700 " + dir + ")");
-  return dir;
+// /tmp/launch-<uid>, ours alone: another user must neither read the token nor plant one. Always
+// /tmp, whatever TMPDIR says: the other tasks of the step look for the token file there.
+std::string meeting_dir() {
+  return launch::private_dir("/tmp/launch-" + std::to_string(getuid()),
+                             "the Slurm tasks of a step meet through it: ask its owner or root to remove it");
 }
 
 struct Fd {
@@ -131,7 +128,7 @@ class TaskGroup final : public JobMode {
  public:
   TaskGroup(const Plan& p, StopSignals& stops)
       : form_(*p.task), host_(p.opt.host), job_id_(p.job.job_id), timeout_(p.elastic_timeout()), stops_(stops) {
-    dir_ = private_dir();
+    dir_ = meeting_dir();
     auto it = p.parent.find(proto::env::kSlurmStepLauncherPort);
     const std::string launcher_port = it == p.parent.end() ? "" : it->second;
     path_ = dir_ + "/slurm-" + form_.step + (launcher_port.empty() ? "" : "-" + launcher_port) + ".token";

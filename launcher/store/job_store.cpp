@@ -31,12 +31,14 @@ JobStore start_job_store(const std::string& host, const std::string& job_id, uin
 }
 
 JobStore start_shared_job_store(const std::string& host, const std::string& job_id, uint16_t port,
-                                const std::string& token) {
+                                const std::string& token,
+                                std::function<void(const std::string& client_name, bool open)> on_client) {
   StoreServerConfig cfg;
   cfg.host = host;
   cfg.port = port;
   cfg.job_id = job_id;
   cfg.token = token;
+  cfg.on_client = std::move(on_client);
   std::shared_ptr<StoreServer> server = StoreServer::start(cfg);
   JobStore js;
   js.address = server->address();

@@ -23,8 +23,10 @@ struct JobStore {
 JobStore start_job_store(const std::string& host, const std::string& job_id, uint16_t port);
 
 // Multi-node: the store of node 0 on exactly host:port (the other nodes were told --master), with
-// the job's shared token. Throws std::runtime_error naming the address when it cannot listen.
+// the job's shared token; `on_client` as StoreServerConfig::on_client. Throws std::runtime_error
+// naming the address when it cannot listen.
 JobStore start_shared_job_store(const std::string& host, const std::string& job_id, uint16_t port,
-                                const std::string& token);
+                                const std::string& token,
+                                std::function<void(const std::string& client_name, bool open)> on_client = {});
 
 }  // namespace launch

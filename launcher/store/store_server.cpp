@@ -488,6 +488,7 @@ class EpollStore final : public StoreServer {
         preauth_.erase(c.id);
         account(c);
         proto::append_reply(c.wbuf, proto::Op::Hello, proto::Reply{});
+        if (cfg_.on_client) cfg_.on_client(c.name, true);
         continue;
       }
       state_.handle(c.id, req, Clock::now(), out_);
@@ -625,6 +626,7 @@ class EpollStore final : public StoreServer {
     state_.drop_client(c.id);
     ::epoll_ctl(epfd_, EPOLL_CTL_DEL, c.fd, nullptr);
     ::close(c.fd);
+    if (c.authed && cfg_.on_client) cfg_.on_client(c.name, false);
     conns_.erase(c.id);  // c is gone after this line
   }
 

@@ -5,6 +5,7 @@
 
 #include <chrono>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 
@@ -29,6 +30,12 @@ struct StoreServerConfig {
   std::chrono::milliseconds hello_timeout{std::chrono::seconds(10)};
   size_t preauth_budget = size_t(4) << 20;
   std::chrono::milliseconds sweep_interval{std::chrono::milliseconds(250)};  // stall checks
+  // Told of every authenticated connection when its HELLO is accepted (open) and when it ends
+  // (not at the store's own end), with its HELLO's client name (printable, at most 64 bytes).
+  // Called on the store's thread: must be quick and must not call the store. The multi-node
+  // launcher that serves the store learns this way, within milliseconds, that another node's
+  // launcher died: the kernel closes its connections (multinode/presence.h).
+  std::function<void(const std::string& client_name, bool open)> on_client;
 };
 
 class StoreServer {

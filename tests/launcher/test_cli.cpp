@@ -104,3 +104,14 @@ TEST_CASE("cli: --max_restart, and which options were given", "[launcher][cli]")
   CHECK_FALSE(o.nnodes_given);
   CHECK_THROWS_AS(parse({"--max_restart", "-1", "p"}), UsageError);
 }
+
+TEST_CASE("cli: --restart-backoff, 1 s doubling to 60 s unless given", "[launcher][cli][restart]") {
+  auto o = *parse({"p"}).options;
+  CHECK(o.restart_backoff.initial_s == 1);
+  CHECK(o.restart_backoff.max_s == 60);
+  o = *parse({"--restart-backoff", "0.25:2", "p"}).options;
+  CHECK(o.restart_backoff.initial_s == 0.25);
+  CHECK(o.restart_backoff.max_s == 2);
+  CHECK(parse({"--restart_backoff", "0", "p"}).options->restart_backoff.initial_s == 0);
+  CHECK_THROWS_WITH(parse({"--restart-backoff", "fast", "p"}), Catch::Contains("--restart-backoff 'fast'"));
+}

@@ -6,8 +6,12 @@
 #include <catch2/catch.hpp>
 
 #include <dirent.h>
+#include <linux/fuse.h>
+#include <sys/mount.h>
 
 #include <set>
+
+#include <nlohmann/json.hpp>
 
 #include "proc_helpers.h"
 
@@ -169,4 +173,124 @@ TEST_CASE("containment: SIGINT: what the workers leave behind is stopped once th
   INFO(p.err());
   CHECK(now_s() - t0 < 2.0);
   CHECK(tagged(tag.value).empty());
+}
+
+// --- issue 22, item 7: a worker in uninterruptible sleep ---------------------------------------
+
+namespace {
+
+// tests/launcher/fuse_hold on a mount point of its own: its stdin is held here (closing it lets
+// every held request go), its output is in a file.
+struct FuseHold {
+  std::string mnt, out;
+  pid_t pid = -1;
+  int stdin_fd = -1;
+  FuseHold(const std::string& dir) : mnt(dir + "/mnt"), out(dir + "/fuse.out") {
+    REQUIRE(mkdir(mnt.c_str(), 0755) == 0);
+    int fds[2];
+    REQUIRE(pipe2(fds, O_CLOEXEC) == 0);  // only the helper may hold its stdin: no launch, no worker
+    pid = fork();
+    REQUIRE(pid >= 0);
+    if (pid == 0) {
+      dup2(fds[0], 0);
+      const int o = open(out.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+      dup2(o, 1);
+      close(fds[1]);
+      execl(FUSE_HOLD_BIN, FUSE_HOLD_BIN, mnt.c_str(), static_cast<char*>(nullptr));
+      _exit(127);
+    }
+    close(fds[0]);
+    stdin_fd = fds[1];
+  }
+  // The file system is there; when FUSE cannot be had here, the whole binary is SKIPPED.
+  void require_ready() {
+    const bool ready = wait_until([&] { return slurp(out).find("ready\n") != std::string::npos || process_gone(pid); }, 10);
+    if (slurp(out).find("SKIPPED") != std::string::npos) {
+      std::printf("%s", slurp(out).c_str());
+      std::fflush(stdout);
+      std::_Exit(77);
+    }
+    REQUIRE(ready);
+    REQUIRE(slurp(out).find("ready\n") != std::string::npos);
+  }
+  // The pid of the process whose LOOKUP it holds (the kernel names it), once there is one.
+  pid_t held_lookup() {
+    pid_t found = -1;
+    wait_until([&] {
+      for (const auto& l : lines_of(slurp(out)))
+        if (l.rfind("held " + std::to_string(FUSE_LOOKUP) + " ", 0) == 0)
+          found = static_cast<pid_t>(std::atol(l.c_str() + l.rfind(' ') + 1));
+      return found > 0;
+    }, 10);
+    return found;
+  }
+  void release() {
+    if (stdin_fd >= 0) close(stdin_fd);
+    stdin_fd = -1;
+    if (pid > 0) {
+      if (!wait_exit(pid, 10)) kill(pid, SIGKILL);
+      pid = -1;
+    }
+    umount2(mnt.c_str(), MNT_DETACH);  // whatever a failed run left
+  }
+  ~FuseHold() { release(); }
+};
+
+}  // namespace
+
+TEST_CASE("containment: a worker SIGKILL cannot end is counted once, named, and left as documented", "[unkillable]") {
+  // Before: "2 process(es) could not be killed" for one, no PID named, the cgroup left "busy".
+  require_mode();
+  if (geteuid() != 0) {
+    std::printf("SKIPPED: mounting FUSE needs root\n");
+    std::fflush(stdout);
+    std::_Exit(77);
+  }
+  TempDir td;
+  const std::string& d = td.path;
+  FuseHold fuse(d);
+  fuse.require_ready();
+  // Rank 0 becomes `cat MNT/x`: its lookup is held, in an interruptible wait until our SIGTERM,
+  // uninterruptible from then on. Rank 1 fails once rank 0 is there.
+  Proc p = start({kLaunch, "--log_dir", d + "/log", "--devices", "cpu", "--nproc_per_node", "2", "--grace", "0.5",
+                  "--summary", d + "/summary.json", "sh", "-c",
+                  "if [ $RANK = 0 ]; then exec cat " + fuse.mnt + "/x; fi; while [ ! -e " + d +
+                      "/go ]; do sleep 0.01; done; exit 3"},
+                 d);
+  Reaper guard(p.pid);
+  const pid_t stuck = fuse.held_lookup();
+  REQUIRE(stuck > 0);
+  { std::ofstream(d + "/go") << "1"; }
+  const auto code = wait_exit(p.pid, 20);  // the grace, then 5 s after SIGKILL
+  const std::string err = p.err();
+  INFO(err);
+  CHECK(code == 3);  // rank 1's
+  CHECK(slurp("/proc/" + std::to_string(stuck) + "/stat").find(") D ") != std::string::npos);
+  const std::string named = "pid " + std::to_string(stuck) + " (cat " + fuse.mnt + "/x, state D: uninterruptible sleep)";
+  CHECK_THAT(err, Catch::Contains("1 process(es) still alive 5 s after SIGKILL: " + named + "; giving up waiting"));
+  CHECK_THAT(err, Catch::Contains("1 process(es) could not be killed: " + named));
+  CHECK_THAT(err, !Catch::Contains("2 process(es)"));
+  auto j = nlohmann::json::parse(slurp(d + "/summary.json"));
+  REQUIRE(j["stragglers"].size() == 1);
+  CHECK(j["stragglers"][0]["pid"] == stuck);
+  CHECK(j["stragglers"][0]["state"] == "D");
+  // What is left, as the containment says.
+  std::string cgroup;
+  if (mode() == "cgroup") {
+    const std::string lead = "they stay in the job's cgroup ";
+    REQUIRE(err.find(lead) != std::string::npos);
+    cgroup = err.substr(err.find(lead) + lead.size());
+    cgroup = cgroup.substr(0, cgroup.find(' '));
+    CHECK(slurp(cgroup + "/cgroup.procs").find(std::to_string(stuck)) != std::string::npos);
+    CHECK_THAT(err, Catch::Contains("its guard process (pid ") && Catch::Contains("removes the cgroup once the last is gone"));
+  } else if (mode() == "pidns") {
+    CHECK_THAT(err, Catch::Contains("they stay in the job's PID namespace pid:["));
+  } else {
+    CHECK_THAT(err, Catch::Contains("nothing holds them once launch exits"));
+  }
+  // The kernel lets it go: it dies, and the cgroup is removed after it.
+  fuse.release();
+  CHECK(wait_until([&] { return process_gone(stuck); }, 10));
+  if (!cgroup.empty()) CHECK(wait_until([&] { return !exists(cgroup); }, 10));
+  CHECK_THAT(p.err(), !Catch::Contains("the launcher ended before its job"));
 }

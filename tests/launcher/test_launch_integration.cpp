@@ -365,6 +365,51 @@ TEST_CASE("launch: logs are appended unless --log_overwrite", "[launcher][integr
   CHECK(slurp(d + "/log/workerlog.0") == "run\n");
 }
 
+TEST_CASE("launch: a second launch on the same --log_dir is refused, naming the first", "[launcher][integration][log_lock]") {
+  // Issue 22, item 9: two launches on one --log_dir interleaved into the same workerlog.N.
+  TempDir td;
+  const std::string& d = td.path;
+  // The first fails once (generation 0) and then runs on: its lock outlives its restart.
+  Proc a = launch_sh(d, {"--devices", "cpu", "--nproc_per_node", "2", "--max_restart", "1", "--restart-backoff", "0"},
+                     "if [ $PADDLE_RESTART_COUNT = 0 ]; then [ $RANK = 1 ] && exit 3; exec sleep 30; fi; "
+                     "touch " + d + "/gen1.$RANK; exec sleep 30", {}, "first");
+  Reaper ga(a.pid);
+  REQUIRE(wait_until([&] { return exists(d + "/gen1.0") && exists(d + "/gen1.1"); }, 20));
+  Proc b = launch_sh(d, {"--devices", "cpu", "--nproc_per_node", "1", "--log_dir", "./log/"},
+                     "touch " + d + "/second.$RANK", {}, "second");
+  Reaper gb(b.pid);
+  CHECK(wait_exit(b.pid, 10) == 2);
+  const std::string err = b.err();
+  INFO(err);
+  CHECK_THAT(err, Catch::Contains("launch: error: --log_dir " + d + "/log is in use: another launch (pid " +
+                                  std::to_string(a.pid) + ") is writing " + d + "/log/workerlog.0; wait for it to end, "
+                                  "or give this launch its own --log_dir"));
+  CHECK_THAT(err, !Catch::Contains("worker(s) of"));  // no job began
+  CHECK_FALSE(exists(d + "/second.0"));
+  // Another folder is fine meanwhile, and so is this one once the first launch has ended.
+  Proc c = launch_sh(d, {"--devices", "cpu", "--log_dir", d + "/other"}, "true", {}, "third");
+  CHECK(wait_exit(c.pid, 10) == 0);
+  kill(a.pid, SIGTERM);
+  REQUIRE(wait_exit(a.pid, 15) == 128 + SIGTERM);
+  Proc e = launch_sh(d, {"--devices", "cpu"}, "touch " + d + "/fourth.$RANK", {}, "fourth");
+  CHECK(wait_exit(e.pid, 10) == 0);
+  CHECK(exists(d + "/fourth.0"));
+}
+
+TEST_CASE("launch: 100,000 arguments make no 600 KB log line", "[launcher][integration]") {
+  // Issue 22, item 15: the job's first log line held the whole command (589 KB).
+  TempDir td;
+  std::vector<std::string> argv{kLaunch, "--log_dir", td.path + "/log", "--devices", "cpu", "true"};
+  for (int i = 1; i <= 100000; ++i) argv.push_back(std::to_string(i));
+  Proc p = start(argv, td.path);
+  Reaper guard(p.pid);
+  REQUIRE(wait_exit(p.pid, 20) == 0);
+  size_t longest = 0;
+  for (const auto& l : lines_of(p.err())) longest = std::max(longest, l.size());
+  CHECK(longest < 2048);
+  CHECK_THAT(p.err(), Catch::Contains("more argument(s), ") && Catch::Contains(" bytes, not shown)"));
+}
+
 TEST_CASE("launch: bad input -> one line, exit 2, nothing started", "[launcher][integration]") {
   TempDir td;
   const std::string& d = td.path;

@@ -3,11 +3,13 @@
 #include <arpa/inet.h>
 #include <netinet/in.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <cstdlib>
 #include <filesystem>
+#include <fstream>
 #include <set>
 
 #include "launcher/errors.h"
@@ -94,4 +96,79 @@ TEST_CASE("ports: --start_port takes consecutive ports and refuses a busy one", 
   CHECK_THROWS_WITH(reserve_ports("127.0.0.1", 3, 65534, dir), Catch::Contains("no room"));
   CHECK_THROWS_WITH(reserve_ports("not-an-ip", 1, std::nullopt, dir), Catch::Contains("IPv4"));
   close(server);
+}
+
+namespace {
+// TMPDIR for the scope of a test.
+struct TmpdirAs {
+  explicit TmpdirAs(const std::string& dir) {
+    if (const char* t = std::getenv("TMPDIR")) old = t;
+    setenv("TMPDIR", dir.c_str(), 1);
+  }
+  ~TmpdirAs() {
+    if (old.empty())
+      unsetenv("TMPDIR");
+    else
+      setenv("TMPDIR", old.c_str(), 1);
+  }
+  std::string old;
+};
+}  // namespace
+
+TEST_CASE("ports: the lock folder is the user's own under TMPDIR, made 0700", "[launcher][ports]") {
+  TempDir td;
+  TmpdirAs tmp(td.path);
+  const std::string want = td.path + "/launch-" + std::to_string(getuid()) + "/ports";
+  CHECK(port_lock_dir() == want);
+  struct stat st;
+  REQUIRE(lstat(want.c_str(), &st) == 0);
+  CHECK(S_ISDIR(st.st_mode));
+  CHECK((st.st_mode & 0777) == 0700);
+  PortReservation r = reserve_ports("127.0.0.1", 2, std::nullopt);
+  CHECK(std::filesystem::exists(want + "/" + std::to_string(r.ports()[0])));
+}
+
+TEST_CASE("ports: a lock folder planted as a file, a symlink or open to others is refused, saying what to do",
+          "[launcher][ports]") {
+  // Issue 22, item 12: a regular file /tmp/launch-ports (any local user can make one) switched
+  // port locking off without a word.
+  TempDir td;
+  TmpdirAs tmp(td.path);
+  const std::string mine = td.path + "/launch-" + std::to_string(getuid());
+  { std::ofstream(mine) << "planted"; }
+  CHECK_THROWS_WITH(reserve_ports("127.0.0.1", 1, std::nullopt),
+                    Catch::Contains(mine + " is a regular file, not a directory of yours (remove it: rm " + mine + ")") &&
+                        Catch::Contains("set TMPDIR to a directory of yours"));
+  std::filesystem::remove(mine);
+  std::filesystem::create_directory_symlink(td.path, mine);
+  CHECK_THROWS_WITH(port_lock_dir(), Catch::Contains(mine + " is a symbolic link"));
+  std::filesystem::remove(mine);
+  REQUIRE(mkdir(mine.c_str(), 0700) == 0);
+  chmod(mine.c_str(), 0777);
+  CHECK_THROWS_WITH(port_lock_dir(), Catch::Contains(mine + " may be used by group or others (mode 0777): chmod 700 " + mine));
+  chmod(mine.c_str(), 0700);
+  { std::ofstream(mine + "/ports") << "planted"; }
+  CHECK_THROWS_WITH(port_lock_dir(), Catch::Contains(mine + "/ports is a regular file"));
+  std::filesystem::remove(mine + "/ports");
+  CHECK(port_lock_dir() == mine + "/ports");
+  // A folder given explicitly is checked the same way.
+  const std::string open_dir = td.path + "/open";
+  REQUIRE(mkdir(open_dir.c_str(), 0700) == 0);
+  chmod(open_dir.c_str(), 01777);
+  CHECK_THROWS_WITH(reserve_ports("127.0.0.1", 1, std::nullopt, open_dir), Catch::Contains("chmod 700 " + open_dir));
+}
+
+TEST_CASE("ports: a lock folder of another user is refused", "[launcher][ports]") {
+  if (geteuid() != 0) {
+    WARN("skipped: needs root to give a folder to another user");
+    return;
+  }
+  TempDir td;
+  chmod(td.path.c_str(), 0755);  // so that the other user's folder can sit in it
+  TmpdirAs tmp(td.path);
+  const std::string mine = td.path + "/launch-" + std::to_string(getuid());
+  REQUIRE(mkdir(mine.c_str(), 0700) == 0);
+  REQUIRE(chown(mine.c_str(), 65534, 65534) == 0);
+  CHECK_THROWS_WITH(port_lock_dir(), Catch::Contains(mine + " belongs to uid 65534, not to you (uid 0)") &&
+                                         Catch::Contains("set TMPDIR"));
 }

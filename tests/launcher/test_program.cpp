@@ -1,5 +1,6 @@
 #include <catch2/catch.hpp>
 
+#include <algorithm>
 #include <set>
 
 #include "launcher/errors.h"
@@ -60,4 +61,26 @@ TEST_CASE("program lookup: the real context finds /bin/sh", "[launcher][program]
   auto argv = resolve_command({"sh", "-c", "true"}, real_lookup_context());
   REQUIRE(argv.size() == 3);
   CHECK(argv[0].find("/sh") != std::string::npos);
+}
+
+TEST_CASE("join_command quotes for the shell; the logged form caps 100,000 arguments", "[launcher][program]") {
+  CHECK(join_command({"/usr/bin/python3", "-u", "my script.py", "it's"}) ==
+        "/usr/bin/python3 -u 'my script.py' 'it'\\''s'");
+  // Issue 22, item 15: the job's first log line held all of them (589 KB).
+  V argv{"/bin/echo"};
+  for (int i = 0; i < 100000; ++i) argv.push_back("arg" + std::to_string(i));
+  const std::string line = join_command(argv, kLoggedCommandChars);
+  CHECK(line.size() < kLoggedCommandChars + 100);
+  CHECK(line.rfind("/bin/echo arg0 arg1 ", 0) == 0);
+  // Whole arguments only, then what is missing.
+  const size_t shown = static_cast<size_t>(std::count(line.begin(), line.begin() + long(line.find(" ...")), ' '));
+  size_t left_bytes = 0;
+  for (size_t k = shown + 1; k < argv.size(); ++k) left_bytes += argv[k].size() + 1;
+  CHECK_THAT(line, Catch::EndsWith(" ... (" + std::to_string(argv.size() - shown - 1) + " more argument(s), " +
+                                   std::to_string(left_bytes) + " bytes, not shown)"));
+  CHECK(join_command(argv).size() > 500000);  // --dry-run still shows every one
+  // A short command is not touched; argv[0] is shown whatever its length.
+  CHECK(join_command({"true", "x"}, kLoggedCommandChars) == "true x");
+  const std::string long_name(2000, 'p');
+  CHECK(join_command({long_name, "a"}, kLoggedCommandChars) == long_name + " ... (1 more argument(s), 2 bytes, not shown)");
 }

@@ -75,7 +75,8 @@ TEST_CASE("restart: when the restarts run out, launch exits with the last failur
   const std::string script =
       "touch " + d + "/ran.$RANK.$PADDLE_RESTART_COUNT; "
       "if [ $RANK = 1 ]; then exit $((3 + PADDLE_RESTART_COUNT)); fi; exec sleep 30";
-  Proc p = launch_sh(d, {"--devices", "cpu", "--nproc_per_node", "2", "--max_restart", "2"}, script);
+  Proc p = launch_sh(d, {"--devices", "cpu", "--nproc_per_node", "2", "--max_restart", "2", "--restart-backoff", "0.05"},
+                     script);
   Reaper guard(p.pid);
   REQUIRE(wait_exit(p.pid, 25) == 5);
   for (int g = 0; g < 3; ++g) CHECK(exists(d + "/ran.1." + std::to_string(g)));
@@ -95,6 +96,62 @@ TEST_CASE("restart: a signal to launch stops the job, it is not a failure to res
   kill(p.pid, SIGTERM);
   REQUIRE(wait_exit(p.pid, 15) == 128 + SIGTERM);
   CHECK_FALSE(exists(d + "/ran.0.1"));
+}
+
+TEST_CASE("restart: the wait before each restart doubles, is logged, and the report says a restart follows", "[launcher][restart]") {
+  // Issue 22, item 8: --max_restart 50 with a worker that always fails ran 51 generations in 287 ms.
+  TempDir td;
+  const std::string& d = td.path;
+  const std::string script = "date +%s%N > " + d + "/t.$RANK.$PADDLE_RESTART_COUNT; exit 3";
+  Proc p = launch_sh(d, {"--devices", "cpu", "--nproc_per_node", "1", "--max_restart", "3", "--restart-backoff",
+                         "0.2:0.5"}, script);
+  Reaper guard(p.pid);
+  REQUIRE(wait_exit(p.pid, 25) == 3);
+  std::vector<double> t;
+  for (int g = 0; g < 4; ++g) t.push_back(std::atof(slurp(d + "/t.0." + std::to_string(g)).c_str()) * 1e-9);
+  CHECK_FALSE(exists(d + "/t.0.4"));
+  // 0.2, 0.4, then 0.5 (the cap): each gap is at least the wait, and not much more on this machine.
+  const double want[] = {0.2, 0.4, 0.5};
+  for (int g = 0; g < 3; ++g) {
+    INFO("gap before restart " << g + 1 << ": " << t[size_t(g) + 1] - t[size_t(g)] << " s");
+    CHECK(t[size_t(g) + 1] - t[size_t(g)] >= want[g]);
+    CHECK(t[size_t(g) + 1] - t[size_t(g)] < want[g] + 2);
+  }
+  const std::string err = p.err();
+  INFO(err);
+  CHECK_THAT(err, Catch::Contains("restarting all 1 worker(s) in 0.2 s (restart 1 of 3"));
+  CHECK_THAT(err, Catch::Contains("restarting all 1 worker(s) in 0.4 s (restart 2 of 3"));
+  CHECK_THAT(err, Catch::Contains("restarting all 1 worker(s) in 0.5 s (restart 3 of 3"));
+  CHECK_THAT(err, Catch::Contains("--restart-backoff 0.2 s doubling to 0.5 s"));
+  // Item 15: a report that a restart follows does not say how launch exits.
+  CHECK_THAT(err, Catch::Contains("root cause: rank 0 exited with code 3 (pid "));
+  CHECK_THAT(err, Catch::Contains("; restart 1 of 3 follows"));
+  CHECK_THAT(err, Catch::Contains("; restart 3 of 3 follows"));
+  size_t exits = 0;
+  for (size_t at = err.find("; launch exits with 3"); at != std::string::npos; at = err.find("; launch exits with 3", at + 1))
+    ++exits;
+  CHECK(exits == 2);  // the last report and "no restart left": once the restarts are spent
+}
+
+TEST_CASE("restart: a stop signal during the wait before a restart ends it at once", "[launcher][restart]") {
+  TempDir td;
+  const std::string& d = td.path;
+  Proc p = launch_sh(d, {"--devices", "cpu", "--nproc_per_node", "2", "--max_restart", "5", "--restart-backoff", "30",
+                         "--summary", d + "/summary.json"},
+                     "touch " + d + "/ran.$RANK.$PADDLE_RESTART_COUNT; [ $RANK = 1 ] && exit 4; exec sleep 30");
+  Reaper guard(p.pid);
+  REQUIRE(wait_until([&] { return p.err().find("restarting all 2 worker(s) in 30 s") != std::string::npos; }, 20));
+  const double t0 = now_s();
+  kill(p.pid, SIGTERM);
+  const auto code = wait_exit(p.pid, 10);
+  const double took = now_s() - t0;
+  REQUIRE(code.has_value());
+  CHECK(*code == 4);  // the failure's code: the signal stopped a restart, not a running job
+  CHECK(took < 1.0);
+  CHECK_FALSE(exists(d + "/ran.0.1"));
+  CHECK_THAT(p.err(), Catch::Contains("SIGTERM arrived during the wait before restart 1: not restarting"));
+  auto j = nlohmann::json::parse(slurp(d + "/summary.json"));
+  CHECK(j["exit_code"] == 4);
 }
 
 TEST_CASE("checkpoint signal: forwarded to every worker, the job goes on", "[launcher][checkpoint]") {

@@ -129,37 +129,78 @@ TEST_CASE("root cause: SIGSTOP of one train_resnet rank names that rank (--comm-
   CHECK(named);
 }
 
-TEST_CASE("root cause: one node's launcher killed; the other node names that node, not its own noticer", "[launcher][root_cause][multinode]") {
-  TempDir td;
-  const std::string& d = td.path;
+namespace {
+
+struct NodeKilled {
+  std::optional<int> code;  // the other node's launcher's
+  double took = 0;          // from the worker's report to that exit
+  std::string err;          // its stderr
+};
+
+// Two launchers on 127.0.0.1 as nodes 0 and 1, one worker each. Node `victim`'s launcher is
+// SIGKILLed; then the other node's worker says it lost its ring neighbour on the victim -- as
+// train_resnet's ring does 0.1 s after a node died -- long before a heartbeat could tell. The
+// other node must then be out within 1.5 s, with code 1 (a launcher that stopped responding has
+// no exit code of its own).
+NodeKilled kill_node(const std::string& d, int victim) {
+  const int other = 1 - victim;
   const std::string master = free_loopback_address();
   const std::map<std::string, std::string> token = {{"LAUNCH_STORE_TOKEN", "0123456789abcdef0123456789abcdef-test"}};
-  // Rank 0 (node 0) notices its ring neighbour, rank 1 on node 1, vanish -- as soon as the test
-  // has killed node 1 -- and says so, long before the heartbeat can tell who died.
   const std::string script =
-      "touch " + d + "/up.$RANK; if [ $RANK = 0 ]; then while [ ! -e " + d + "/go ]; do sleep 0.01; done; "
-      "echo 'LAUNCH_PEER_LOST rank=1: rank 1 closed the connection (emulated)' >&2; exit 86; fi; exec sleep 60";
-  auto node = [&](int rank) {
-    return start({kLaunch, "--nnodes", "2", "--master", master, "--rank", std::to_string(rank), "--host", "127.0.0.1",
-                  "--devices", "cpu", "--nproc_per_node", "1", "--log_dir", d + "/log", "sh", "-c", script},
-                 d, token, "node" + std::to_string(rank));
-  };
-  Proc n0 = node(0), n1 = node(1);
-  Reaper g0(n0.pid), g1(n1.pid);
+      "touch " + d + "/up.$RANK; if [ $RANK = " + std::to_string(other) + " ]; then while [ ! -e " + d +
+      "/go ]; do sleep 0.01; done; echo 'LAUNCH_PEER_LOST rank=" + std::to_string(victim) + ": rank " +
+      std::to_string(victim) + " closed the connection (emulated)' >&2; exit 86; fi; exec sleep 60";
+  std::vector<Proc> nodes;
+  for (int rank : {0, 1})
+    nodes.push_back(start({kLaunch, "--nnodes", "2", "--master", master, "--rank", std::to_string(rank), "--host",
+                           "127.0.0.1", "--devices", "cpu", "--nproc_per_node", "1", "--log_dir", d + "/log", "sh", "-c",
+                           script},
+                          d, token, "node" + std::to_string(rank)));
+  Reaper g0(nodes[0].pid), g1(nodes[1].pid);
   REQUIRE(wait_until([&] { return exists(d + "/up.0") && exists(d + "/up.1"); }, 30));
-  kill(n1.pid, SIGKILL);
-  const double t_kill = now_s();
-  REQUIRE(wait_exit(n1.pid, 5) == 128 + SIGKILL);
+  kill(nodes[size_t(victim)].pid, SIGKILL);
+  REQUIRE(wait_exit(nodes[size_t(victim)].pid, 5) == 128 + SIGKILL);
+  const double t_report = now_s();
   { std::ofstream(d + "/go") << "1"; }
-  auto code = wait_exit(n0.pid, 20);
-  const std::string err = n0.err();
-  INFO(err);
-  CHECK(now_s() - t_kill < 12.0);
-  REQUIRE(code.has_value());
-  CHECK(*code == 1);  // a launcher that stopped responding has no exit code of its own
-  CHECK_THAT(err, Catch::Contains("after losing rank 1, which runs on another node"));
-  CHECK_THAT(err, Catch::Contains("root cause, on another node: node 1"));
-  CHECK_THAT(err, !Catch::Contains("root cause: rank 0"));
+  NodeKilled r;
+  r.code = wait_exit(nodes[size_t(other)].pid, 20);
+  r.took = now_s() - t_report;
+  r.err = nodes[size_t(other)].err();
+  INFO(r.err);
+  CHECK(r.took < 1.5);
+  WARN("worker's report -> node " << other << "'s exit: " << int(r.took * 1000) << " ms");
+  CHECK(r.code == 1);
+  return r;
+}
+
+}  // namespace
+
+TEST_CASE("root cause: one node's launcher killed; the other node names that node within 1 s of its worker's report",
+          "[launcher][root_cause][multinode]") {
+  // Issue 22, item 4: the verdict came 8.5-8.7 s after the kill although the ring noticed in 0.1 s.
+  TempDir td;
+  const NodeKilled k = kill_node(td.path, 1);
+  INFO(k.err);
+  // The verdict asks node 0's store whether node 1's connection closed (with its launcher); then
+  // node 0 stops its workers (SIGTERM) and exits.
+  CHECK_THAT(k.err, Catch::Contains("after losing rank 1, which runs on another node"));
+  CHECK_THAT(k.err, Catch::Contains("root cause, on another node: node 1 (127.0.0.1): launcher stopped responding "
+                                    "(its connection to the store closed"));
+  CHECK_THAT(k.err, !Catch::Contains("root cause: rank 0"));
+  CHECK_THAT(k.err, !Catch::Contains("closing the store while node(s)"));  // the dead node is not waited for
+}
+
+TEST_CASE("root cause: node 0's launcher killed, both nodes on one address: node 1 names node 0, not itself",
+          "[launcher][root_cause][multinode]") {
+  // Issue 22, item 4: node 1 named itself ("node 1 (127.0.0.1): launcher stopped responding: its
+  // store ... is unreachable"), the store's address being its own too.
+  TempDir td;
+  const NodeKilled k = kill_node(td.path, 0);
+  INFO(k.err);
+  CHECK_THAT(k.err, Catch::Contains("root cause, on another node: node 0 (127.0.0.1): launcher stopped responding: "
+                                    "its store at ") &&
+                        Catch::Contains("no answer to a PING within 0.5 s"));
+  CHECK_THAT(k.err, !Catch::Contains("node 1 (127.0.0.1): launcher stopped"));
 }
 
 // --- item 3: a console nobody reads -----------------------------------------------------------

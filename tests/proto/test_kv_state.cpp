@@ -255,3 +255,76 @@ TEST_CASE("HELLO: token checked first, then the job id; neither the token nor ou
   KvState s;
   CHECK(only(run(s, 1, h), 1).status == Status::Malformed);  // HELLO twice
 }
+
+TEST_CASE("quota: keys per job; the refusal says which write and how to make room", "[proto][kv][quota]") {
+  // Issue 22, item 10: one client writing 500,000 keys took launch to 559 MB.
+  Limits lim;
+  lim.max_store_keys = 3;
+  KvState s(lim);
+  for (const char* k : {"a", "b", "c"}) CHECK(only(run(s, 1, req(Op::Set, k, "v")), 1).status == Status::Ok);
+  Reply r = only(run(s, 1, req(Op::Set, "d", "v")), 1);
+  CHECK(r.status == Status::QuotaExceeded);
+  CHECK_THAT(r.message, Catch::Contains("store quota: SET of key 'd' would make key 4; the store holds at most 3 keys "
+                                        "per job (delete keys no longer needed: DELETE, launch kv delete)"));
+  CHECK(s.key_count() == 3);
+  CHECK(only(run(s, 1, get("d", 0)), 1).status == Status::Timeout);  // nothing was stored
+  // Writing a key that exists is no new key; ADD and COMPARE_SET of a new one are refused too.
+  CHECK(only(run(s, 1, req(Op::Set, "a", "w")), 1).status == Status::Ok);
+  Request add = req(Op::Add, "n");
+  add.delta = 1;
+  CHECK(only(run(s, 1, add), 1).status == Status::QuotaExceeded);
+  Request cas = req(Op::CompareSet, "e");
+  cas.desired = "x";
+  r = only(run(s, 1, cas), 1);
+  CHECK(r.status == Status::QuotaExceeded);
+  CHECK_THAT(r.message, Catch::Contains("COMPARE_SET of key 'e'"));
+  // A DELETE makes room.
+  CHECK(only(run(s, 1, req(Op::Delete, "b")), 1).existed);
+  CHECK(only(run(s, 1, add), 1).number == 1);
+  // The launcher's failure record is never refused, and wakes the waiters as ever.
+  run(s, 2, get("zz"));
+  std::vector<Outgoing> out;
+  CHECK(s.fail_job("rank 0: exited with code 1", out));
+  CHECK(out.size() == 1);
+  CHECK(s.key_count() == 4);
+}
+
+TEST_CASE("quota: bytes per job count key, value and each entry's bookkeeping", "[proto][kv][quota]") {
+  Limits lim;
+  lim.max_store_bytes = 3 * (1 + 100 + kEntryCharge);
+  KvState s(lim);
+  for (const char* k : {"a", "b", "c"}) CHECK(only(run(s, 1, req(Op::Set, k, std::string(100, 'v'))), 1).status == Status::Ok);
+  CHECK(s.stored_bytes() == lim.max_store_bytes);
+  Reply r = only(run(s, 1, req(Op::Set, "d", "")), 1);
+  CHECK(r.status == Status::QuotaExceeded);
+  CHECK_THAT(r.message, Catch::Contains("SET of key 'd' (0 bytes) would bring the store to " +
+                                        std::to_string(lim.max_store_bytes + 1 + kEntryCharge) +
+                                        " bytes of keys and values; it holds at most " +
+                                        std::to_string(lim.max_store_bytes) + " per job"));
+  // Growing a value past the quota is refused; shrinking it, or writing it the same size, is not.
+  CHECK(only(run(s, 1, req(Op::Set, "a", std::string(101, 'v'))), 1).status == Status::QuotaExceeded);
+  CHECK(only(run(s, 1, get("a")), 1).value == std::string(100, 'v'));
+  CHECK(only(run(s, 1, req(Op::Set, "a", std::string(100, 'w'))), 1).status == Status::Ok);
+  CHECK(only(run(s, 1, req(Op::Set, "a", "short")), 1).status == Status::Ok);
+  CHECK(s.stored_bytes() == lim.max_store_bytes - 95);
+  CHECK(only(run(s, 1, req(Op::Set, "a", std::string(100, 'x'))), 1).status == Status::Ok);
+  CHECK(only(run(s, 1, req(Op::Delete, "c")), 1).existed);
+  CHECK(s.stored_bytes() == 2 * (1 + 100 + kEntryCharge));
+  CHECK(only(run(s, 1, req(Op::Set, "d", "")), 1).status == Status::Ok);
+}
+
+TEST_CASE("quota: the defaults take a value of the largest size, and 500,000 small keys are refused", "[proto][kv][quota]") {
+  Limits lim;
+  CHECK(lim.max_store_bytes >= lim.max_key + lim.max_value + kEntryCharge);
+  KvState s;
+  Request big = req(Op::Set, std::string(lim.max_key, 'k'), std::string(lim.max_value, 'v'));
+  CHECK(only(run(s, 1, big), 1).status == Status::Ok);
+  CHECK(only(run(s, 1, req(Op::Delete, big.key)), 1).existed);
+  size_t ok = 0, refused = 0;
+  for (int i = 0; i < 500000; ++i) {
+    const Status st = only(run(s, 1, req(Op::Set, "key/" + std::to_string(i), "value")), 1).status;
+    (st == Status::Ok ? ok : refused) += 1;
+  }
+  CHECK(ok == lim.max_store_keys);
+  CHECK(refused == 500000 - lim.max_store_keys);
+}

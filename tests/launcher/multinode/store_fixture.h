@@ -4,6 +4,7 @@
 #include <poll.h>
 
 #include <chrono>
+#include <functional>
 #include <memory>
 #include <string>
 
@@ -17,11 +18,13 @@ inline const std::string kToken = "0123456789abcdef0123456789abcdef0123456789abc
 
 struct Store {
   std::unique_ptr<launch::StoreServer> server;
-  Store() {
+  // `on_client`: as the launcher serving the store hooks its presence tracking in.
+  explicit Store(std::function<void(const std::string&, bool)> on_client = {}) {
     launch::StoreServerConfig cfg;
     cfg.host = "127.0.0.1";
     cfg.job_id = "mn-test";
     cfg.token = kToken;
+    cfg.on_client = std::move(on_client);
     server = launch::StoreServer::start(cfg);
   }
   proto::ClientOptions client(const std::string& token = kToken) const {

@@ -1,6 +1,8 @@
 #include <catch2/catch.hpp>
 
 #include <csignal>
+#include <functional>
+#include <thread>
 
 #include "launcher/multinode/monitor.h"
 #include "store_fixture.h"
@@ -25,20 +27,46 @@ std::vector<JobLayout> three_nodes(const Store& s) {
   return out;
 }
 
-std::vector<std::unique_ptr<JobMonitor>> monitors(const Store& s, milliseconds period, milliseconds timeout) {
+std::vector<std::unique_ptr<JobMonitor>> monitors(const Store& s, milliseconds period, milliseconds timeout,
+                                                  const std::function<void(MonitorConfig&)>& tweak = {},
+                                                  std::vector<JobLayout> layouts = {}) {
   std::vector<std::unique_ptr<JobMonitor>> m;
-  for (auto& l : three_nodes(s)) {
+  for (auto& l : layouts.empty() ? three_nodes(s) : layouts) {
     MonitorConfig c;
     c.store = s.client();
     c.layout = l;
     c.heartbeat_period = period;
     c.heartbeat_timeout = timeout;
+    if (tweak) tweak(c);
     m.push_back(std::make_unique<JobMonitor>(c));
   }
   return m;
 }
 
+// A store whose connections node 0's presence tracking sees, as in the launcher that serves it.
+struct WatchedStore {
+  std::shared_ptr<Presence> presence = std::make_shared<Presence>();
+  Store store{[p = presence](const std::string& name, bool open) { p->on_client(name, open, Clock::now()); }};
+  // Node 0's monitor gets the presence, as multinode_job.cpp gives it.
+  std::function<void(MonitorConfig&)> node0(milliseconds grace = kDefaultPresenceGrace) const {
+    return [p = presence, grace](MonitorConfig& c) {
+      if (c.layout.node_rank == 0) c.presence = p;
+      c.presence_grace = grace;
+    };
+  }
+};
+
 double seconds_since(Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); }
+
+// Until the store has seen node `r`'s monitor connection of generation 0 close.
+bool wait_until_gone(const Presence& p, int r, milliseconds timeout) {
+  const auto end = Clock::now() + timeout;
+  while (!p.gone_since(0, r)) {
+    if (Clock::now() > end) return false;
+    std::this_thread::sleep_for(milliseconds(2));
+  }
+  return true;
+}
 
 }  // namespace
 
@@ -163,4 +191,95 @@ TEST_CASE("after the store itself failed the job, node 0 still waits for the oth
     REQUIRE(x->failure());
     CHECK(*x->failure() == root);
   }
+}
+
+// --- issue 22, item 4 ----------------------------------------------------------------------------
+
+TEST_CASE("the store going away names node 0, also when every node has the same address", "[multinode][store]") {
+  // Before: the node whose host matched the store's address last -- with one address for all,
+  // node 2, which named itself as the root cause.
+  Store s;
+  std::vector<NodeRegistration> regs = {node(0, 1), node(1, 2), node(2, 3)};  // all on 127.0.0.1
+  std::vector<JobLayout> layouts;
+  for (size_t i = 0; i < regs.size(); ++i) {
+    layouts.push_back(compute_layout(regs, 3, i));
+    layouts.back().store_address = s.server->address();
+  }
+  auto m = monitors(s, milliseconds(100), milliseconds(800), {}, layouts);
+  s.server.reset();
+  for (auto& x : m) {
+    REQUIRE(readable_within(x->event_fd(), milliseconds(4000)));
+    CHECK(x->failure()->node_rank == 0);
+    CHECK_THAT(x->failure()->describe(), Catch::StartsWith("node 0 (127.0.0.1): launcher stopped responding"));
+  }
+}
+
+TEST_CASE("node 0 declares a node whose launcher died within 1 s, from its closed store connection",
+          "[multinode][store]") {
+  WatchedStore w;
+  // A heartbeat timeout of 10 s: only the closed connection can tell within the test's bound.
+  auto m = monitors(w.store, milliseconds(100), milliseconds(10000), w.node0());
+  CHECK_FALSE(readable_within(m[0]->event_fd(), milliseconds(700)));  // all connected: nothing
+  auto t0 = Clock::now();
+  m[2].reset();  // its launcher is gone: the kernel (here its destructor) closes its connections
+  for (int i : {0, 1}) {
+    REQUIRE(readable_within(m[i]->event_fd(), milliseconds(2000)));
+    auto f = m[i]->failure();
+    CHECK(f->node_rank == 2);
+    CHECK(f->rank == -1);
+    CHECK_THAT(f->reason, Catch::Contains("launcher stopped responding (its connection to the store closed 0.5 s ago"));
+  }
+  const double took = seconds_since(t0);
+  CHECK(took >= 0.45);  // the grace for a reconnect
+  CHECK(took < 1.0);
+  WARN("a dead launcher declared from its closed connection after " << int(took * 1000) << " ms");
+  // Node 0 does not wait for the dead node to leave before it closes its store.
+  t0 = Clock::now();
+  CHECK(m[0]->wait_all_finished(milliseconds(3000)).empty());
+  CHECK(seconds_since(t0) < 1.0);
+}
+
+TEST_CASE("a node that finished and went is not declared from its closed connection", "[multinode][store]") {
+  WatchedStore w;
+  auto m = monitors(w.store, milliseconds(100), milliseconds(10000), w.node0(milliseconds(100)));
+  m[2]->finish();
+  m[2].reset();
+  CHECK_FALSE(readable_within(m[0]->event_fd(), milliseconds(1000)));
+  CHECK_FALSE(m[1]->failure());
+}
+
+TEST_CASE("with a worker's evidence, node 0 declares a node whose connection closed at once", "[multinode][store]") {
+  WatchedStore w;
+  // A grace of 10 s: only the evidence can make it quick.
+  auto m = monitors(w.store, milliseconds(100), milliseconds(10000), w.node0(milliseconds(10000)));
+  m[0]->peer_lost(3, "rank 3 closed the connection");  // node 2 is alive: nothing to declare
+  CHECK_FALSE(readable_within(m[0]->event_fd(), milliseconds(300)));
+  m[2].reset();
+  // The store sees the connection close within moments; the evidence then decides at once.
+  REQUIRE(wait_until_gone(*w.presence, 2, milliseconds(2000)));
+  const auto t0 = Clock::now();
+  m[0]->peer_lost(3, "rank 3 closed the connection");
+  REQUIRE(readable_within(m[0]->event_fd(), milliseconds(100)));
+  CHECK(seconds_since(t0) < 0.1);
+  const auto f = m[0]->failure();
+  CHECK(f->node_rank == 2);
+  CHECK_THAT(f->reason, Catch::Contains("rank 3 there was lost: rank 3 closed the connection"));
+  REQUIRE(readable_within(m[1]->event_fd(), milliseconds(1000)));  // recorded: every node learns it
+  CHECK(*m[1]->failure() == *f);
+}
+
+TEST_CASE("a lost peer on the store's node: a PING it does not answer names node 0 at once", "[multinode][store]") {
+  Store s;
+  auto m = monitors(s, milliseconds(100), milliseconds(10000));
+  m[1]->peer_lost(0, "rank 0 closed the connection");  // the store answers: node 0's launcher lives
+  CHECK_FALSE(readable_within(m[1]->event_fd(), milliseconds(300)));
+  s.server.reset();
+  const auto t0 = Clock::now();
+  m[1]->peer_lost(0, "rank 0 closed the connection");
+  REQUIRE(readable_within(m[1]->event_fd(), milliseconds(1000)));
+  CHECK(seconds_since(t0) < 0.7);  // the probe's bound, 0.5 s, and no more
+  const auto f = m[1]->failure();
+  CHECK(f->node_rank == 0);
+  CHECK_THAT(f->reason, Catch::Contains("its store at") && Catch::Contains("no answer to a PING within 0.5 s") &&
+                            Catch::Contains("rank 0 there was lost: rank 0 closed the connection"));
 }

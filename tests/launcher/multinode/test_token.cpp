@@ -5,6 +5,7 @@
 
 #include <cstdlib>
 #include <fstream>
+#include <random>
 
 #include "launcher/multinode/token.h"
 
@@ -58,10 +59,32 @@ TEST_CASE("token file: missing, not a file, empty, short or with spaces", "[mult
   REQUIRE_THROWS_WITH(read_token_file(d.write("big", std::string(5000, 'a'), 0600)), Catch::Contains("at most 1024"));
 }
 
+TEST_CASE("a guessable token is refused, saying how to make a random one", "[multinode][token]") {
+  // Issue 22, item 15: 36 times one letter passed the length check.
+  CHECK(token_entropy_bits(std::string(36, 'a')) == 0);
+  CHECK(token_entropy_bits("abababababababababababababababababab") == Approx(36));
+  CHECK(token_entropy_bits(kGood) == Approx(256));  // 64 characters, 16 symbols, each 4 times
+  REQUIRE_THROWS_WITH(resolve_job_token(std::nullopt, std::string(36, 'a')),
+                      Catch::Contains("LAUNCH_STORE_TOKEN is guessable: 36 characters, but about 0 bits") &&
+                          Catch::Contains("openssl rand -hex 32"));
+  TempDir d;
+  REQUIRE_THROWS_WITH(read_token_file(d.write("ab", "abababababababababababababababababab", 0600)),
+                      Catch::Contains("is guessable") && Catch::Contains("at least 64 needed"));
+  // What the tests and scripts use, and what the documented commands make, still pass.
+  CHECK(resolve_job_token(std::nullopt, std::string("0123456789abcdef0123456789abcdef-test")).size() == 37);
+  std::mt19937_64 rng(22);
+  for (int i = 0; i < 1000; ++i) {
+    std::string hex;
+    for (int k = 0; k < 32; ++k) hex += "0123456789abcdef"[rng() % 16];  // the shortest random token we take
+    INFO(hex);
+    REQUIRE(token_entropy_bits(hex) >= kMinTokenBits + 20);
+  }
+}
+
 TEST_CASE("--token-file wins over LAUNCH_STORE_TOKEN; neither is an error that says how to make one", "[multinode][token]") {
   TempDir d;
   std::string p = d.write("t", kGood, 0600);
-  std::string other(40, 'z');
+  const std::string other = "fedcba9876543210fedcba9876543210-other";
   CHECK(resolve_job_token(p, other) == kGood);
   CHECK(resolve_job_token(std::nullopt, other) == other);
   REQUIRE_THROWS_WITH(resolve_job_token(std::nullopt, std::string("short")), Catch::Contains("LAUNCH_STORE_TOKEN holds 5"));

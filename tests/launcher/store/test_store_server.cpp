@@ -257,7 +257,7 @@ TEST_CASE("a client that stalls mid-frame or never says HELLO is closed; others 
   RawConn stalled(ts.server->address());
   REQUIRE(stalled.send(hello_frame(ts.cfg.job_id, ts.cfg.token)));
   REQUIRE(stalled.read_reply(5s).value.status == proto::Status::Ok);
-  REQUIRE(stalled.send(std::string("LSTR\x01\x02", 6)));
+  REQUIRE(stalled.send("LSTR" + std::string(1, char(proto::kVersion)) + "\x02"));
   auto c = ts.client();
   auto t0 = std::chrono::steady_clock::now();
   CHECK(stalled.read_until_close(5s).second);
@@ -338,6 +338,12 @@ TEST_CASE("an unreachable store is a Connection error naming the address", "[sto
     CHECK(e.kind() == Kind::Connection);
     CHECK_THAT(e.what(), Catch::Contains(addr));
   }
+  // One attempt (a probe): refused at once, not retried until the connect timeout.
+  o.connect_timeout = 5s;
+  o.retry_connect = false;
+  const auto t0 = std::chrono::steady_clock::now();
+  CHECK_THROWS_AS(proto::Client(o).ping(5s), StoreError);
+  CHECK(std::chrono::steady_clock::now() - t0 < 1s);
   o.address = "no-port-here";
   CHECK_THROWS_WITH(proto::Client(o).ping(1s), Catch::Contains("is not ip:port"));
 }
