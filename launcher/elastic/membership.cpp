@@ -124,7 +124,11 @@ Decision running(const State& s, const Self& self) {
       for (const auto& other : *group)
         if (other.node.id != id && std::find(end.lost.begin(), end.lost.end(), other.node.id) == end.lost.end())
           next.expected.push_back(other.node.id);
-    next.members = {*m};
+    // Its registration as it is now: under etcd the node that serves the store may have changed.
+    Member back = *m;
+    back.node = self.me.node;
+    back.node.requested_rank = -1;
+    next.members = {back};
     next.waiting.clear();
     return write(std::move(next));
   }
@@ -187,6 +191,47 @@ std::optional<State> leave(const State& s, const std::string& id) {
   };
   const bool gone = (s.phase == Phase::Forming && drop(next.members)) || (s.phase == Phase::Running && drop(next.waiting));
   if (!gone) return std::nullopt;
+  ++next.version;
+  return next;
+}
+
+std::optional<State> prune(const State& s, const std::vector<std::string>& alive, int max_restart) {
+  auto gone = [&](const std::string& id) { return std::find(alive.begin(), alive.end(), id) == alive.end(); };
+  auto drop = [&](std::vector<Member>& v) {
+    const size_t before = v.size();
+    v.erase(std::remove_if(v.begin(), v.end(), [&](const Member& m) { return gone(m.node.id); }), v.end());
+    return v.size() != before;
+  };
+  State next = s;
+  bool changed = false;
+  if (s.phase == Phase::Forming) {
+    changed = drop(next.members);
+    const size_t before = next.expected.size();
+    next.expected.erase(std::remove_if(next.expected.begin(), next.expected.end(), gone), next.expected.end());
+    changed = changed || next.expected.size() != before;
+  } else if (s.phase == Phase::Running) {
+    if (!s.members.empty() && std::all_of(s.members.begin(), s.members.end(), [&](const Member& m) { return gone(m.node.id); })) {
+      // Nobody is left to reopen the round: the node that sees it does, as a failure.
+      next.failures += 1;
+      const std::string what = "every node of round " + std::to_string(s.round) + " is gone (their liveness ended)";
+      if (next.failures > max_restart) {
+        next.phase = Phase::Failed;
+        next.exit_code = 1;
+        next.outcome = what + " (no restart left: --max_restart " + std::to_string(max_restart) + ")";
+      } else {
+        next.round = s.round + 1;
+        next.phase = Phase::Forming;
+        next.members.clear();
+        drop(next.waiting);
+        for (const auto& w : next.waiting) next.expected.push_back(w.node.id);
+        next.waiting.clear();
+      }
+      changed = true;
+    } else {
+      changed = drop(next.waiting);
+    }
+  }
+  if (!changed) return std::nullopt;
   ++next.version;
   return next;
 }
