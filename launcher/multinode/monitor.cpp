@@ -159,6 +159,16 @@ void JobMonitor::peer_lost(int rank, const std::string& what) {
   }
 }
 
+void JobMonitor::node_lost(int node_rank, const std::string& why, ms timeout) {
+  if (node_rank < 0 || size_t(node_rank) >= cfg_.layout.nodes.size() || failure()) return;
+  FailureRecord f;
+  f.node_rank = node_rank;
+  f.host = cfg_.layout.nodes[size_t(node_rank)].host;
+  f.reason = why;
+  std::lock_guard<std::mutex> lock(writer_mu_);
+  declare(*writer_, f, timeout);
+}
+
 FailureRecord JobMonitor::report_failure(const FailureRecord& f, ms timeout) {
   FailureRecord root = f;
   {
