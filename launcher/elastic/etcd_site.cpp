@@ -125,12 +125,16 @@ class EtcdSite final : public ElasticSite {
   // etcd answers, or the rendezvous times out as any other: exit 1 naming the endpoint.
   void wait_for_etcd(Clock::time_point deadline) {
     etcd::Client c(stoppable());
+    c.set_timeout(std::min(opts_.timeout, left(deadline)));
     try {
       c.server_version();
       return;
     } catch (const etcd::EtcdError& e) {
       if (e.kind() == EKind::Cancelled && stops_.stopped()) throw StopRequested(*stops_.stopped(), "waiting for etcd");
       if (e.kind() != EKind::Connection && e.kind() != EKind::Timeout) throw std::runtime_error(e.what());
+      if (Clock::now() + ms(100) >= deadline)
+        throw std::runtime_error("rendezvous timed out after " + seconds_text(timeout_s_) + " s: " + e.what() +
+                                 "; start etcd there, or raise --elastic_timeout");
       log::info("rendezvous: etcd at " + opts_.endpoint + " does not answer yet (" + e.what() + "); asking again "
                 "until --elastic_timeout");
     }
@@ -139,7 +143,7 @@ class EtcdSite final : public ElasticSite {
     } catch (const etcd::EtcdError& e) {
       if (e.kind() == EKind::Cancelled && stops_.stopped()) throw StopRequested(*stops_.stopped(), "waiting for etcd");
       throw std::runtime_error("rendezvous timed out after " + seconds_text(timeout_s_) + " s: " + e.what() +
-                               "; start etcd there or check " + opts_.endpoint_source + ", or raise --elastic_timeout");
+                               "; start etcd there, or raise --elastic_timeout");
     }
   }
 
