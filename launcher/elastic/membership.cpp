@@ -27,7 +27,9 @@ std::string who(const NodeRegistration& n) {
   return n.hostname.empty() || n.hostname == n.host ? n.host : n.hostname + " (" + n.host + ")";
 }
 
-std::string range(const State& s) { return std::to_string(s.min_nodes) + ":" + std::to_string(s.max_nodes); }
+// "2:3", or "2" for a fixed size (an etcd job's --nnodes 2).
+std::string range(int min, int max) { return (min == max ? "" : std::to_string(min) + ":") + std::to_string(max); }
+std::string range(const State& s) { return range(s.min_nodes, s.max_nodes); }
 
 Decision write(State next) {
   Decision d;
@@ -169,15 +171,14 @@ Decision step(const State& s, const Self& self, Clock::time_point now) {
   }
   if (s.min_nodes != self.min_nodes || s.max_nodes != self.max_nodes)
     return over(Decision::Kind::Refuse,
-                "this node was started with --nnodes " + std::to_string(self.min_nodes) + ":" +
-                    std::to_string(self.max_nodes) + ", the job it joins runs --nnodes " + range(s) +
-                    ": give every node the same --nnodes MIN:MAX",
+                "this node was started with --nnodes " + range(self.min_nodes, self.max_nodes) +
+                    ", the job it joins runs --nnodes " + range(s) + ": give every node the same --nnodes",
                 2);
   if (s.nproc != self.me.node.nproc)
     return over(Decision::Kind::Refuse,
                 "this node runs " + std::to_string(self.me.node.nproc) + " worker process(es), the job's nodes " +
                     std::to_string(s.nproc) + " each (" + who(s.members.empty() ? self.me.node : s.members[0].node) +
-                    "): under --nnodes MIN:MAX every node runs the same --nproc_per_node",
+                    "): every node of the job runs the same --nproc_per_node",
                 2);
   return s.phase == Phase::Forming ? forming(s, self, now) : running(s, self);
 }
