@@ -246,3 +246,18 @@ TEST_CASE("etcd: a job whose every node was lost goes on with the nodes that com
   CHECK(slurp(d + "/again.0") == "1\n");
   CHECK_THAT(c.err(), Catch::Contains("round 1: this is node 0 of 1"));
 }
+
+TEST_CASE("etcd: --dry-run says where the nodes meet and leaves the store to the rendezvous, asking etcd nothing", "[launcher][etcd]") {
+  TempDir td;
+  // No etcd at this endpoint: a dry run does not need one.
+  Proc p = start({kLaunch, "--dry-run", "--nnodes", "2", "--rank", "1", "--rdzv-backend", "etcd", "--rdzv-endpoint",
+                  free_loopback_address(), "--devices", "cpu", "--nproc_per_node", "1", "true"},
+                 td.path, kToken, "dry");
+  Reaper g(p.pid);
+  REQUIRE(wait_exit(p.pid, 10) == 0);
+  const std::string out = p.out();
+  CHECK_THAT(out, Catch::Contains("2 nodes meet at etcd at 127.0.0.1:") &&
+                      Catch::Contains("the first node to claim the job's store there serves it"));
+  CHECK_THAT(out, Catch::Contains("LAUNCH_STORE_ADDR=<decided at the rendezvous>"));
+  CHECK_THAT(out, Catch::Contains("RANK=<decided at the rendezvous>"));
+}
