@@ -286,7 +286,8 @@ class ElasticJob final : public JobMode {
   void check_record(Clock::time_point deadline) {
     auto backend = stoppable_backend(deadline);
     try {
-      const el::Decision d = el::step(el::decode_state(backend->load(ms(10000))), self_, Clock::now());
+      // As long as the rendezvous may take: a store that is not up yet is waited for.
+      const el::Decision d = el::step(el::decode_state(backend->load(left(deadline))), self_, Clock::now());
       if (d.kind == el::Decision::Kind::Refuse) throw UsageError(d.message);
       if (d.kind == el::Decision::Kind::Over) over(d);
     } catch (const el::BackendError& e) {

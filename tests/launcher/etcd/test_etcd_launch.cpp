@@ -227,8 +227,10 @@ TEST_CASE("etcd: a job whose every node was lost goes on with the nodes that com
   const std::string job = job_name();
   const std::string script = "if [ $PADDLE_RESTART_COUNT = 0 ]; then exec sleep 60; fi; echo $PADDLE_RESTART_COUNT > " +
                              d + "/again.$RANK";
-  std::vector<std::string> extra = kQuick;
-  extra.insert(extra.end(), {"--max_restart", "2"});
+  // Both nodes in round 0: a last call long enough for a launch started at the same time as the
+  // first to register even on a loaded machine (at 0.5 s the first formed round 0 alone at times).
+  const std::vector<std::string> extra = {"--rdzv-conf", "keep_alive_interval=0.2,heartbeat_timeout=1,last_call_timeout=5",
+                                          "--max_restart", "2"};
   Proc a = etcd_node(d, "a", job, "1:2", script, extra), b = etcd_node(d, "b", job, "1:2", script, extra);
   Reaper ga(a.pid), gb(b.pid);
   REQUIRE(wait_until([&] {
