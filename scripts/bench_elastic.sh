@@ -1,21 +1,27 @@
 #!/usr/bin/env bash
-# Elastic membership side by side: launch --nnodes 2:3 and torchrun --nnodes 2:3 (c10d) on the
-# same network-namespace hosts (scripts/netns_hosts.sh), the same CPU train_resnet run (its
-# torchrun contract under torchrun; per-rank batch 12 / WORLD_SIZE):
-#   three nodes run; node C (its launcher or agent and its workers: the node is gone) is
-#   SIGKILLed -> time until every worker of the 2-node world has started; then a node D starts
-#   -> time until every worker of the 3-node world has started.
+# Elastic membership side by side: launch --nnodes 2:3 over its own store and over etcd, and
+# torchrun --nnodes 2:3 (c10d), on the same network-namespace hosts (scripts/netns_hosts.sh), the
+# same CPU train_resnet run (its torchrun contract under torchrun; per-rank batch 12 / WORLD_SIZE):
+#   three nodes run; one node (its launcher or agent and its workers: the node is gone) is
+#   SIGKILLed -> time until every worker of the 2-node world has started, and the steps lost (the
+#   last step rank 0 logged before the loss, less the step the 2-node world resumed from); then a
+#   node D starts -> time until every worker of the 3-node world has started.
+#   ours, etcd, torchrun: the node killed is C; etcd-store: it is A, the node that serves the
+#   job's store (over launch's own store, or torchrun's c10d, that loss ends the job).
 # The times come from the workers' own start stamps (date +%s.%N as each worker.sh begins), so
-# both launchers are measured alike. Both get last_call_timeout=1; launch its default heartbeat
-# (1 s, declared dead after 5 s) and checkpoint signal window (5 s), torchrun its defaults.
+# every launcher is measured alike. All get last_call_timeout=1; launch its default heartbeat
+# (1 s, declared dead after 5 s; over etcd also each node's lease TTL) and checkpoint signal
+# window (5 s), torchrun its defaults. etcd (Debian's etcd-server, or $ETCD_BIN) runs on a fifth
+# host of its own.
 #
-# Usage: scripts/bench_elastic.sh [BIN_DIR] [ours|torchrun|both]   (root; needs ip netns)
+# Usage: scripts/bench_elastic.sh [BIN_DIR] [ours|etcd|etcd-store|torchrun|both|all]   (root; ip netns)
+#   both: ours and torchrun; all (the default): ours, etcd, etcd-store and torchrun.
 # torchrun: Debian's python3-torch (1.13) with a one-line fix for Python 3.11 (its Std.from_str
 # gives None for "0"); PyTorch 2.x is used instead when TORCHRUN names its torchrun.
 set -uo pipefail
 root="$(cd "$(dirname "$0")/.." && pwd)"
 bin="$(cd "${1:-$root/build/bin}" && pwd)"
-which=${2:-both}
+which=${2:-all}
 launch="$bin/launch"
 train="$bin/train_resnet"
 hosts="$root/scripts/netns_hosts.sh"
@@ -24,14 +30,16 @@ hosts="$root/scripts/netns_hosts.sh"
 dir=$(mktemp -d /tmp/bench-elastic-XXXXXX)
 export NETNS_PREFIX="be$$x"
 cleanup() {
-  for i in 1 2 3 4; do ip netns pids "${NETNS_PREFIX}$i" 2>/dev/null | xargs -r kill -9; done
+  for i in 1 2 3 4 5; do ip netns pids "${NETNS_PREFIX}$i" 2>/dev/null | xargs -r kill -9; done
   "$hosts" down >/dev/null 2>&1
   if [[ ${BENCH_KEEP:-0} == 1 ]]; then echo "kept $dir"; else rm -rf "$dir"; fi
 }
 trap cleanup EXIT
 "$hosts" reap be
-"$hosts" up 4 >/dev/null || exit $?
+"$hosts" up 5 >/dev/null || exit $?
 master="$("$hosts" addr 1):29400"
+etcd_ep="$("$hosts" addr 5):2379"
+etcd_bin=${ETCD_BIN:-$(command -v etcd || true)}
 export LAUNCH_STORE_TOKEN=$(head -c 32 /dev/urandom | od -An -tx1 | tr -d ' \n')
 
 cat >"$dir/torchrun.py" <<'EOF'
@@ -45,22 +53,34 @@ sys.exit(main())
 EOF
 torchrun=(${TORCHRUN:-/usr/bin/python3 "$dir/torchrun.py"})
 
-# One run of the scenario with launcher $1; prints "loss S join S".
+# One run of the scenario with launcher $1; prints its row.
 scenario() {
-  local who=$1 run="$dir/$1" n i t_kill t_join
+  local who=$1 run="$dir/$1" n i t_kill t_join lost=c host=3
+  [[ $who == etcd-store ]] && lost=a host=1
   mkdir -p "$run"
+  if [[ $who == etcd* ]]; then
+    [[ -x $etcd_bin ]] || { echo "$who: SKIPPED (no etcd binary: apt-get install etcd-server, or set ETCD_BIN)"; return 0; }
+    local e=${etcd_ep%:*}
+    ip netns exec "${NETNS_PREFIX}5" "$etcd_bin" --name b --data-dir "$run/etcd" --listen-client-urls "http://$etcd_ep" \
+      --advertise-client-urls "http://$etcd_ep" --listen-peer-urls "http://$e:2380" \
+      --initial-advertise-peer-urls "http://$e:2380" --initial-cluster "b=http://$e:2380" >"$run/etcd.log" 2>&1 &
+  fi
+  # Rank 0 of each round writes every step it made to metrics.ROUND (JSON lines, "step" 0-based).
   cat >"$run/worker.sh" <<EOF
 #!/bin/sh
 echo "\$(date +%s.%N) \$WORLD_SIZE" >> "$run/start.\$RANK"
 exec "$train" --depth 18 --width 8 --image-size 32 --num-samples 1200 --epochs 1000 --max-steps 4000 --seed 7 \\
-  --threads 1 --log-every 1000 --comm-timeout 10 --batch-size \$((12 / WORLD_SIZE)) \\
-  --save "$run/ck.safetensors" --save-every 20 --resume auto
+  --threads 1 --log-every 1 --comm-timeout 10 --batch-size \$((12 / WORLD_SIZE)) \\
+  --metrics-file "$run/metrics.\$TORCHELASTIC_RESTART_COUNT" --save "$run/ck.safetensors" --save-every 20 --resume auto
 EOF
   chmod +x "$run/worker.sh"
   node() {  # node NAME HOST
     local cmd
     if [[ $who == ours ]]; then
       cmd=("$launch" --nnodes 2:3 --rdzv-endpoint "$master" --max_restart 3 --checkpoint-signal USR2
+           --rdzv-conf last_call_timeout=1 --devices cpu --nproc_per_node 1 --log_dir "$run/log.$1" "$run/worker.sh")
+    elif [[ $who == etcd* ]]; then
+      cmd=("$launch" --nnodes 2:3 --rdzv-backend etcd --rdzv-endpoint "$etcd_ep" --max_restart 3 --checkpoint-signal USR2
            --rdzv-conf last_call_timeout=1 --devices cpu --nproc_per_node 1 --log_dir "$run/log.$1" "$run/worker.sh")
     else
       # is_host: torchrun matches the endpoint against gethostname()'s addresses, which inside a
@@ -85,7 +105,7 @@ EOF
     return 1
   }
   node a 1
-  sleep 0.5  # host 1 binds the endpoint first in both launchers
+  sleep 0.5  # host 1 binds the endpoint (claims the store in etcd) first in every launcher
   node b 2
   node c 3
   wait_started 3 3 0 120 >/dev/null || { echo "$who: round 0 never ran"; return 1; }
@@ -93,23 +113,27 @@ EOF
   t_kill=$(date +%s.%N)
   # The node is gone: every process of its namespace (its launcher or agent, and every worker
   # wherever their sessions are).
-  ip netns pids "${NETNS_PREFIX}3" | xargs -r kill -9
-  local back
+  ip netns pids "${NETNS_PREFIX}$host" | xargs -r kill -9
+  local back first last grown
   back=$(wait_started 2 2 "$t_kill" 120) || { echo "$who: never ran again at 2 nodes"; return 1; }
+  # Steps lost: those round 0 made after the checkpoint the 2-node round resumed from.
+  step_of() { grep -o '"step":[0-9]*' "$1" 2>/dev/null | sed -n "$2" | tr -dc 0-9; }
+  for ((i = 0; i < 600; i++)); do first=$(step_of "$run/metrics.1" 1p); [[ -n $first ]] && break; sleep 0.1; done
+  last=$(step_of "$run/metrics.0" '$p')
   sleep 2
   t_join=$(date +%s.%N)
   node d 4
-  local grown
   grown=$(wait_started 3 3 "$t_join" 120) || { echo "$who: never ran at 3 nodes after the join"; return 1; }
-  awk -v k="$t_kill" -v b="$back" -v j="$t_join" -v g="$grown" -v who="$who" \
-    'BEGIN { printf "%-8s loss -> 2 nodes running: %6.2f s   join -> 3 nodes running: %6.2f s\n", who, b - k, g - j }'
-  for i in 1 2 4; do ip netns pids "${NETNS_PREFIX}$i" | xargs -r kill -9; done
+  awk -v k="$t_kill" -v b="$back" -v j="$t_join" -v g="$grown" -v who="$who" -v l="$lost" \
+    -v s="$(( ${last:-0} + 1 - ${first:-0} ))" \
+    'BEGIN { printf "%-10s node %s lost -> 2 nodes running: %6.2f s (%d steps lost)   join -> 3 nodes running: %6.2f s\n", who, l, b - k, s, g - j }'
+  for i in 1 2 3 4 5; do ip netns pids "${NETNS_PREFIX}$i" | xargs -r kill -9; done
   wait 2>/dev/null
 }
 
 case $which in
-  ours) scenario ours ;;
-  torchrun) scenario torchrun ;;
+  ours | etcd | etcd-store | torchrun) scenario "$which" ;;
   both) scenario ours; scenario torchrun ;;
-  *) echo "usage: $0 [BIN_DIR] [ours|torchrun|both]" >&2; exit 2 ;;
+  all) scenario ours; scenario etcd; scenario etcd-store; scenario torchrun ;;
+  *) echo "usage: $0 [BIN_DIR] [ours|etcd|etcd-store|torchrun|both|all]" >&2; exit 2 ;;
 esac
