@@ -7,11 +7,11 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdlib>
-#include <cstring>
 #include <string>
 #include <vector>
 
 #include "worker/core/backend.h"
+#include "worker/core/knobs.h"
 #include "worker/gpu/check.h"
 #include "worker/gpu/conv_engines.h"
 #include "worker/gpu/kernels.h"
@@ -21,21 +21,7 @@
 namespace worker {
 namespace gpu {
 
-// --- Options
-
 namespace {
-
-size_t env_mb(const char* name, size_t def) {
-  const char* v = std::getenv(name);
-  if (!v || !*v) return def;
-  char* end = nullptr;
-  const unsigned long long mb = std::strtoull(v, &end, 10);
-  if (*end != '\0' || mb == 0)
-    throw GpuError(GpuError::Kind::Invalid, std::string(name) + "='" + v +
-                                                "' is not a positive number of MiB; unset it or "
-                                                "give e.g. 512");
-  return size_t(mb) << 20;
-}
 
 cudnnDataType_t cudnn_type(DType t) {
   switch (t) {
@@ -76,49 +62,6 @@ std::string act_label(const Act& a) {
 }
 
 }  // namespace
-
-GpuOptions gpu_options_from_env(int device, DType precision) {
-  GpuOptions o;
-  o.device = device;
-  o.precision = precision;
-  if (const char* v = std::getenv("WORKER_GPU_TF32")) o.allow_tf32 = std::strcmp(v, "1") == 0;
-  if (const char* v = std::getenv("WORKER_CUDNN_SEARCH"); v && *v) {
-    if (std::strcmp(v, "find") == 0)
-      o.search = AlgoSearch::Find;
-    else if (std::strcmp(v, "heuristic") == 0)
-      o.search = AlgoSearch::Heuristic;
-    else
-      throw GpuError(GpuError::Kind::Invalid, std::string("WORKER_CUDNN_SEARCH='") + v +
-                                                  "' is not one of: find, heuristic");
-  }
-  o.workspace_limit = env_mb("WORKER_CUDNN_WORKSPACE_MB", o.workspace_limit);
-  o.pool_chunk = env_mb("WORKER_GPU_POOL_CHUNK_MB", o.pool_chunk);
-  if (const char* v = std::getenv("WORKER_CONV_S2D"); v && *v) {
-    if (std::strcmp(v, "0") != 0 && std::strcmp(v, "1") != 0)
-      throw GpuError(GpuError::Kind::Invalid,
-                     std::string("WORKER_CONV_S2D='") + v + "' is not 0 or 1 (the stem convolution in space-to-depth form)");
-    o.space_to_depth = v[0] == '1';
-  }
-  if (const char* v = std::getenv("WORKER_CONV_ENGINES"); v && *v) {
-    if (std::strcmp(v, "auto") != 0 && std::strcmp(v, "legacy") != 0)
-      throw GpuError(GpuError::Kind::Invalid, std::string("WORKER_CONV_ENGINES='") + v +
-                                                  "' is not one of: auto, legacy");
-    o.graph_engines = std::strcmp(v, "auto") == 0;
-  }
-  if (const char* v = std::getenv("WORKER_WGRAD_STREAM"); v && *v) {
-    if (std::strcmp(v, "0") != 0 && std::strcmp(v, "1") != 0)
-      throw GpuError(GpuError::Kind::Invalid, std::string("WORKER_WGRAD_STREAM='") + v +
-                                                  "' is not 0 or 1 (weight gradients on a second stream)");
-    o.wgrad_stream = v[0] == '1';
-  }
-  if (const char* v = std::getenv("WORKER_CUDNN_DETERMINISTIC"); v && *v) {
-    if (std::strcmp(v, "0") != 0 && std::strcmp(v, "1") != 0)
-      throw GpuError(GpuError::Kind::Invalid, std::string("WORKER_CUDNN_DETERMINISTIC='") + v +
-                                                  "' is not 0 or 1 (only cuDNN's deterministic algorithms)");
-    o.deterministic = v[0] == '1';
-  }
-  return o;
-}
 
 // --- Convolution plans
 
@@ -1104,7 +1047,7 @@ std::unique_ptr<Ops> make_gpu_ops(int device, DType precision) {
   // ResNet-50 from JPEGs ran at 0.84 of its random-data speed on an H200 (0.95 with 32). A
   // value the user set is kept.
   setenv("CUDA_DEVICE_MAX_CONNECTIONS", "32", 0);
-  return std::make_unique<gpu::GpuOps>(gpu::gpu_options_from_env(device, precision));
+  return std::make_unique<gpu::GpuOps>(gpu::gpu_options(process_knobs(), device, precision));
 }
 
 }  // namespace worker

@@ -19,6 +19,7 @@
 #include <cudnn.h>
 
 #include "worker/core/ops.h"
+#include "worker/gpu/gpu_options.h"
 #include "worker/gpu/kernels.h"
 #include "worker/gpu/op_timer.h"
 #include "worker/gpu/pool.h"
@@ -28,36 +29,6 @@ namespace gpu {
 
 class SideStream;
 class StepGraph;
-
-// How convolution algorithms are chosen, once per shape: cuDNN's heuristics (the default: on
-// an H200, ResNet-50 bf16 batch 256 ran 6,320 images/s with them against 6,018 with the timed
-// search, and reached its first step in 2.4 s instead of 9.6 s) or a timed search
-// (cudnnFind*Ex, as torch.backends.cudnn.benchmark).
-enum class AlgoSearch : uint8_t { Find, Heuristic };
-
-struct GpuOptions {
-  int device = 0;
-  DType precision = DType::BF16;
-  bool allow_tf32 = false;           // fp32 only: TF32 tensor cores (off: exact fp32 products)
-  AlgoSearch search = AlgoSearch::Heuristic;
-  size_t workspace_limit = size_t(512) << 20;  // cap on one convolution's cuDNN workspace
-  size_t pool_chunk = size_t(1) << 30;       // DevicePool chunk size
-  bool space_to_depth = true;  // the stem convolution as a space-to-depth 4x4/1 (space_to_depth.cu)
-  // bf16/fp16: convolutions may run on cuDNN graph-API engines, each chosen by timing on the
-  // first calls (conv_engines.h); off: the legacy API's plans only.
-  bool graph_engines = true;
-  // Only cuDNN's deterministic algorithms (no split-K atomics): runs that compare bit for bit.
-  bool deterministic = false;
-  // Backward's weight gradients on a second stream (side_stream.h), beside the batch norms that
-  // follow their data gradients; off: everything on the one stream.
-  bool wgrad_stream = true;
-};
-
-// Reads WORKER_GPU_TF32=1, WORKER_CUDNN_SEARCH=find|heuristic, WORKER_CUDNN_WORKSPACE_MB,
-// WORKER_GPU_POOL_CHUNK_MB, WORKER_CONV_S2D=0|1, WORKER_CONV_ENGINES=auto|legacy,
-// WORKER_WGRAD_STREAM=0|1, WORKER_CUDNN_DETERMINISTIC=0|1 over the defaults. A bad value is an
-// error naming the variable.
-GpuOptions gpu_options_from_env(int device, DType precision);
 
 class GpuOps final : public Ops {
  public:
