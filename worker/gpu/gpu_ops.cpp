@@ -180,23 +180,23 @@ GpuOps::ConvPlan& GpuOps::plan(const ConvDesc& d) {
       b.ws = nullptr;
     }
     if (!b.ws) b.ws_bytes = 0;
-    CUDNN_CHECK(cudnnFindConvolutionForwardAlgorithmEx(cudnn_, p->x, b.x, p->w, b.w, p->cf, p->y,
+    CUDNN_CHECK(cudnnFindConvolutionForwardAlgorithmEx(dev_.cudnn, p->x, b.x, p->w, b.w, p->cf, p->y,
                                                        b.y, CUDNN_CONVOLUTION_FWD_ALGO_COUNT, &nf,
                                                        fr, b.ws, b.ws_bytes));
     CUDNN_CHECK(cudnnFindConvolutionBackwardDataAlgorithmEx(
-        cudnn_, p->w, b.w, p->y, b.y, p->cd, p->x, b.x, CUDNN_CONVOLUTION_BWD_DATA_ALGO_COUNT, &nd,
+        dev_.cudnn, p->w, b.w, p->y, b.y, p->cd, p->x, b.x, CUDNN_CONVOLUTION_BWD_DATA_ALGO_COUNT, &nd,
         dr, b.ws, b.ws_bytes));
     CUDNN_CHECK(cudnnFindConvolutionBackwardFilterAlgorithmEx(
-        cudnn_, p->x, b.x, p->y, b.y, p->cw, p->w, b.w, CUDNN_CONVOLUTION_BWD_FILTER_ALGO_COUNT,
+        dev_.cudnn, p->x, b.x, p->y, b.y, p->cw, p->w, b.w, CUDNN_CONVOLUTION_BWD_FILTER_ALGO_COUNT,
         &nw, wr, b.ws, b.ws_bytes));
-    CUDA_CHECK(cudaStreamSynchronize(stream_));
+    CUDA_CHECK(cudaStreamSynchronize(dev_.stream));
   } else {
-    CUDNN_CHECK(cudnnGetConvolutionForwardAlgorithm_v7(cudnn_, p->x, p->w, p->cf, p->y,
+    CUDNN_CHECK(cudnnGetConvolutionForwardAlgorithm_v7(dev_.cudnn, p->x, p->w, p->cf, p->y,
                                                        CUDNN_CONVOLUTION_FWD_ALGO_COUNT, &nf, fr));
     CUDNN_CHECK(cudnnGetConvolutionBackwardDataAlgorithm_v7(
-        cudnn_, p->w, p->y, p->cd, p->x, CUDNN_CONVOLUTION_BWD_DATA_ALGO_COUNT, &nd, dr));
+        dev_.cudnn, p->w, p->y, p->cd, p->x, CUDNN_CONVOLUTION_BWD_DATA_ALGO_COUNT, &nd, dr));
     CUDNN_CHECK(cudnnGetConvolutionBackwardFilterAlgorithm_v7(
-        cudnn_, p->x, p->y, p->cw, p->w, CUDNN_CONVOLUTION_BWD_FILTER_ALGO_COUNT, &nw, wr));
+        dev_.cudnn, p->x, p->y, p->cw, p->w, CUDNN_CONVOLUTION_BWD_FILTER_ALGO_COUNT, &nw, wr));
   }
   const auto* f = choose(fr, nf, limit, fma_only, opt_.deterministic);
   const auto* bd = choose(dr, nd, limit, fma_only, opt_.deterministic);
@@ -218,14 +218,16 @@ GpuOps::ConvPlan& GpuOps::plan(const ConvDesc& d) {
     CUDNN_CHECK(cudnnSetConvolutionMathType(p->cw, bw->mathType));
   }
   // The exact sizes for the chosen algorithms and math types.
-  CUDNN_CHECK(cudnnGetConvolutionForwardWorkspaceSize(cudnn_, p->x, p->w, p->cf, p->y, p->fwd,
+  CUDNN_CHECK(cudnnGetConvolutionForwardWorkspaceSize(dev_.cudnn, p->x, p->w, p->cf, p->y, p->fwd,
                                                       &p->ws_fwd));
-  CUDNN_CHECK(cudnnGetConvolutionBackwardDataWorkspaceSize(cudnn_, p->w, p->y, p->cd, p->x,
+  CUDNN_CHECK(cudnnGetConvolutionBackwardDataWorkspaceSize(dev_.cudnn, p->w, p->y, p->cd, p->x,
                                                            p->bwd_data, &p->ws_data));
-  CUDNN_CHECK(cudnnGetConvolutionBackwardFilterWorkspaceSize(cudnn_, p->x, p->y, p->cw, p->w,
+  CUDNN_CHECK(cudnnGetConvolutionBackwardFilterWorkspaceSize(dev_.cudnn, p->x, p->y, p->cw, p->w,
                                                              p->bwd_filter, &p->ws_filter));
   search_seconds_ += seconds_since(t0);
   ConvPlan& ref = *p;
+  ws_.note_plan(std::max({p->ws_fwd, p->ws_data, p->ws_filter}),
+                size_t(d.cout) * d.kh * d.kw * d.cin * dtype_size(opt_.precision));
   plans_.emplace(key, std::move(p));
   if (opt_.space_to_depth && s2d_applies(d)) {
     ref.s2d_geom = s2d_desc(d);
@@ -245,55 +247,10 @@ GpuOps::ConvPlan& GpuOps::s2d_prepare(ConvPlan& p, const Act& x, ParamView w, bo
   }
   // The backward reuses the forward's rearranged input of the same x (the model's input does
   // not change between a forward and its backward).
-  if (forward || p.s2d_x_of != x.data) s2d_input(opt_.precision, x.data, p.s2d_x, g, stream_);
+  if (forward || p.s2d_x_of != x.data) s2d_input(opt_.precision, x.data, p.s2d_x, g, dev_.stream);
   p.s2d_x_of = x.data;
-  if (forward) s2d_weight(opt_.precision, weight_ptr(w), p.s2d_w, g, stream_);
+  if (forward) s2d_weight(opt_.precision, weight_ptr(w), p.s2d_w, g, dev_.stream);
   return *p.s2d;
-}
-
-void GpuOps::grow_workspace(size_t bytes) {
-  if (bytes > ws_bytes_) {
-    // Size for every plan known so far at once, so the workspace is carved once.
-    size_t need = bytes;
-    for (const auto& kv : plans_) {
-      need = std::max({need, kv.second->ws_fwd, kv.second->ws_data, kv.second->ws_filter});
-    }
-    ws_ = pool_.alloc(need);
-    ws_bytes_ = need;
-    mem_ws_ += need;
-  }
-}
-
-// The main stream takes the workspace from its start, the side stream from its end: a weight
-// gradient beside a data gradient shares the one buffer when their two needs fit in it. Where
-// they would overlap, the later one waits: the main stream for a pending side task (writes()),
-// and a weight gradient for the data gradient its conv_backward enqueued just before it, which
-// may still be running (side_workspace()).
-void* GpuOps::workspace(size_t bytes) {
-  if (bytes == 0) return nullptr;
-  grow_workspace(bytes);
-  writes(ws_, bytes);
-  if (forking_) {  // between a side task's fork and its end
-    if (main_ws_ != ws_) {  // the buffer grew: the data gradient has a new one
-      main_ws_ = ws_;
-      main_ws_used_ = 0;
-    }
-    main_ws_used_ = std::max(main_ws_used_, bytes);
-  }
-  return ws_;
-}
-
-void* GpuOps::side_workspace(size_t bytes) {
-  if (bytes == 0) return nullptr;
-  grow_workspace(bytes);
-  const uintptr_t end = reinterpret_cast<uintptr_t>(ws_) + ws_bytes_;
-  char* p = reinterpret_cast<char*>((end - bytes) & ~uintptr_t(255));
-  // The main stream's work since this task's fork used [ws_, ws_ + main_ws_used_): on an
-  // overlap the task forks again, after it (so it waits for that data gradient).
-  if (forking_ && main_ws_ == ws_ && static_cast<char*>(ws_) + main_ws_used_ > p) side_->begin();
-  if (!side_ws_lo_ || p < side_ws_lo_) side_ws_lo_ = p;
-  side_ws_hi_ = reinterpret_cast<char*>(end);
-  return p;
 }
 
 float* GpuOps::scratch_f32(size_t count) {
@@ -310,7 +267,7 @@ BnSync GpuOps::bn_sync(int c) {
   if (c > bn_sync_c_) {
     const size_t bytes = bn_sync_bytes(c);
     bn_sync_ = pool_.alloc(bytes);
-    CUDA_CHECK(cudaMemsetAsync(bn_sync_, 0, bytes, stream_));  // the kernels keep it zeroed
+    CUDA_CHECK(cudaMemsetAsync(bn_sync_, 0, bytes, dev_.stream));  // the kernels keep it zeroed
     mem_scratch_ += bytes;
     bn_sync_c_ = c;
   }
@@ -327,21 +284,6 @@ void* GpuOps::scratch_half(size_t bytes) {
   return half_scratch_;
 }
 
-void* GpuOps::side_scratch(size_t bytes) {
-  if (bytes > side_half_bytes_) {
-    // The largest weight of the model at once (backward reaches the convolutions in reverse).
-    size_t b = bytes;
-    for (const auto& kv : plans_) {
-      const ConvDesc& d = kv.second->desc;
-      b = std::max(b, size_t(d.cout) * d.kh * d.kw * d.cin * dtype_size(opt_.precision));
-    }
-    side_half_ = pool_.alloc(b);
-    side_half_bytes_ = b;
-    mem_side_ += b;
-  }
-  return side_half_;
-}
-
 void GpuOps::writes(const void* p, size_t bytes) {
   if (side_) side_->guard_write(p, bytes);
 }
@@ -352,52 +294,29 @@ void GpuOps::join_side_work() {
 
 // --- Set-up
 
-GpuOps::GpuOps(const GpuOptions& opt) : opt_(opt), pool_(opt.pool_chunk) {
-  int count = 0;
-  const cudaError_t e = cudaGetDeviceCount(&count);
-  if (e != cudaSuccess || count == 0)
-    throw GpuError(GpuError::Kind::Cuda,
-                   std::string("no usable GPU (") + (e == cudaSuccess ? "none visible" : cudaGetErrorString(e)) +
-                       ", " + where() + "): use --device cpu, or check CUDA_VISIBLE_DEVICES / FLAGS_selected_gpus");
-  if (opt.device < 0 || opt.device >= count)
-    throw GpuError(GpuError::Kind::Invalid, "GPU " + std::to_string(opt.device) +
-                                                " requested but this process sees " +
-                                                std::to_string(count) + " (" + where() + ")");
-  CUDA_CHECK(cudaSetDevice(opt.device));
-  cudaDeviceProp prop{};
-  CUDA_CHECK(cudaGetDeviceProperties(&prop, opt.device));
-  device_name_ = prop.name;
-  CUDA_CHECK(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
-  CUDNN_CHECK(cudnnCreate(&cudnn_));
-  CUDNN_CHECK(cudnnSetStream(cudnn_, stream_));
-  CUBLAS_CHECK(cublasCreate(&cublas_));
-  CUBLAS_CHECK(cublasSetStream(cublas_, stream_));
-  // cuBLAS's workspace from the pool: nothing allocated behind our back later.
-  constexpr size_t kCublasWs = size_t(32) << 20;
-  CUBLAS_CHECK(cublasSetWorkspace(cublas_, pool_.alloc(kCublasWs), kCublasWs));
-  mem_cublas_ = kCublasWs;
-  CUBLAS_CHECK(cublasSetMathMode(cublas_, CUBLAS_DEFAULT_MATH));
+GpuOps::GpuOps(const GpuOptions& opt)
+    : opt_(opt),
+      pool_(opt.pool_chunk),
+      dev_(opt.device, pool_),
+      side_(opt.wgrad_stream ? std::make_unique<SideStream>(dev_.stream) : nullptr),
+      ws_(pool_, side_.get()) {
   flag_ = static_cast<int*>(pool_.alloc(sizeof(int)));
   opt_scalars_ = static_cast<OptScalars*>(pool_.alloc(sizeof(OptScalars)));
-  timer_ = std::make_unique<OpTimer>(stream_);
-  if (opt.wgrad_stream) side_ = std::make_unique<SideStream>(stream_);
+  timer_ = std::make_unique<OpTimer>(dev_.stream);
 }
 
 GpuOps::~GpuOps() {
   side_.reset();  // waits for its work
-  if (stream_) cudaStreamSynchronize(stream_);
+  cudaStreamSynchronize(dev_.stream);
   step_graph_.reset();
   timer_.reset();
-  plans_.clear();
-  if (cublas_) cublasDestroy(cublas_);
-  if (cudnn_) cudnnDestroy(cudnn_);
-  if (stream_) cudaStreamDestroy(stream_);
+  plans_.clear();  // (dev_, which destroys the handles and the stream, goes last)
 }
 
 std::string GpuOps::describe() const {
   const size_t v = cudnnGetVersion();
   const bool graph = opt_.graph_engines && opt_.precision != DType::F32;
-  return "gpu " + std::to_string(opt_.device) + " (" + device_name_ + ", " +
+  return "gpu " + std::to_string(opt_.device) + " (" + dev_.name + ", " +
          dtype_name(opt_.precision) +
          (opt_.precision == DType::F32 ? (opt_.allow_tf32 ? ", TF32 on" : ", TF32 off") : "") +
          ", cuDNN " + std::to_string(v / 10000) + "." + std::to_string(v / 100 % 100) + "." +
@@ -410,16 +329,16 @@ std::string GpuOps::describe() const {
 
 void* GpuOps::alloc(size_t bytes) {
   void* p = pool_.alloc(bytes);
-  CUDA_CHECK(cudaMemsetAsync(p, 0, bytes, stream_));
+  CUDA_CHECK(cudaMemsetAsync(p, 0, bytes, dev_.stream));
   return p;
 }
 
 std::vector<std::pair<std::string, size_t>> GpuOps::memory_breakdown() const {
   std::vector<std::pair<std::string, size_t>> rows{
       {std::string(dtype_name(opt_.precision)) + " weight shadow", mem_shadow_},
-      {"cuDNN workspace", mem_ws_},
-      {"side stream: half-precision dW", mem_side_},
-      {"cuBLAS workspace", mem_cublas_},
+      {"cuDNN workspace", ws_.carved()},
+      {"side stream: half-precision dW", ws_.side_scratch_carved()},
+      {"cuBLAS workspace", Device::kCublasWorkspace},
       {"backend scratch (BN sums, half dW, max-pool argmax)", mem_scratch_},
       {"stem space-to-depth input", mem_s2d_},
       {"pool reserved, not handed out", pool_.reserved() - pool_.used()}};
@@ -432,27 +351,27 @@ std::vector<std::pair<std::string, size_t>> GpuOps::memory_breakdown() const {
 
 void GpuOps::upload(void* dst, const void* host_src, size_t bytes) {
   writes(dst, bytes);
-  CUDA_CHECK(cudaMemcpyAsync(dst, host_src, bytes, cudaMemcpyHostToDevice, stream_));
-  CUDA_CHECK(cudaStreamSynchronize(stream_));  // the caller may free host_src on return
+  CUDA_CHECK(cudaMemcpyAsync(dst, host_src, bytes, cudaMemcpyHostToDevice, dev_.stream));
+  CUDA_CHECK(cudaStreamSynchronize(dev_.stream));  // the caller may free host_src on return
   ++host_waits_;
 }
 
 void GpuOps::download(void* host_dst, const void* src, size_t bytes) {
   join_side_work();
-  CUDA_CHECK(cudaMemcpyAsync(host_dst, src, bytes, cudaMemcpyDeviceToHost, stream_));
-  CUDA_CHECK(cudaStreamSynchronize(stream_));
+  CUDA_CHECK(cudaMemcpyAsync(host_dst, src, bytes, cudaMemcpyDeviceToHost, dev_.stream));
+  CUDA_CHECK(cudaStreamSynchronize(dev_.stream));
   ++host_waits_;
 }
 
 void GpuOps::zero(void* dst, size_t bytes) {
   auto timed = timer_->scope("zero", [&] { return std::to_string(bytes >> 20) + " MiB"; });
   writes(dst, bytes);
-  CUDA_CHECK(cudaMemsetAsync(dst, 0, bytes, stream_));
+  CUDA_CHECK(cudaMemsetAsync(dst, 0, bytes, dev_.stream));
 }
 
 void GpuOps::synchronize() {
   join_side_work();
-  CUDA_CHECK(cudaStreamSynchronize(stream_));
+  CUDA_CHECK(cudaStreamSynchronize(dev_.stream));
   ++host_waits_;
 }
 
@@ -480,7 +399,7 @@ void GpuOps::params_updated() {
                    "params_updated() with sharded master weights: import_master() brings updates in (" + where() + ")");
   auto timed = timer_->scope("optimizer", [] { return std::string("bf16/fp16 weight shadow"); });
   join_side_work();
-  if (shadow_) cast_from_f32(opt_.precision, params_, shadow_, count_, stream_);
+  if (shadow_) cast_from_f32(opt_.precision, params_, shadow_, count_, dev_.stream);
 }
 
 // --- ZeRO-1's sharded master weights
@@ -527,7 +446,7 @@ void GpuOps::export_master(float* whole, ParamView range) {
   auto copy = [&](size_t offset, const ParamView& at) {
     writes(whole + offset, at.count * sizeof(float));
     CUDA_CHECK(cudaMemcpyAsync(whole + offset, master_ + at.offset, at.count * sizeof(float),
-                               cudaMemcpyDeviceToDevice, stream_));
+                               cudaMemcpyDeviceToDevice, dev_.stream));
   };
   if (range.count == 0) {
     for (const auto& [offset, at] : master_at_) copy(offset, at);
@@ -546,9 +465,9 @@ void GpuOps::import_master(const float* whole) {
   join_side_work();
   for (const auto& [offset, at] : master_at_)
     CUDA_CHECK(cudaMemcpyAsync(master_ + at.offset, whole + offset, at.count * sizeof(float),
-                               cudaMemcpyDeviceToDevice, stream_));
-  gather_runs(whole, vec_, vec_runs_, vec_run_count_, stream_);
-  cast_from_f32(opt_.precision, whole, shadow_, count_, stream_);
+                               cudaMemcpyDeviceToDevice, dev_.stream));
+  gather_runs(whole, vec_, vec_runs_, vec_run_count_, dev_.stream);
+  cast_from_f32(opt_.precision, whole, shadow_, count_, dev_.stream);
 }
 
 const float* GpuOps::f32_param(ParamView v) const {
@@ -606,33 +525,33 @@ void GpuOps::tuned(ConvPlan& p, int slot, float beta, const std::function<void()
       legacy,
       [&](std::string* why) {
         // Candidates fit the workspace already carved for the legacy plans (no new memory).
-        return GraphConv::make(cudnn_, dir, p.desc, cudnn_type(opt_.precision), beta,
-                               std::max(ws_bytes_, size_t(64) << 20), ConvTuner::kCandidates, why);
+        return GraphConv::make(dev_.cudnn, dir, p.desc, cudnn_type(opt_.precision), beta,
+                               std::max(ws_.bytes(), size_t(64) << 20), ConvTuner::kCandidates, why);
       },
-      [&](size_t bytes) { return side ? side_workspace(bytes) : workspace(bytes); }, x, w, y, out,
-      side ? side_->stream() : stream_, host_waits_);
+      [&](size_t bytes) { return side ? ws_.side(bytes) : ws_.main(bytes); }, x, w, y, out,
+      side ? side_->stream() : dev_.stream, host_waits_);
 }
 
 void GpuOps::run_fwd(ConvPlan& p, const void* x, const void* w, void* y) {
   tuned(p, 0, 0.f, [&] {
-    void* ws = workspace(p.ws_fwd);
-    CUDNN_CHECK(cudnnConvolutionForward(cudnn_, &kOne, p.x, x, p.w, w, p.cf, p.fwd, ws, p.ws_fwd,
+    void* ws = ws_.main(p.ws_fwd);
+    CUDNN_CHECK(cudnnConvolutionForward(dev_.cudnn, &kOne, p.x, x, p.w, w, p.cf, p.fwd, ws, p.ws_fwd,
                                         &kZero, p.y, y));
   }, x, w, nullptr, y);
 }
 
 void GpuOps::run_dgrad(ConvPlan& p, const void* dy, const void* w, void* dx, bool accumulate) {
   tuned(p, accumulate ? 2 : 1, accumulate ? 1.f : 0.f, [&] {
-    void* ws = workspace(p.ws_data);
-    CUDNN_CHECK(cudnnConvolutionBackwardData(cudnn_, &kOne, p.w, w, p.y, dy, p.cd, p.bwd_data, ws,
+    void* ws = ws_.main(p.ws_data);
+    CUDNN_CHECK(cudnnConvolutionBackwardData(dev_.cudnn, &kOne, p.w, w, p.y, dy, p.cd, p.bwd_data, ws,
                                              p.ws_data, accumulate ? &kOne : &kZero, p.x, dx));
   }, nullptr, w, dy, dx);
 }
 
 void GpuOps::run_wgrad(ConvPlan& p, const void* x, const void* dy, void* dw, bool accumulate, bool side) {
   tuned(p, 3, accumulate ? 1.f : 0.f, [&] {
-    void* ws = side ? side_workspace(p.ws_filter) : workspace(p.ws_filter);
-    CUDNN_CHECK(cudnnConvolutionBackwardFilter(cudnn_, &kOne, p.x, x, p.y, dy, p.cw, p.bwd_filter,
+    void* ws = side ? ws_.side(p.ws_filter) : ws_.main(p.ws_filter);
+    CUDNN_CHECK(cudnnConvolutionBackwardFilter(dev_.cudnn, &kOne, p.x, x, p.y, dy, p.cw, p.bwd_filter,
                                                ws, p.ws_filter, accumulate ? &kOne : &kZero, p.w, dw));
   }, x, nullptr, dy, dw, side);
 }
@@ -701,12 +620,7 @@ void GpuOps::conv_backward(const ConvDesc& d, const Act& x, ParamView w, const A
   // 8,211 on one stream; uncaptured, 8,399 against 8,283).
   const ConvTuner* wt = p.tune[3].get();
   const bool side = side_ && dx && !p.s2d && !timer_->on() && (!wt || wt->settled()) && !capturing_;
-  if (side) {
-    side_->begin();  // before the data gradient: the two may overlap as well
-    forking_ = true;  // what the data gradient takes of the workspace (side_workspace looks)
-    main_ws_ = ws_;
-    main_ws_used_ = 0;
-  }
+  if (side) ws_.begin_side_task();  // before the data gradient: the two may overlap as well
   if (dx) {
     check_act(*dx, "conv_backward input gradient");
     auto timed = timer_->scope("conv dgrad", [&] { return conv_label(d); });
@@ -723,29 +637,24 @@ void GpuOps::conv_backward(const ConvDesc& d, const Act& x, ParamView w, const A
     const S2dDesc& s = p.s2d_geom;
     void* tmp = scratch_half(size_t(s.cout) * s.kp * s.kp * s.cs * dtype_size(opt_.precision));
     run_wgrad(q, p.s2d_x, dy.data, tmp, false, false);
-    s2d_wgrad_fold(opt_.precision, tmp, g, s, stream_);
+    s2d_wgrad_fold(opt_.precision, tmp, g, s, dev_.stream);
     return;
   }
   if (!side) writes(g, g_bytes);
-  const cudaStream_t s = side ? side_->stream() : stream_;
+  const cudaStream_t s = side ? side_->stream() : dev_.stream;
   {
-    HandleOn on(cudnn_, s, stream_);
+    HandleOn on(dev_.cudnn, s, dev_.stream);
     if (opt_.precision == DType::F32) {
       run_wgrad(p, x.data, dy.data, g, true, side);
     } else {
       // dW in the compute dtype (as autocast's weight gradient), then added to the fp32 grads.
       const size_t half = dw.count * dtype_size(opt_.precision);
-      void* tmp = side ? side_scratch(half) : scratch_half(half);
+      void* tmp = side ? ws_.side_scratch(half) : scratch_half(half);
       run_wgrad(p, x.data, dy.data, tmp, false, side);
       add_to_f32(opt_.precision, tmp, g, dw.count, s);
     }
   }
-  if (side) {
-    const size_t ws_bytes = side_ws_lo_ ? size_t(side_ws_hi_ - side_ws_lo_) : 0;
-    side_->end({{x.data, x.bytes()}, {dy.data, dy.bytes()}}, {{g, g_bytes}, {side_ws_lo_, ws_bytes}});
-    side_ws_lo_ = side_ws_hi_ = nullptr;
-    forking_ = false;
-  }
+  if (side) ws_.end_side_task({{x.data, x.bytes()}, {dy.data, dy.bytes()}}, {{g, g_bytes}});
 }
 
 // --- Batch norm
@@ -762,7 +671,7 @@ void GpuOps::bn_forward_train(const BnDesc& d, const Act& x, ParamView gamma, Pa
   gpu::bn_forward_train(opt_.precision, x.data, m, d.c, f32_param(gamma),
                         f32_param(beta), d.eps, d.momentum, running_mean, running_var,
                         save_mean, save_invstd, residual ? residual->data : nullptr, relu, y.data,
-                        bn_sync(d.c), s, stream_);
+                        bn_sync(d.c), s, dev_.stream);
 }
 
 void GpuOps::bn_forward_eval(const BnDesc& d, const Act& x, ParamView gamma, ParamView beta,
@@ -776,7 +685,7 @@ void GpuOps::bn_forward_eval(const BnDesc& d, const Act& x, ParamView gamma, Par
   writes(y);
   gpu::bn_forward_eval(opt_.precision, x.data, m, d.c, f32_param(gamma),
                        f32_param(beta), d.eps, running_mean, running_var,
-                       residual ? residual->data : nullptr, relu, y.data, s, stream_);
+                       residual ? residual->data : nullptr, relu, y.data, s, dev_.stream);
 }
 
 void GpuOps::bn_backward(const BnDesc& d, const Act& x, const Act& y, const Act& dy,
@@ -809,7 +718,7 @@ void GpuOps::bn_backward(const BnDesc& d, const Act& x, const Act& y, const Act&
   gpu::bn_backward(opt_.precision, x.data, y.data, dy.data, dy2 ? dy2->data : nullptr, m, d.c, f32_param(gamma),
                    f32_param(dbeta), save_mean, save_invstd, mask, dx.data,
                    dresidual ? dresidual->data : nullptr, grads_ + dgamma.offset,
-                   grads_ + dbeta.offset, bn_sync(d.c), s, stream_);
+                   grads_ + dbeta.offset, bn_sync(d.c), s, dev_.stream);
 }
 
 // --- Pooling
@@ -825,7 +734,7 @@ void GpuOps::maxpool_forward(const PoolDesc& d, const Act& x, Act& y) {
     mem_scratch_ += need;
   }
   writes(y);
-  gpu::maxpool_forward(opt_.precision, x.data, y.data, pool_arg_, d, stream_);
+  gpu::maxpool_forward(opt_.precision, x.data, y.data, pool_arg_, d, dev_.stream);
   pool_arg_x_ = x.data;
   pool_arg_y_ = y.data;
   pool_arg_d_ = d;
@@ -843,21 +752,21 @@ void GpuOps::maxpool_backward(const PoolDesc& d, const Act& x, const Act& y, con
   // half-precision dW).
   void* arg = saved ? pool_arg_ : scratch_half(maxpool_argmax_bytes(d));
   writes(dx);
-  gpu::maxpool_backward(opt_.precision, x.data, dy.data, dx.data, d, arg, saved, stream_);
+  gpu::maxpool_backward(opt_.precision, x.data, dy.data, dx.data, d, arg, saved, dev_.stream);
 }
 
 void GpuOps::avgpool_forward(const Act& x, Act& y) {
   check_act(x, "avgpool_forward input");
   auto timed = timer_->scope("avg-pool", [&] { return act_label(x) + " fwd"; });
   writes(y);
-  gpu::avgpool_forward(opt_.precision, x.data, y.data, x.n, x.h * x.w, x.c, stream_);
+  gpu::avgpool_forward(opt_.precision, x.data, y.data, x.n, x.h * x.w, x.c, dev_.stream);
 }
 
 void GpuOps::avgpool_backward(const Act& dy, Act& dx) {
   check_act(dy, "avgpool_backward output gradient");
   auto timed = timer_->scope("avg-pool", [&] { return act_label(dx) + " bwd"; });
   writes(dx);
-  gpu::avgpool_backward(opt_.precision, dy.data, dx.data, dx.n, dx.h * dx.w, dx.c, stream_);
+  gpu::avgpool_backward(opt_.precision, dy.data, dx.data, dx.n, dx.h * dx.w, dx.c, dev_.stream);
 }
 
 // --- Fully connected (cuBLAS, column-major view of our row-major matrices)
@@ -867,13 +776,13 @@ void GpuOps::fc_forward(const Act& x, ParamView w, ParamView b, int out, float* 
   auto timed = timer_->scope("fc", [&] { return std::to_string(x.c) + "->" + std::to_string(out) + " fwd"; });
   const int n = x.n, in = x.h * x.w * x.c;
   writes(logits, size_t(n) * out * sizeof(float));
-  gpu::fill_rows(logits, f32_param(b), n, out, stream_);
+  gpu::fill_rows(logits, f32_param(b), n, out, dev_.stream);
   const cudaDataType_t t = cuda_type(opt_.precision);
   const cublasComputeType_t ct = (opt_.precision == DType::F32 && opt_.allow_tf32)
                                      ? CUBLAS_COMPUTE_32F_FAST_TF32
                                      : CUBLAS_COMPUTE_32F;
   // logits^T (out x n) = W (out x in) * x^T (in x n)
-  CUBLAS_CHECK(cublasGemmEx(cublas_, CUBLAS_OP_T, CUBLAS_OP_N, out, n, in, &kOne, weight_ptr(w),
+  CUBLAS_CHECK(cublasGemmEx(dev_.cublas, CUBLAS_OP_T, CUBLAS_OP_N, out, n, in, &kOne, weight_ptr(w),
                             t, in, x.data, t, in, &kOne, logits, CUDA_R_32F, out, ct,
                             CUBLAS_GEMM_DEFAULT));
 }
@@ -894,16 +803,16 @@ void GpuOps::fc_backward(const Act& x, ParamView w, const float* dlogits, int ou
   const void* dl = dlogits;
   if (opt_.precision != DType::F32) {
     void* h = scratch_half(size_t(n) * out * dtype_size(opt_.precision));
-    cast_from_f32(opt_.precision, dlogits, h, size_t(n) * out, stream_);
+    cast_from_f32(opt_.precision, dlogits, h, size_t(n) * out, dev_.stream);
     dl = h;
   }
-  column_sums_add(dlogits, n, out, grads_ + db.offset, stream_);
+  column_sums_add(dlogits, n, out, grads_ + db.offset, dev_.stream);
   // dW^T (in x out) += x^T (in x n) * dlogits (n x out), accumulated in fp32.
-  CUBLAS_CHECK(cublasGemmEx(cublas_, CUBLAS_OP_N, CUBLAS_OP_T, in, out, n, &kOne, x.data, t, in,
+  CUBLAS_CHECK(cublasGemmEx(dev_.cublas, CUBLAS_OP_N, CUBLAS_OP_T, in, out, n, &kOne, x.data, t, in,
                             dl, t, out, &kOne, grads_ + dw.offset, CUDA_R_32F, in, ct,
                             CUBLAS_GEMM_DEFAULT));
   // dx^T (in x n) = W^T (in x out) * dlogits^T (out x n)
-  CUBLAS_CHECK(cublasGemmEx(cublas_, CUBLAS_OP_N, CUBLAS_OP_N, in, n, out, &kOne, weight_ptr(w), t,
+  CUBLAS_CHECK(cublasGemmEx(dev_.cublas, CUBLAS_OP_N, CUBLAS_OP_N, in, n, out, &kOne, weight_ptr(w), t,
                             in, dl, t, out, &kZero, dx.data, t, in, ct, CUBLAS_GEMM_DEFAULT));
 }
 
@@ -913,7 +822,7 @@ void GpuOps::softmax_xent(int n, int classes, const float* logits, const int32_t
   writes(loss, sizeof(float));
   writes(dlogits, size_t(n) * classes * sizeof(float));
   gpu::softmax_xent(n, classes, logits, labels, grad_scale, label_smoothing, loss, dlogits, rows,
-                    stream_);
+                    dev_.stream);
 }
 
 // --- Data
@@ -925,23 +834,23 @@ void GpuOps::make_batch(DataKind kind, uint64_t seed, const int64_t* host_indice
   writes(images);
   writes(labels, size_t(n) * sizeof(int32_t));
   gpu::make_batch(opt_.precision, kind, seed, host_indices, n, image_size, classes, images.data,
-                  labels, stream_);
+                  labels, dev_.stream);
 }
 
 // --- Optimizers
 
 void GpuOps::scale_grads(float s) {
   join_side_work();
-  scale_f32(grads_, s, count_, stream_);
+  scale_f32(grads_, s, count_, dev_.stream);
 }
 
 bool GpuOps::grads_finite() {
   join_side_work();
-  CUDA_CHECK(cudaMemsetAsync(flag_, 0, sizeof(int), stream_));
-  find_nonfinite(grads_, count_, flag_, stream_);
+  CUDA_CHECK(cudaMemsetAsync(flag_, 0, sizeof(int), dev_.stream));
+  find_nonfinite(grads_, count_, flag_, dev_.stream);
   int bad = 0;
-  CUDA_CHECK(cudaMemcpyAsync(&bad, flag_, sizeof(int), cudaMemcpyDeviceToHost, stream_));
-  CUDA_CHECK(cudaStreamSynchronize(stream_));
+  CUDA_CHECK(cudaMemcpyAsync(&bad, flag_, sizeof(int), cudaMemcpyDeviceToHost, dev_.stream));
+  CUDA_CHECK(cudaStreamSynchronize(dev_.stream));
   return bad == 0;
 }
 
@@ -955,7 +864,7 @@ OptScalars scalars_of(const StepValues& v, bool adam, float beta1, float beta2) 
 
 const OptScalars* GpuOps::step_scalars(const StepValues& v, bool adam, float beta1, float beta2) {
   if (!capturing_) {
-    set_opt_scalars(opt_scalars_, scalars_of(v, adam, beta1, beta2), stream_);
+    set_opt_scalars(opt_scalars_, scalars_of(v, adam, beta1, beta2), dev_.stream);
     return opt_scalars_;
   }
   const CapturedOptimizer now{true, adam, beta1, beta2, v};
@@ -979,7 +888,7 @@ void GpuOps::sgd_step(float lr, float momentum, float weight_decay, float* momen
   const OptScalars* sc = step_scalars({lr, 0}, false, 0.f, 0.f);
   join_side_work();
   gpu::sgd_step(master_of(r), grads_ + r.offset, momentum_buf, decay_mask, r.count, sc, momentum,
-                weight_decay, first_step, nesterov, stream_);
+                weight_decay, first_step, nesterov, dev_.stream);
 }
 
 void GpuOps::adam_step(float lr, float beta1, float beta2, float eps, float weight_decay,
@@ -988,7 +897,7 @@ void GpuOps::adam_step(float lr, float beta1, float beta2, float eps, float weig
   const OptScalars* sc = step_scalars({lr, step}, true, beta1, beta2);
   join_side_work();
   gpu::adam_step(master_of(r), grads_ + r.offset, m, v, decay_mask, r.count, sc, beta1, beta2, eps,
-                 weight_decay, stream_);
+                 weight_decay, dev_.stream);
 }
 
 // --- Step capture (one CUDA graph per training step; the trainer decides when)
@@ -1008,7 +917,7 @@ void GpuOps::capture_step(const std::function<void()>& body) {
   // Side-stream work from before the capture must not become part of it.
   join_side_work();
   step_graph_.reset();
-  auto graph = std::make_unique<StepGraph>(stream_);
+  auto graph = std::make_unique<StepGraph>(dev_.stream);
   captured_opt_ = {};
   capturing_ = true;
   try {
@@ -1027,7 +936,7 @@ void GpuOps::replay_step(const StepValues& v) {
     throw GpuError(GpuError::Kind::Invalid, "replay_step before capture_step (" + where() + ")");
   join_side_work();
   const CapturedOptimizer& o = captured_opt_;
-  if (o.present) set_opt_scalars(opt_scalars_, scalars_of(v, o.adam, o.beta1, o.beta2), stream_);
+  if (o.present) set_opt_scalars(opt_scalars_, scalars_of(v, o.adam, o.beta1, o.beta2), dev_.stream);
   step_graph_->launch();
 }
 

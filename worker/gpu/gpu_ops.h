@@ -19,15 +19,17 @@
 #include <cudnn.h>
 
 #include "worker/core/ops.h"
+#include "worker/gpu/device.h"
 #include "worker/gpu/gpu_options.h"
 #include "worker/gpu/kernels.h"
 #include "worker/gpu/op_timer.h"
 #include "worker/gpu/pool.h"
+#include "worker/gpu/side_stream.h"
+#include "worker/gpu/workspace.h"
 
 namespace worker {
 namespace gpu {
 
-class SideStream;
 class StepGraph;
 
 class GpuOps final : public Ops {
@@ -96,14 +98,14 @@ class GpuOps final : public Ops {
   CaptureInfo captured() const override;
 
   // For the NCCL communicator.
-  cudaStream_t stream() const { return stream_; }
+  cudaStream_t stream() const { return dev_.stream; }
   // Makes the stream wait for the work on the side stream (the weight gradients), before
   // something outside this class reads what the stream has computed (a collective).
   void join_side_work();
   int device_ordinal() const { return opt_.device; }
   // Seconds spent choosing convolution algorithms so far (start-up cost).
   double algo_search_seconds() const { return search_seconds_; }
-  size_t workspace_bytes() const { return ws_bytes_; }
+  size_t workspace_bytes() const { return ws_.bytes(); }
   size_t reserved_bytes() const { return pool_.reserved(); }
   // Per-operation device time between the two calls (the benchmark's breakdown); not while a
   // CUDA graph is being captured.
@@ -135,11 +137,6 @@ class GpuOps final : public Ops {
   void run_wgrad(ConvPlan& p, const void* x, const void* dy, void* dw, bool accumulate, bool side);
   void tuned(ConvPlan& p, int slot, float beta, const std::function<void()>& legacy,
              const void* x, const void* w, const void* y, void* out, bool side = false);
-  void* workspace(size_t bytes);
-  void grow_workspace(size_t bytes);
-  // The side stream's share of the workspace (its end) and its own half-precision dW scratch.
-  void* side_workspace(size_t bytes);
-  void* side_scratch(size_t bytes);
   // The main stream is about to write [p, p + bytes) (or an activation): it first waits for
   // side-stream work that reads or writes it.
   void writes(const void* p, size_t bytes);
@@ -159,10 +156,9 @@ class GpuOps final : public Ops {
 
   GpuOptions opt_;
   DevicePool pool_;
-  cudaStream_t stream_ = nullptr;
-  cudnnHandle_t cudnn_ = nullptr;
-  cublasHandle_t cublas_ = nullptr;
-  std::string device_name_;
+  Device dev_;  // before every member that makes CUDA calls
+  std::unique_ptr<SideStream> side_;  // null when GpuOptions::wgrad_stream is off
+  Workspace ws_;
 
   float* params_ = nullptr;
   float* grads_ = nullptr;
@@ -180,8 +176,6 @@ class GpuOps final : public Ops {
   int vec_run_count_ = 0;
 
   std::map<ConvKey, std::unique_ptr<ConvPlan>> plans_;
-  void* ws_ = nullptr;
-  size_t ws_bytes_ = 0;
   float* f32_scratch_ = nullptr;
   size_t f32_scratch_count_ = 0;
   void* half_scratch_ = nullptr;
@@ -197,16 +191,6 @@ class GpuOps final : public Ops {
   const void* pool_arg_y_ = nullptr;
   PoolDesc pool_arg_d_{};
   std::unique_ptr<OpTimer> timer_;
-  std::unique_ptr<SideStream> side_;  // null when GpuOptions::wgrad_stream is off
-  char* side_ws_lo_ = nullptr;  // the workspace range the side task being enqueued uses
-  char* side_ws_hi_ = nullptr;
-  // While a side task is being enqueued: the workspace buffer of its fork and how much of it the
-  // main stream has taken since (the data gradient that may run beside the task).
-  bool forking_ = false;
-  void* main_ws_ = nullptr;
-  size_t main_ws_used_ = 0;
-  void* side_half_ = nullptr;
-  size_t side_half_bytes_ = 0;
   // --- Step capture. The optimizer kernels read their StepValues from opt_scalars_ (device).
   // What the captured step's optimizer is, so replay_step can turn StepValues into OptScalars.
   struct CapturedOptimizer {
@@ -223,7 +207,7 @@ class GpuOps final : public Ops {
   bool capturing_ = false;
   CapturedOptimizer captured_opt_;
   // Bytes carved for each purpose, outgrown carvings included (the pool never frees).
-  size_t mem_ws_ = 0, mem_scratch_ = 0, mem_shadow_ = 0, mem_cublas_ = 0, mem_s2d_ = 0, mem_side_ = 0;
+  size_t mem_scratch_ = 0, mem_shadow_ = 0, mem_s2d_ = 0;
   size_t mem_master_ = 0, mem_vec_ = 0;  // sharded master weights, their 1-D fp32 copies
   double search_seconds_ = 0;
   int64_t host_waits_ = 0;  // times the host waited for the stream (conv engine tuning starts after one)
