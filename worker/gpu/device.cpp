@@ -29,6 +29,11 @@ Device::Device(int device, DevicePool& pool) : ordinal(device) {
   CUBLAS_CHECK(cublasSetMathMode(cublas, CUBLAS_DEFAULT_MATH));
 }
 
+void Device::wait() {
+  CUDA_CHECK(cudaStreamSynchronize(stream));
+  ++host_waits;
+}
+
 Device::~Device() {
   if (cublas) cublasDestroy(cublas);
   if (cudnn) cudnnDestroy(cudnn);

@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cstddef>
+#include <cstdint>
 #include <string>
 
 #include <cublas_v2.h>
@@ -26,11 +27,16 @@ struct Device {
 
   static constexpr size_t kCublasWorkspace = size_t(32) << 20;
 
+  // The host waits for everything enqueued on the stream so far. Counted: the convolution
+  // engines' tuning starts after the first wait (conv_engines.h).
+  void wait();
+
   int ordinal = 0;
   std::string name;  // e.g. "NVIDIA H200"
   cudaStream_t stream = nullptr;  // non-blocking: nothing orders it with the legacy default stream
   cudnnHandle_t cudnn = nullptr;
   cublasHandle_t cublas = nullptr;
+  int64_t host_waits = 0;  // wait() calls so far
 };
 
 }  // namespace gpu

@@ -249,7 +249,7 @@ GpuOps::ConvPlan& GpuOps::s2d_prepare(ConvPlan& p, const Act& x, ParamView w, bo
   // not change between a forward and its backward).
   if (forward || p.s2d_x_of != x.data) s2d_input(opt_.precision, x.data, p.s2d_x, g, dev_.stream);
   p.s2d_x_of = x.data;
-  if (forward) s2d_weight(opt_.precision, weight_ptr(w), p.s2d_w, g, dev_.stream);
+  if (forward) s2d_weight(opt_.precision, weights_.weight(w), p.s2d_w, g, dev_.stream);
   return *p.s2d;
 }
 
@@ -299,7 +299,8 @@ GpuOps::GpuOps(const GpuOptions& opt)
       pool_(opt.pool_chunk),
       dev_(opt.device, pool_),
       side_(opt.wgrad_stream ? std::make_unique<SideStream>(dev_.stream) : nullptr),
-      ws_(pool_, side_.get()) {
+      ws_(pool_, side_.get()),
+      weights_(opt.precision, pool_, dev_, side_.get()) {
   flag_ = static_cast<int*>(pool_.alloc(sizeof(int)));
   opt_scalars_ = static_cast<OptScalars*>(pool_.alloc(sizeof(OptScalars)));
   timer_ = std::make_unique<OpTimer>(dev_.stream);
@@ -327,24 +328,20 @@ std::string GpuOps::describe() const {
 
 // --- Memory
 
-void* GpuOps::alloc(size_t bytes) {
-  void* p = pool_.alloc(bytes);
-  CUDA_CHECK(cudaMemsetAsync(p, 0, bytes, dev_.stream));
-  return p;
-}
+void* GpuOps::alloc(size_t bytes) { return alloc_zeroed(pool_, bytes, dev_.stream); }
 
 std::vector<std::pair<std::string, size_t>> GpuOps::memory_breakdown() const {
   std::vector<std::pair<std::string, size_t>> rows{
-      {std::string(dtype_name(opt_.precision)) + " weight shadow", mem_shadow_},
+      {std::string(dtype_name(opt_.precision)) + " weight shadow", weights_.shadow_bytes()},
       {"cuDNN workspace", ws_.carved()},
       {"side stream: half-precision dW", ws_.side_scratch_carved()},
       {"cuBLAS workspace", Device::kCublasWorkspace},
       {"backend scratch (BN sums, half dW, max-pool argmax)", mem_scratch_},
       {"stem space-to-depth input", mem_s2d_},
       {"pool reserved, not handed out", pool_.reserved() - pool_.used()}};
-  if (master_) {
-    rows.insert(rows.begin() + 1, {{"fp32 master weights, this rank's shard (ZeRO-1)", mem_master_},
-                                   {"fp32 copies of the 1-D parameters (ZeRO-1)", mem_vec_}});
+  if (weights_.sharded()) {
+    rows.insert(rows.begin() + 1, {{"fp32 master weights, this rank's shard (ZeRO-1)", weights_.master_bytes()},
+                                   {"fp32 copies of the 1-D parameters (ZeRO-1)", weights_.copies_bytes()}});
   }
   return rows;
 }
@@ -352,15 +349,13 @@ std::vector<std::pair<std::string, size_t>> GpuOps::memory_breakdown() const {
 void GpuOps::upload(void* dst, const void* host_src, size_t bytes) {
   writes(dst, bytes);
   CUDA_CHECK(cudaMemcpyAsync(dst, host_src, bytes, cudaMemcpyHostToDevice, dev_.stream));
-  CUDA_CHECK(cudaStreamSynchronize(dev_.stream));  // the caller may free host_src on return
-  ++host_waits_;
+  dev_.wait();  // the caller may free host_src on return
 }
 
 void GpuOps::download(void* host_dst, const void* src, size_t bytes) {
   join_side_work();
   CUDA_CHECK(cudaMemcpyAsync(host_dst, src, bytes, cudaMemcpyDeviceToHost, dev_.stream));
-  CUDA_CHECK(cudaStreamSynchronize(dev_.stream));
-  ++host_waits_;
+  dev_.wait();
 }
 
 void GpuOps::zero(void* dst, size_t bytes) {
@@ -371,130 +366,33 @@ void GpuOps::zero(void* dst, size_t bytes) {
 
 void GpuOps::synchronize() {
   join_side_work();
-  CUDA_CHECK(cudaStreamSynchronize(dev_.stream));
-  ++host_waits_;
+  dev_.wait();
 }
 
 // --- Parameters
 
 void GpuOps::bind_params(float* params, float* grads, size_t count) {
-  if (!params && opt_.precision == DType::F32)
-    throw GpuError(GpuError::Kind::Invalid, "fp32 weights are the working weights: they cannot be left unbound (" +
-                                                where() + ")");
-  params_ = params;
+  weights_.bind(params, count);
   grads_ = grads;
-  count_ = count;
-  if (opt_.precision != DType::F32) {
-    shadow_ = pool_.alloc(count * dtype_size(opt_.precision));
-    mem_shadow_ = count * dtype_size(opt_.precision);
-    if (params_) params_updated();  // else import_master() fills it
-  }
+  if (weights_.has_shadow() && params) params_updated();  // else import_master() fills the shadow
 }
 
 void GpuOps::register_conv(const ConvDesc& d, ParamView) { plan(d); }
 
 void GpuOps::params_updated() {
-  if (!params_)
-    throw GpuError(GpuError::Kind::Invalid,
-                   "params_updated() with sharded master weights: import_master() brings updates in (" + where() + ")");
   auto timed = timer_->scope("optimizer", [] { return std::string("bf16/fp16 weight shadow"); });
-  join_side_work();
-  if (shadow_) cast_from_f32(opt_.precision, params_, shadow_, count_, dev_.stream);
+  weights_.params_updated();
 }
-
-// --- ZeRO-1's sharded master weights
 
 void GpuOps::shard_master_weights(const std::vector<ParamView>& owned, const std::vector<ParamView>& fp32_views) {
-  if (params_ || !shadow_ || master_)
-    throw GpuError(GpuError::Kind::Invalid,
-                   "shard_master_weights needs bind_params(nullptr, ...) in bf16/fp16, once (" + where() + ")");
-  auto inside = [&](const ParamView& v) {
-    if (v.offset > count_ || v.count > count_ - v.offset)
-      throw GpuError(GpuError::Kind::Invalid, "shard_master_weights: a range leaves the buffer (" + where() + ")");
-  };
-  size_t kept = 0;
-  for (const ParamView& r : owned) {
-    inside(r);
-    if (r.count == 0) continue;
-    master_at_[r.offset] = {kept, r.count};
-    kept += r.count;
-  }
-  std::vector<CopyRun> runs;
-  size_t copies = 0;
-  for (const ParamView& v : fp32_views) {
-    inside(v);
-    vec_at_[v.offset] = copies;
-    if (!runs.empty() && runs.back().src + runs.back().count == v.offset)
-      runs.back().count += v.count;  // weight and bias of one batch norm are neighbours
-    else
-      runs.push_back({v.offset, copies, v.count});
-    copies += v.count;
-  }
-  mem_master_ = std::max<size_t>(kept, 1) * sizeof(float);
-  master_ = static_cast<float*>(alloc(mem_master_));
-  mem_vec_ = std::max<size_t>(copies, 1) * sizeof(float) + runs.size() * sizeof(CopyRun);
-  vec_ = static_cast<float*>(alloc(std::max<size_t>(copies, 1) * sizeof(float)));
-  vec_run_count_ = int(runs.size());
-  if (!runs.empty()) {
-    vec_runs_ = static_cast<CopyRun*>(alloc(runs.size() * sizeof(CopyRun)));
-    upload(vec_runs_, runs.data(), runs.size() * sizeof(CopyRun));
-  }
+  weights_.shard(owned, fp32_views);
 }
 
-void GpuOps::export_master(float* whole, ParamView range) {
-  if (!master_) throw GpuError(GpuError::Kind::Invalid, "export_master without sharded master weights (" + where() + ")");
-  auto copy = [&](size_t offset, const ParamView& at) {
-    writes(whole + offset, at.count * sizeof(float));
-    CUDA_CHECK(cudaMemcpyAsync(whole + offset, master_ + at.offset, at.count * sizeof(float),
-                               cudaMemcpyDeviceToDevice, dev_.stream));
-  };
-  if (range.count == 0) {
-    for (const auto& [offset, at] : master_at_) copy(offset, at);
-    return;
-  }
-  const auto it = master_at_.find(range.offset);
-  if (it == master_at_.end() || it->second.count != range.count)
-    throw GpuError(GpuError::Kind::Invalid, "export_master: [" + std::to_string(range.offset) + ", +" +
-                                                std::to_string(range.count) + ") is not an owned range (" + where() + ")");
-  copy(range.offset, it->second);
-}
+void GpuOps::export_master(float* whole, ParamView range) { weights_.export_master(whole, range); }
 
 void GpuOps::import_master(const float* whole) {
-  if (!master_) throw GpuError(GpuError::Kind::Invalid, "import_master without sharded master weights (" + where() + ")");
   auto timed = timer_->scope("optimizer", [] { return std::string("bf16/fp16 weight shadow"); });
-  join_side_work();
-  for (const auto& [offset, at] : master_at_)
-    CUDA_CHECK(cudaMemcpyAsync(master_ + at.offset, whole + offset, at.count * sizeof(float),
-                               cudaMemcpyDeviceToDevice, dev_.stream));
-  gather_runs(whole, vec_, vec_runs_, vec_run_count_, dev_.stream);
-  cast_from_f32(opt_.precision, whole, shadow_, count_, dev_.stream);
-}
-
-const float* GpuOps::f32_param(ParamView v) const {
-  if (params_) return params_ + v.offset;
-  const auto it = vec_at_.find(v.offset);
-  if (it == vec_at_.end())
-    throw GpuError(GpuError::Kind::Invalid, "parameter at " + std::to_string(v.offset) +
-                                                " is read in fp32 but has no fp32 copy under sharded master weights (" +
-                                                where() + ")");
-  return vec_ + it->second;
-}
-
-float* GpuOps::master_of(ParamView r) {
-  if (params_) return params_ + r.offset;
-  const auto it = master_at_.find(r.offset);
-  if (it == master_at_.end() || r.count > it->second.count)
-    throw GpuError(GpuError::Kind::Invalid, "optimizer step over [" + std::to_string(r.offset) + ", +" +
-                                                std::to_string(r.count) + "), which is not an owned range (" +
-                                                where() + ")");
-  return master_ + it->second.offset;
-}
-
-const void* GpuOps::weight_ptr(ParamView w) const {
-  if (!params_ && !shadow_)
-    throw GpuError(GpuError::Kind::Invalid, "GPU backend used before bind_params (" + where() + ")");
-  if (opt_.precision == DType::F32) return params_ + w.offset;
-  return static_cast<const char*>(shadow_) + w.offset * dtype_size(opt_.precision);
+  weights_.import_master(whole);
 }
 
 void GpuOps::check_act(const Act& a, const char* what) const {
@@ -529,7 +427,7 @@ void GpuOps::tuned(ConvPlan& p, int slot, float beta, const std::function<void()
                                std::max(ws_.bytes(), size_t(64) << 20), ConvTuner::kCandidates, why);
       },
       [&](size_t bytes) { return side ? ws_.side(bytes) : ws_.main(bytes); }, x, w, y, out,
-      side ? side_->stream() : dev_.stream, host_waits_);
+      side ? side_->stream() : dev_.stream, dev_.host_waits);
 }
 
 void GpuOps::run_fwd(ConvPlan& p, const void* x, const void* w, void* y) {
@@ -581,7 +479,7 @@ void GpuOps::conv_forward(const ConvDesc& d, const Act& x, ParamView w, Act& y) 
     run_fwd(q, p.s2d_x, p.s2d_w, y.data);
     return;
   }
-  run_fwd(p, x.data, weight_ptr(w), y.data);
+  run_fwd(p, x.data, weights_.weight(w), y.data);
 }
 
 namespace {
@@ -625,7 +523,7 @@ void GpuOps::conv_backward(const ConvDesc& d, const Act& x, ParamView w, const A
     check_act(*dx, "conv_backward input gradient");
     auto timed = timer_->scope("conv dgrad", [&] { return conv_label(d); });
     writes(*dx);
-    run_dgrad(p, dy.data, weight_ptr(w), dx->data, accumulate_dx);
+    run_dgrad(p, dy.data, weights_.weight(w), dx->data, accumulate_dx);
   }
   auto timed = timer_->scope("conv wgrad", [&] { return conv_label(d) + (p.s2d ? " s2d" : ""); });
   float* g = grads_ + dw.offset;
@@ -668,8 +566,8 @@ void GpuOps::bn_forward_train(const BnDesc& d, const Act& x, ParamView gamma, Pa
   float* s = scratch_f32(2 * size_t(d.c));
   writes(y);
   bn_forwards_[y.data] = BnForward{x.data, gamma.offset, relu && residual == nullptr};
-  gpu::bn_forward_train(opt_.precision, x.data, m, d.c, f32_param(gamma),
-                        f32_param(beta), d.eps, d.momentum, running_mean, running_var,
+  gpu::bn_forward_train(opt_.precision, x.data, m, d.c, weights_.f32(gamma),
+                        weights_.f32(beta), d.eps, d.momentum, running_mean, running_var,
                         save_mean, save_invstd, residual ? residual->data : nullptr, relu, y.data,
                         bn_sync(d.c), s, dev_.stream);
 }
@@ -683,8 +581,8 @@ void GpuOps::bn_forward_eval(const BnDesc& d, const Act& x, ParamView gamma, Par
   const int64_t m = int64_t(d.n) * d.h * d.w;
   float* s = scratch_f32(2 * size_t(d.c));
   writes(y);
-  gpu::bn_forward_eval(opt_.precision, x.data, m, d.c, f32_param(gamma),
-                       f32_param(beta), d.eps, running_mean, running_var,
+  gpu::bn_forward_eval(opt_.precision, x.data, m, d.c, weights_.f32(gamma),
+                       weights_.f32(beta), d.eps, running_mean, running_var,
                        residual ? residual->data : nullptr, relu, y.data, s, dev_.stream);
 }
 
@@ -715,8 +613,8 @@ void GpuOps::bn_backward(const BnDesc& d, const Act& x, const Act& y, const Act&
   writes(grads_ + dgamma.offset, size_t(d.c) * sizeof(float));
   writes(grads_ + dbeta.offset, size_t(d.c) * sizeof(float));
   // dbeta views beta's gradient: the same offset in the parameter buffer is beta.
-  gpu::bn_backward(opt_.precision, x.data, y.data, dy.data, dy2 ? dy2->data : nullptr, m, d.c, f32_param(gamma),
-                   f32_param(dbeta), save_mean, save_invstd, mask, dx.data,
+  gpu::bn_backward(opt_.precision, x.data, y.data, dy.data, dy2 ? dy2->data : nullptr, m, d.c, weights_.f32(gamma),
+                   weights_.f32(dbeta), save_mean, save_invstd, mask, dx.data,
                    dresidual ? dresidual->data : nullptr, grads_ + dgamma.offset,
                    grads_ + dbeta.offset, bn_sync(d.c), s, dev_.stream);
 }
@@ -776,13 +674,13 @@ void GpuOps::fc_forward(const Act& x, ParamView w, ParamView b, int out, float* 
   auto timed = timer_->scope("fc", [&] { return std::to_string(x.c) + "->" + std::to_string(out) + " fwd"; });
   const int n = x.n, in = x.h * x.w * x.c;
   writes(logits, size_t(n) * out * sizeof(float));
-  gpu::fill_rows(logits, f32_param(b), n, out, dev_.stream);
+  gpu::fill_rows(logits, weights_.f32(b), n, out, dev_.stream);
   const cudaDataType_t t = cuda_type(opt_.precision);
   const cublasComputeType_t ct = (opt_.precision == DType::F32 && opt_.allow_tf32)
                                      ? CUBLAS_COMPUTE_32F_FAST_TF32
                                      : CUBLAS_COMPUTE_32F;
   // logits^T (out x n) = W (out x in) * x^T (in x n)
-  CUBLAS_CHECK(cublasGemmEx(dev_.cublas, CUBLAS_OP_T, CUBLAS_OP_N, out, n, in, &kOne, weight_ptr(w),
+  CUBLAS_CHECK(cublasGemmEx(dev_.cublas, CUBLAS_OP_T, CUBLAS_OP_N, out, n, in, &kOne, weights_.weight(w),
                             t, in, x.data, t, in, &kOne, logits, CUDA_R_32F, out, ct,
                             CUBLAS_GEMM_DEFAULT));
 }
@@ -812,7 +710,7 @@ void GpuOps::fc_backward(const Act& x, ParamView w, const float* dlogits, int ou
                             dl, t, out, &kOne, grads_ + dw.offset, CUDA_R_32F, in, ct,
                             CUBLAS_GEMM_DEFAULT));
   // dx^T (in x n) = W^T (in x out) * dlogits^T (out x n)
-  CUBLAS_CHECK(cublasGemmEx(dev_.cublas, CUBLAS_OP_N, CUBLAS_OP_N, in, n, out, &kOne, weight_ptr(w), t,
+  CUBLAS_CHECK(cublasGemmEx(dev_.cublas, CUBLAS_OP_N, CUBLAS_OP_N, in, n, out, &kOne, weights_.weight(w), t,
                             in, dl, t, out, &kZero, dx.data, t, in, ct, CUBLAS_GEMM_DEFAULT));
 }
 
@@ -841,13 +739,13 @@ void GpuOps::make_batch(DataKind kind, uint64_t seed, const int64_t* host_indice
 
 void GpuOps::scale_grads(float s) {
   join_side_work();
-  scale_f32(grads_, s, count_, dev_.stream);
+  scale_f32(grads_, s, weights_.count(), dev_.stream);
 }
 
 bool GpuOps::grads_finite() {
   join_side_work();
   CUDA_CHECK(cudaMemsetAsync(flag_, 0, sizeof(int), dev_.stream));
-  find_nonfinite(grads_, count_, flag_, dev_.stream);
+  find_nonfinite(grads_, weights_.count(), flag_, dev_.stream);
   int bad = 0;
   CUDA_CHECK(cudaMemcpyAsync(&bad, flag_, sizeof(int), cudaMemcpyDeviceToHost, dev_.stream));
   CUDA_CHECK(cudaStreamSynchronize(dev_.stream));
@@ -880,23 +778,23 @@ const OptScalars* GpuOps::step_scalars(const StepValues& v, bool adam, float bet
 
 void GpuOps::sgd_step(float lr, float momentum, float weight_decay, float* momentum_buf,
                       bool first_step, bool nesterov, const uint8_t* decay_mask, ParamView range) {
-  const ParamView r = worker::optimizer_range(range, count_);
+  const ParamView r = worker::optimizer_range(range, weights_.count());
   if (capturing_ && first_step)
     throw GpuError(GpuError::Kind::Invalid,
                    "SGD's first step (the momentum buffer starts from the gradient) cannot be captured for "
                    "replay: capture after an uncaptured step (" + where() + ")");
   const OptScalars* sc = step_scalars({lr, 0}, false, 0.f, 0.f);
   join_side_work();
-  gpu::sgd_step(master_of(r), grads_ + r.offset, momentum_buf, decay_mask, r.count, sc, momentum,
+  gpu::sgd_step(weights_.master_of(r), grads_ + r.offset, momentum_buf, decay_mask, r.count, sc, momentum,
                 weight_decay, first_step, nesterov, dev_.stream);
 }
 
 void GpuOps::adam_step(float lr, float beta1, float beta2, float eps, float weight_decay,
                        int64_t step, float* m, float* v, const uint8_t* decay_mask, ParamView range) {
-  const ParamView r = worker::optimizer_range(range, count_);
+  const ParamView r = worker::optimizer_range(range, weights_.count());
   const OptScalars* sc = step_scalars({lr, step}, true, beta1, beta2);
   join_side_work();
-  gpu::adam_step(master_of(r), grads_ + r.offset, m, v, decay_mask, r.count, sc, beta1, beta2, eps,
+  gpu::adam_step(weights_.master_of(r), grads_ + r.offset, m, v, decay_mask, r.count, sc, beta1, beta2, eps,
                  weight_decay, dev_.stream);
 }
 

@@ -22,6 +22,7 @@
 #include "worker/gpu/device.h"
 #include "worker/gpu/gpu_options.h"
 #include "worker/gpu/kernels.h"
+#include "worker/gpu/master_weights.h"
 #include "worker/gpu/op_timer.h"
 #include "worker/gpu/pool.h"
 #include "worker/gpu/side_stream.h"
@@ -146,12 +147,6 @@ class GpuOps final : public Ops {
   void* scratch_half(size_t bytes);
   // The batch norms' zero-kept accumulators, large enough for c channels (kernels.h).
   BnSync bn_sync(int c);
-  const void* weight_ptr(ParamView w) const;  // compute-dtype view of the master weights
-  // The fp32 values of a parameter the layers read in fp32 (batch norm's, the FC bias): the
-  // master weights, or under sharded masters their whole fp32 copy.
-  const float* f32_param(ParamView v) const;
-  // The fp32 master weights an optimizer step over `range` updates.
-  float* master_of(ParamView range);
   void check_act(const Act& a, const char* what) const;
 
   GpuOptions opt_;
@@ -159,21 +154,8 @@ class GpuOps final : public Ops {
   Device dev_;  // before every member that makes CUDA calls
   std::unique_ptr<SideStream> side_;  // null when GpuOptions::wgrad_stream is off
   Workspace ws_;
-
-  float* params_ = nullptr;
-  float* grads_ = nullptr;
-  size_t count_ = 0;
-  void* shadow_ = nullptr;  // params_ in the compute dtype (bf16/fp16 only)
-  // ZeRO-1's sharded master weights (shard_master_weights; params_ is null then): the owned
-  // ranges' fp32 weights back to back, by range offset {index in master_, count}; the 1-D
-  // parameters' fp32 copies back to back, by parameter offset their index in vec_, and the runs
-  // that fill them from a whole buffer (device memory).
-  float* master_ = nullptr;
-  std::map<size_t, ParamView> master_at_;
-  float* vec_ = nullptr;
-  std::unordered_map<size_t, size_t> vec_at_;
-  CopyRun* vec_runs_ = nullptr;
-  int vec_run_count_ = 0;
+  MasterWeights weights_;
+  float* grads_ = nullptr;  // the model's fp32 gradients (bind_params)
 
   std::map<ConvKey, std::unique_ptr<ConvPlan>> plans_;
   float* f32_scratch_ = nullptr;
@@ -207,10 +189,8 @@ class GpuOps final : public Ops {
   bool capturing_ = false;
   CapturedOptimizer captured_opt_;
   // Bytes carved for each purpose, outgrown carvings included (the pool never frees).
-  size_t mem_scratch_ = 0, mem_shadow_ = 0, mem_s2d_ = 0;
-  size_t mem_master_ = 0, mem_vec_ = 0;  // sharded master weights, their 1-D fp32 copies
+  size_t mem_scratch_ = 0, mem_s2d_ = 0;
   double search_seconds_ = 0;
-  int64_t host_waits_ = 0;  // times the host waited for the stream (conv engine tuning starts after one)
 };
 
 }  // namespace gpu
