@@ -1,11 +1,10 @@
-// worker::Ops on one GPU: cuDNN convolutions (NHWC; the legacy API's algorithms chosen once per
-// shape, then per shape and direction the fastest of them and a few graph-API engines, timed on
-// the first steps: conv_engines.h; the stem in space-to-depth form), cuBLAS for the fully
-// connected layer, the backend's kernels (kernels.h) for the rest.
+// worker::Ops on one GPU, layer by layer: cuDNN convolutions through their plans (conv_planner.h),
+// cuBLAS for the fully connected layer, the backend's kernels (kernels.h) for the rest. Each call
+// checks its tensors, makes the main stream wait for side-stream work over what it writes
+// (writes()), and enqueues its work.
 #include "worker/gpu/gpu_ops.h"
 
 #include <algorithm>
-#include <chrono>
 #include <cstdlib>
 #include <string>
 #include <vector>
@@ -13,24 +12,12 @@
 #include "worker/core/backend.h"
 #include "worker/core/knobs.h"
 #include "worker/gpu/check.h"
-#include "worker/gpu/conv_engines.h"
 #include "worker/gpu/kernels.h"
-#include "worker/gpu/side_stream.h"
-#include "worker/gpu/step_graph.h"
 
 namespace worker {
 namespace gpu {
 
 namespace {
-
-cudnnDataType_t cudnn_type(DType t) {
-  switch (t) {
-    case DType::F32: return CUDNN_DATA_FLOAT;
-    case DType::BF16: return CUDNN_DATA_BFLOAT16;
-    case DType::F16: return CUDNN_DATA_HALF;
-  }
-  return CUDNN_DATA_FLOAT;
-}
 
 cudaDataType_t cuda_type(DType t) {
   switch (t) {
@@ -41,18 +28,9 @@ cudaDataType_t cuda_type(DType t) {
   return CUDA_R_32F;
 }
 
-double seconds_since(std::chrono::steady_clock::time_point t0) {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-}
-
 const float kOne = 1.f, kZero = 0.f;
 
-// Labels of the per-operation breakdown (OpTimer).
-std::string conv_label(const ConvDesc& d) {
-  return std::to_string(d.kh) + "x" + std::to_string(d.kw) + "/" + std::to_string(d.stride) + " " +
-         std::to_string(d.cin) + "->" + std::to_string(d.cout) + " " + std::to_string(d.h) + "x" +
-         std::to_string(d.w);
-}
+// Labels of the per-operation breakdown (OpTimer; conv_label is conv_planner.h's).
 std::string bn_label(const BnDesc& d, bool residual, bool relu) {
   return std::to_string(d.c) + " " + std::to_string(d.h) + "x" + std::to_string(d.w) +
          (residual ? " +res" : "") + (relu ? " relu" : "");
@@ -63,195 +41,83 @@ std::string act_label(const Act& a) {
 
 }  // namespace
 
-// --- Convolution plans
+// --- Set-up
 
-struct GpuOps::ConvPlan {
-  ConvDesc desc;
-  cudnnTensorDescriptor_t x = nullptr, y = nullptr;
-  cudnnFilterDescriptor_t w = nullptr;
-  // One descriptor per direction: each carries the math type of the algorithm chosen for it.
-  cudnnConvolutionDescriptor_t cf = nullptr, cd = nullptr, cw = nullptr;
-  cudnnConvolutionFwdAlgo_t fwd{};
-  cudnnConvolutionBwdDataAlgo_t bwd_data{};
-  cudnnConvolutionBwdFilterAlgo_t bwd_filter{};
-  size_t ws_fwd = 0, ws_data = 0, ws_filter = 0;
-  // Forward and weight gradient through the space-to-depth form (the stem), when it applies:
-  // its plan, and its input and filter buffers (the data gradient keeps the plain form).
-  ConvPlan* s2d = nullptr;
-  S2dDesc s2d_geom;
-  void* s2d_x = nullptr;
-  void* s2d_w = nullptr;
-  const void* s2d_x_of = nullptr;  // the x that s2d_x holds rearranged
-  // Engine choice per direction: fwd, dgrad, dgrad accumulating, wgrad (conv_engines.h).
-  std::unique_ptr<ConvTuner> tune[4];
-
-  ~ConvPlan() {
-    if (x) cudnnDestroyTensorDescriptor(x);
-    if (y) cudnnDestroyTensorDescriptor(y);
-    if (w) cudnnDestroyFilterDescriptor(w);
-    if (cf) cudnnDestroyConvolutionDescriptor(cf);
-    if (cd) cudnnDestroyConvolutionDescriptor(cd);
-    if (cw) cudnnDestroyConvolutionDescriptor(cw);
-  }
-};
-
-namespace {
-
-// Temporary device buffers for the timed search (setup only; freed right after).
-struct SearchBuffers {
-  void* x = nullptr;
-  void* y = nullptr;
-  void* w = nullptr;
-  void* ws = nullptr;
-  size_t ws_bytes = 0;
-  ~SearchBuffers() {
-    cudaFree(x);
-    cudaFree(y);
-    cudaFree(w);
-    cudaFree(ws);
-  }
-};
-
-// The fastest successful result within the workspace limit; results come sorted by time.
-// With `fma_only` (fp32 without TF32) tensor-core results are refused.
-template <typename Perf>
-const Perf* choose(const Perf* res, int n, size_t limit, bool fma_only, bool deterministic) {
-  for (int i = 0; i < n; ++i) {
-    if (res[i].status != CUDNN_STATUS_SUCCESS || res[i].memory > limit) continue;
-    if (deterministic && res[i].determinism != CUDNN_DETERMINISTIC) continue;
-    if (fma_only && res[i].mathType != CUDNN_FMA_MATH && res[i].mathType != CUDNN_DEFAULT_MATH)
-      continue;
-    return &res[i];
-  }
-  return nullptr;
+GpuOps::GpuOps(const GpuOptions& opt)
+    : opt_(opt),
+      pool_(opt.pool_chunk),
+      dev_(opt.device, pool_),
+      flag_(static_cast<int*>(pool_.alloc(sizeof(int)))),
+      side_(opt.wgrad_stream ? std::make_unique<SideStream>(dev_.stream) : nullptr),
+      ws_(pool_, side_.get()),
+      weights_(opt.precision, pool_, dev_, side_.get()),
+      convs_(opt, pool_, dev_, ws_, side_.get()),
+      capture_(pool_, dev_.stream) {
+  timer_ = std::make_unique<OpTimer>(dev_.stream);
 }
 
-}  // namespace
-
-GpuOps::ConvPlan& GpuOps::plan(const ConvDesc& d) {
-  const ConvKey key{d.n, d.h, d.w, d.cin, d.cout, d.kh, d.kw, d.stride, d.pad};
-  auto it = plans_.find(key);
-  if (it != plans_.end()) return *it->second;
-
-  const auto t0 = std::chrono::steady_clock::now();
-  auto p = std::make_unique<ConvPlan>();
-  p->desc = d;
-  const cudnnDataType_t dt = cudnn_type(opt_.precision);
-  const bool fp32 = opt_.precision == DType::F32;
-  const bool fma_only = fp32 && !opt_.allow_tf32;
-  const cudnnMathType_t math =
-      fp32 ? (opt_.allow_tf32 ? CUDNN_DEFAULT_MATH : CUDNN_FMA_MATH) : CUDNN_TENSOR_OP_MATH;
-
-  CUDNN_CHECK(cudnnCreateTensorDescriptor(&p->x));
-  CUDNN_CHECK(cudnnCreateTensorDescriptor(&p->y));
-  CUDNN_CHECK(cudnnCreateFilterDescriptor(&p->w));
-  CUDNN_CHECK(cudnnSetTensor4dDescriptor(p->x, CUDNN_TENSOR_NHWC, dt, d.n, d.cin, d.h, d.w));
-  CUDNN_CHECK(cudnnSetTensor4dDescriptor(p->y, CUDNN_TENSOR_NHWC, dt, d.n, d.cout, d.ho, d.wo));
-  CUDNN_CHECK(cudnnSetFilter4dDescriptor(p->w, dt, CUDNN_TENSOR_NHWC, d.cout, d.cin, d.kh, d.kw));
-  for (cudnnConvolutionDescriptor_t* c : {&p->cf, &p->cd, &p->cw}) {
-    CUDNN_CHECK(cudnnCreateConvolutionDescriptor(c));
-    CUDNN_CHECK(cudnnSetConvolution2dDescriptor(*c, d.pad, d.pad, d.stride, d.stride, 1, 1,
-                                                CUDNN_CROSS_CORRELATION, CUDNN_DATA_FLOAT));
-    CUDNN_CHECK(cudnnSetConvolutionMathType(*c, math));
-  }
-  int on = 0, oc = 0, oh = 0, ow = 0;
-  CUDNN_CHECK(cudnnGetConvolution2dForwardOutputDim(p->cf, p->x, p->w, &on, &oc, &oh, &ow));
-  if (oh != d.ho || ow != d.wo || on != d.n || oc != d.cout)
-    throw GpuError(GpuError::Kind::Invalid,
-                   "convolution descriptor is inconsistent: output " + std::to_string(d.ho) + "x" +
-                       std::to_string(d.wo) + " declared, cuDNN computes " + std::to_string(oh) +
-                       "x" + std::to_string(ow) + " (" + where() + ")");
-
-  const size_t limit = opt_.workspace_limit;
-  cudnnConvolutionFwdAlgoPerf_t fr[CUDNN_CONVOLUTION_FWD_ALGO_COUNT];
-  cudnnConvolutionBwdDataAlgoPerf_t dr[CUDNN_CONVOLUTION_BWD_DATA_ALGO_COUNT];
-  cudnnConvolutionBwdFilterAlgoPerf_t wr[CUDNN_CONVOLUTION_BWD_FILTER_ALGO_COUNT];
-  int nf = 0, nd = 0, nw = 0;
-  if (opt_.search == AlgoSearch::Find) {
-    const size_t es = dtype_size(opt_.precision);
-    SearchBuffers b;
-    CUDA_CHECK(cudaMalloc(&b.x, size_t(d.n) * d.h * d.w * d.cin * es));
-    CUDA_CHECK(cudaMalloc(&b.y, size_t(d.n) * d.ho * d.wo * d.cout * es));
-    CUDA_CHECK(cudaMalloc(&b.w, size_t(d.cout) * d.kh * d.kw * d.cin * es));
-    // As large a workspace as the device allows, up to the limit.
-    for (b.ws_bytes = limit; b.ws_bytes >= (size_t(1) << 20); b.ws_bytes /= 2) {
-      if (cudaMalloc(&b.ws, b.ws_bytes) == cudaSuccess) break;
-      cudaGetLastError();
-      b.ws = nullptr;
-    }
-    if (!b.ws) b.ws_bytes = 0;
-    CUDNN_CHECK(cudnnFindConvolutionForwardAlgorithmEx(dev_.cudnn, p->x, b.x, p->w, b.w, p->cf, p->y,
-                                                       b.y, CUDNN_CONVOLUTION_FWD_ALGO_COUNT, &nf,
-                                                       fr, b.ws, b.ws_bytes));
-    CUDNN_CHECK(cudnnFindConvolutionBackwardDataAlgorithmEx(
-        dev_.cudnn, p->w, b.w, p->y, b.y, p->cd, p->x, b.x, CUDNN_CONVOLUTION_BWD_DATA_ALGO_COUNT, &nd,
-        dr, b.ws, b.ws_bytes));
-    CUDNN_CHECK(cudnnFindConvolutionBackwardFilterAlgorithmEx(
-        dev_.cudnn, p->x, b.x, p->y, b.y, p->cw, p->w, b.w, CUDNN_CONVOLUTION_BWD_FILTER_ALGO_COUNT,
-        &nw, wr, b.ws, b.ws_bytes));
-    CUDA_CHECK(cudaStreamSynchronize(dev_.stream));
-  } else {
-    CUDNN_CHECK(cudnnGetConvolutionForwardAlgorithm_v7(dev_.cudnn, p->x, p->w, p->cf, p->y,
-                                                       CUDNN_CONVOLUTION_FWD_ALGO_COUNT, &nf, fr));
-    CUDNN_CHECK(cudnnGetConvolutionBackwardDataAlgorithm_v7(
-        dev_.cudnn, p->w, p->y, p->cd, p->x, CUDNN_CONVOLUTION_BWD_DATA_ALGO_COUNT, &nd, dr));
-    CUDNN_CHECK(cudnnGetConvolutionBackwardFilterAlgorithm_v7(
-        dev_.cudnn, p->x, p->y, p->cw, p->w, CUDNN_CONVOLUTION_BWD_FILTER_ALGO_COUNT, &nw, wr));
-  }
-  const auto* f = choose(fr, nf, limit, fma_only, opt_.deterministic);
-  const auto* bd = choose(dr, nd, limit, fma_only, opt_.deterministic);
-  const auto* bw = choose(wr, nw, limit, fma_only, opt_.deterministic);
-  if (!f || !bd || !bw)
-    throw GpuError(GpuError::Kind::Cudnn,
-                   "cuDNN offers no algorithm for convolution " + std::to_string(d.cin) + "->" +
-                       std::to_string(d.cout) + " " + std::to_string(d.kh) + "x" +
-                       std::to_string(d.kw) + "/" + std::to_string(d.stride) + " on " +
-                       std::to_string(d.h) + "x" + std::to_string(d.w) + " within a " +
-                       std::to_string(limit >> 20) + " MiB workspace (" + where() +
-                       "): raise WORKER_CUDNN_WORKSPACE_MB");
-  p->fwd = f->algo;
-  p->bwd_data = bd->algo;
-  p->bwd_filter = bw->algo;
-  if (!fma_only) {
-    CUDNN_CHECK(cudnnSetConvolutionMathType(p->cf, f->mathType));
-    CUDNN_CHECK(cudnnSetConvolutionMathType(p->cd, bd->mathType));
-    CUDNN_CHECK(cudnnSetConvolutionMathType(p->cw, bw->mathType));
-  }
-  // The exact sizes for the chosen algorithms and math types.
-  CUDNN_CHECK(cudnnGetConvolutionForwardWorkspaceSize(dev_.cudnn, p->x, p->w, p->cf, p->y, p->fwd,
-                                                      &p->ws_fwd));
-  CUDNN_CHECK(cudnnGetConvolutionBackwardDataWorkspaceSize(dev_.cudnn, p->w, p->y, p->cd, p->x,
-                                                           p->bwd_data, &p->ws_data));
-  CUDNN_CHECK(cudnnGetConvolutionBackwardFilterWorkspaceSize(dev_.cudnn, p->x, p->y, p->cw, p->w,
-                                                             p->bwd_filter, &p->ws_filter));
-  search_seconds_ += seconds_since(t0);
-  ConvPlan& ref = *p;
-  ws_.note_plan(std::max({p->ws_fwd, p->ws_data, p->ws_filter}),
-                size_t(d.cout) * d.kh * d.kw * d.cin * dtype_size(opt_.precision));
-  plans_.emplace(key, std::move(p));
-  if (opt_.space_to_depth && s2d_applies(d)) {
-    ref.s2d_geom = s2d_desc(d);
-    ref.s2d = &plan(s2d_conv(d));  // map insertions keep references valid
-  }
-  return ref;
+GpuOps::~GpuOps() {
+  side_.reset();  // waits for its work
+  cudaStreamSynchronize(dev_.stream);
+  timer_.reset();  // (dev_, which destroys the handles and the stream, goes last)
 }
 
-GpuOps::ConvPlan& GpuOps::s2d_prepare(ConvPlan& p, const Act& x, ParamView w, bool forward) {
-  const S2dDesc& g = p.s2d_geom;
-  const size_t es = dtype_size(opt_.precision);
-  if (!p.s2d_x) {
-    const size_t xb = size_t(g.n) * g.hs * g.ws * g.cs * es, wb = size_t(g.cout) * g.kp * g.kp * g.cs * es;
-    p.s2d_x = pool_.alloc(xb);
-    p.s2d_w = pool_.alloc(wb);
-    mem_s2d_ += xb + wb;
-  }
-  // The backward reuses the forward's rearranged input of the same x (the model's input does
-  // not change between a forward and its backward).
-  if (forward || p.s2d_x_of != x.data) s2d_input(opt_.precision, x.data, p.s2d_x, g, dev_.stream);
-  p.s2d_x_of = x.data;
-  if (forward) s2d_weight(opt_.precision, weights_.weight(w), p.s2d_w, g, dev_.stream);
-  return *p.s2d;
+std::string GpuOps::describe() const {
+  const size_t v = cudnnGetVersion();
+  const bool graph = opt_.graph_engines && opt_.precision != DType::F32;
+  return "gpu " + std::to_string(opt_.device) + " (" + dev_.name + ", " +
+         dtype_name(opt_.precision) +
+         (opt_.precision == DType::F32 ? (opt_.allow_tf32 ? ", TF32 on" : ", TF32 off") : "") +
+         ", cuDNN " + std::to_string(v / 10000) + "." + std::to_string(v / 100 % 100) + "." +
+         std::to_string(v % 100) + ", conv algorithms by " +
+         (opt_.search == AlgoSearch::Find ? "timed search" : "heuristics") +
+         (graph ? " + graph-API engines timed on the first calls" : "") + ")";
 }
+
+// --- Memory
+
+void* GpuOps::alloc(size_t bytes) { return alloc_zeroed(pool_, bytes, dev_.stream); }
+
+std::vector<std::pair<std::string, size_t>> GpuOps::memory_breakdown() const {
+  std::vector<std::pair<std::string, size_t>> rows{
+      {std::string(dtype_name(opt_.precision)) + " weight shadow", weights_.shadow_bytes()},
+      {"cuDNN workspace", ws_.carved()},
+      {"side stream: half-precision dW", ws_.side_scratch_carved()},
+      {"cuBLAS workspace", Device::kCublasWorkspace},
+      {"backend scratch (BN sums, half dW, max-pool argmax)", mem_scratch_},
+      {"stem space-to-depth input", convs_.s2d_bytes()},
+      {"pool reserved, not handed out", pool_.reserved() - pool_.used()}};
+  if (weights_.sharded()) {
+    rows.insert(rows.begin() + 1, {{"fp32 master weights, this rank's shard (ZeRO-1)", weights_.master_bytes()},
+                                   {"fp32 copies of the 1-D parameters (ZeRO-1)", weights_.copies_bytes()}});
+  }
+  return rows;
+}
+
+void GpuOps::upload(void* dst, const void* host_src, size_t bytes) {
+  writes(dst, bytes);
+  CUDA_CHECK(cudaMemcpyAsync(dst, host_src, bytes, cudaMemcpyHostToDevice, dev_.stream));
+  dev_.wait();  // the caller may free host_src on return
+}
+
+void GpuOps::download(void* host_dst, const void* src, size_t bytes) {
+  join_side_work();
+  CUDA_CHECK(cudaMemcpyAsync(host_dst, src, bytes, cudaMemcpyDeviceToHost, dev_.stream));
+  dev_.wait();
+}
+
+void GpuOps::zero(void* dst, size_t bytes) {
+  auto timed = timer_->scope("zero", [&] { return std::to_string(bytes >> 20) + " MiB"; });
+  writes(dst, bytes);
+  CUDA_CHECK(cudaMemsetAsync(dst, 0, bytes, dev_.stream));
+}
+
+void GpuOps::synchronize() {
+  join_side_work();
+  dev_.wait();
+}
+
+// --- Scratch, and the main stream's writes
 
 float* GpuOps::scratch_f32(size_t count) {
   if (count > f32_scratch_count_) {
@@ -292,83 +158,6 @@ void GpuOps::join_side_work() {
   if (side_) side_->join();
 }
 
-// --- Set-up
-
-GpuOps::GpuOps(const GpuOptions& opt)
-    : opt_(opt),
-      pool_(opt.pool_chunk),
-      dev_(opt.device, pool_),
-      side_(opt.wgrad_stream ? std::make_unique<SideStream>(dev_.stream) : nullptr),
-      ws_(pool_, side_.get()),
-      weights_(opt.precision, pool_, dev_, side_.get()) {
-  flag_ = static_cast<int*>(pool_.alloc(sizeof(int)));
-  opt_scalars_ = static_cast<OptScalars*>(pool_.alloc(sizeof(OptScalars)));
-  timer_ = std::make_unique<OpTimer>(dev_.stream);
-}
-
-GpuOps::~GpuOps() {
-  side_.reset();  // waits for its work
-  cudaStreamSynchronize(dev_.stream);
-  step_graph_.reset();
-  timer_.reset();
-  plans_.clear();  // (dev_, which destroys the handles and the stream, goes last)
-}
-
-std::string GpuOps::describe() const {
-  const size_t v = cudnnGetVersion();
-  const bool graph = opt_.graph_engines && opt_.precision != DType::F32;
-  return "gpu " + std::to_string(opt_.device) + " (" + dev_.name + ", " +
-         dtype_name(opt_.precision) +
-         (opt_.precision == DType::F32 ? (opt_.allow_tf32 ? ", TF32 on" : ", TF32 off") : "") +
-         ", cuDNN " + std::to_string(v / 10000) + "." + std::to_string(v / 100 % 100) + "." +
-         std::to_string(v % 100) + ", conv algorithms by " +
-         (opt_.search == AlgoSearch::Find ? "timed search" : "heuristics") +
-         (graph ? " + graph-API engines timed on the first calls" : "") + ")";
-}
-
-// --- Memory
-
-void* GpuOps::alloc(size_t bytes) { return alloc_zeroed(pool_, bytes, dev_.stream); }
-
-std::vector<std::pair<std::string, size_t>> GpuOps::memory_breakdown() const {
-  std::vector<std::pair<std::string, size_t>> rows{
-      {std::string(dtype_name(opt_.precision)) + " weight shadow", weights_.shadow_bytes()},
-      {"cuDNN workspace", ws_.carved()},
-      {"side stream: half-precision dW", ws_.side_scratch_carved()},
-      {"cuBLAS workspace", Device::kCublasWorkspace},
-      {"backend scratch (BN sums, half dW, max-pool argmax)", mem_scratch_},
-      {"stem space-to-depth input", mem_s2d_},
-      {"pool reserved, not handed out", pool_.reserved() - pool_.used()}};
-  if (weights_.sharded()) {
-    rows.insert(rows.begin() + 1, {{"fp32 master weights, this rank's shard (ZeRO-1)", weights_.master_bytes()},
-                                   {"fp32 copies of the 1-D parameters (ZeRO-1)", weights_.copies_bytes()}});
-  }
-  return rows;
-}
-
-void GpuOps::upload(void* dst, const void* host_src, size_t bytes) {
-  writes(dst, bytes);
-  CUDA_CHECK(cudaMemcpyAsync(dst, host_src, bytes, cudaMemcpyHostToDevice, dev_.stream));
-  dev_.wait();  // the caller may free host_src on return
-}
-
-void GpuOps::download(void* host_dst, const void* src, size_t bytes) {
-  join_side_work();
-  CUDA_CHECK(cudaMemcpyAsync(host_dst, src, bytes, cudaMemcpyDeviceToHost, dev_.stream));
-  dev_.wait();
-}
-
-void GpuOps::zero(void* dst, size_t bytes) {
-  auto timed = timer_->scope("zero", [&] { return std::to_string(bytes >> 20) + " MiB"; });
-  writes(dst, bytes);
-  CUDA_CHECK(cudaMemsetAsync(dst, 0, bytes, dev_.stream));
-}
-
-void GpuOps::synchronize() {
-  join_side_work();
-  dev_.wait();
-}
-
 // --- Parameters
 
 void GpuOps::bind_params(float* params, float* grads, size_t count) {
@@ -377,7 +166,7 @@ void GpuOps::bind_params(float* params, float* grads, size_t count) {
   if (weights_.has_shadow() && params) params_updated();  // else import_master() fills the shadow
 }
 
-void GpuOps::register_conv(const ConvDesc& d, ParamView) { plan(d); }
+void GpuOps::register_conv(const ConvDesc& d, ParamView) { convs_.plan(d); }
 
 void GpuOps::params_updated() {
   auto timed = timer_->scope("optimizer", [] { return std::string("bf16/fp16 weight shadow"); });
@@ -404,112 +193,25 @@ void GpuOps::check_act(const Act& a, const char* what) const {
 
 // --- Convolution
 
-void GpuOps::tuned(ConvPlan& p, int slot, float beta, const std::function<void()>& legacy,
-                   const void* x, const void* w, const void* y, void* out, bool side) {
-  auto aligned = [](const void* q) { return (reinterpret_cast<uintptr_t>(q) & 15u) == 0; };
-  // fp32 keeps the legacy plans (their math mode is what TF32 on/off asks for), and so do
-  // channel counts that are no multiple of 8 (no 16-byte vectors along C).
-  if (!opt_.graph_engines || opt_.precision == DType::F32 || p.desc.cin % 8 != 0 ||
-      p.desc.cout % 8 != 0 || !aligned(x) || !aligned(w) || !aligned(y) || !aligned(out)) {
-    legacy();
-    return;
-  }
-  static const ConvDir dirs[4] = {ConvDir::Fwd, ConvDir::Data, ConvDir::Data, ConvDir::Filter};
-  const ConvDir dir = dirs[slot];
-  if (!p.tune[slot])
-    p.tune[slot] = std::make_unique<ConvTuner>(
-        conv_label(p.desc) + " " + conv_dir_name(dir) + (beta != 0.f ? "+=" : ""), true);
-  p.tune[slot]->run(
-      legacy,
-      [&](std::string* why) {
-        // Candidates fit the workspace already carved for the legacy plans (no new memory).
-        return GraphConv::make(dev_.cudnn, dir, p.desc, cudnn_type(opt_.precision), beta,
-                               std::max(ws_.bytes(), size_t(64) << 20), ConvTuner::kCandidates, why);
-      },
-      [&](size_t bytes) { return side ? ws_.side(bytes) : ws_.main(bytes); }, x, w, y, out,
-      side ? side_->stream() : dev_.stream, dev_.host_waits);
-}
-
-void GpuOps::run_fwd(ConvPlan& p, const void* x, const void* w, void* y) {
-  tuned(p, 0, 0.f, [&] {
-    void* ws = ws_.main(p.ws_fwd);
-    CUDNN_CHECK(cudnnConvolutionForward(dev_.cudnn, &kOne, p.x, x, p.w, w, p.cf, p.fwd, ws, p.ws_fwd,
-                                        &kZero, p.y, y));
-  }, x, w, nullptr, y);
-}
-
-void GpuOps::run_dgrad(ConvPlan& p, const void* dy, const void* w, void* dx, bool accumulate) {
-  tuned(p, accumulate ? 2 : 1, accumulate ? 1.f : 0.f, [&] {
-    void* ws = ws_.main(p.ws_data);
-    CUDNN_CHECK(cudnnConvolutionBackwardData(dev_.cudnn, &kOne, p.w, w, p.y, dy, p.cd, p.bwd_data, ws,
-                                             p.ws_data, accumulate ? &kOne : &kZero, p.x, dx));
-  }, nullptr, w, dy, dx);
-}
-
-void GpuOps::run_wgrad(ConvPlan& p, const void* x, const void* dy, void* dw, bool accumulate, bool side) {
-  tuned(p, 3, accumulate ? 1.f : 0.f, [&] {
-    void* ws = side ? ws_.side(p.ws_filter) : ws_.main(p.ws_filter);
-    CUDNN_CHECK(cudnnConvolutionBackwardFilter(dev_.cudnn, &kOne, p.x, x, p.y, dy, p.cw, p.bwd_filter,
-                                               ws, p.ws_filter, accumulate ? &kOne : &kZero, p.w, dw));
-  }, x, nullptr, dy, dw, side);
-}
-
-void GpuOps::settle_conv_engines() {
-  for (auto& kv : plans_)
-    for (auto& t : kv.second->tune)
-      if (t) t->settle();
-}
-
-std::vector<std::string> GpuOps::conv_engine_report() const {
-  std::vector<std::string> lines;
-  for (const auto& kv : plans_)
-    for (const auto& t : kv.second->tune)
-      if (t) lines.push_back(t->describe());
-  return lines;
-}
-
 void GpuOps::conv_forward(const ConvDesc& d, const Act& x, ParamView w, Act& y) {
   check_act(x, "conv_forward input");
   check_act(y, "conv_forward output");
-  ConvPlan& p = plan(d);
+  ConvPlan& p = convs_.plan(d);
   auto timed = timer_->scope("conv fwd", [&] { return conv_label(d) + (p.s2d ? " s2d" : ""); });
   writes(y);
   if (p.s2d) {
-    ConvPlan& q = s2d_prepare(p, x, w, true);
-    run_fwd(q, p.s2d_x, p.s2d_w, y.data);
+    ConvPlan& q = convs_.s2d_prepare(p, x.data, weights_.weight(w), true);
+    convs_.fwd(q, p.s2d_x, p.s2d_w, y.data);
     return;
   }
-  run_fwd(p, x.data, weights_.weight(w), y.data);
+  convs_.fwd(p, x.data, weights_.weight(w), y.data);
 }
-
-namespace {
-
-// Binds a cuDNN handle to another stream for one scope.
-class HandleOn {
- public:
-  HandleOn(cudnnHandle_t h, cudaStream_t s, cudaStream_t back) : h_(h), back_(back) {
-    if (s != back) CUDNN_CHECK(cudnnSetStream(h, s));
-    moved_ = s != back;
-  }
-  ~HandleOn() {
-    if (moved_) cudnnSetStream(h_, back_);
-  }
-  HandleOn(const HandleOn&) = delete;
-  HandleOn& operator=(const HandleOn&) = delete;
-
- private:
-  cudnnHandle_t h_;
-  cudaStream_t back_;
-  bool moved_ = false;
-};
-
-}  // namespace
 
 void GpuOps::conv_backward(const ConvDesc& d, const Act& x, ParamView w, const Act& dy, Act* dx,
                            bool accumulate_dx, ParamView dw) {
   check_act(x, "conv_backward input");
   check_act(dy, "conv_backward output gradient");
-  ConvPlan& p = plan(d);
+  ConvPlan& p = convs_.plan(d);
   // The weight gradient goes to the side stream when backward has more to do after this layer
   // (dx: not the stem, which the optimizer follows) and when it is not being timed on the main
   // stream (its engine still explored, or the per-operation profile). Not in a captured step:
@@ -517,13 +219,14 @@ void GpuOps::conv_backward(const ConvDesc& d, const Act& x, ParamView w, const A
   // edges cost more than the overlap gave (H200, ResNet-50 bf16 b256: 8,104 images/s against
   // 8,211 on one stream; uncaptured, 8,399 against 8,283).
   const ConvTuner* wt = p.tune[3].get();
-  const bool side = side_ && dx && !p.s2d && !timer_->on() && (!wt || wt->settled()) && !capturing_;
+  const bool side =
+      side_ && dx && !p.s2d && !timer_->on() && (!wt || wt->settled()) && !capture_.capturing();
   if (side) ws_.begin_side_task();  // before the data gradient: the two may overlap as well
   if (dx) {
     check_act(*dx, "conv_backward input gradient");
     auto timed = timer_->scope("conv dgrad", [&] { return conv_label(d); });
     writes(*dx);
-    run_dgrad(p, dy.data, weights_.weight(w), dx->data, accumulate_dx);
+    convs_.dgrad(p, dy.data, weights_.weight(w), dx->data, accumulate_dx);
   }
   auto timed = timer_->scope("conv wgrad", [&] { return conv_label(d) + (p.s2d ? " s2d" : ""); });
   float* g = grads_ + dw.offset;
@@ -531,26 +234,22 @@ void GpuOps::conv_backward(const ConvDesc& d, const Act& x, ParamView w, const A
   if (p.s2d) {
     // The weight gradient of the rearranged filter, folded back into the 7x7 layout.
     writes(g, g_bytes);
-    ConvPlan& q = s2d_prepare(p, x, w, false);
+    ConvPlan& q = convs_.s2d_prepare(p, x.data, nullptr, false);
     const S2dDesc& s = p.s2d_geom;
     void* tmp = scratch_half(size_t(s.cout) * s.kp * s.kp * s.cs * dtype_size(opt_.precision));
-    run_wgrad(q, p.s2d_x, dy.data, tmp, false, false);
+    convs_.wgrad(q, p.s2d_x, dy.data, tmp, false, false);
     s2d_wgrad_fold(opt_.precision, tmp, g, s, dev_.stream);
     return;
   }
   if (!side) writes(g, g_bytes);
-  const cudaStream_t s = side ? side_->stream() : dev_.stream;
-  {
-    HandleOn on(dev_.cudnn, s, dev_.stream);
-    if (opt_.precision == DType::F32) {
-      run_wgrad(p, x.data, dy.data, g, true, side);
-    } else {
-      // dW in the compute dtype (as autocast's weight gradient), then added to the fp32 grads.
-      const size_t half = dw.count * dtype_size(opt_.precision);
-      void* tmp = side ? ws_.side_scratch(half) : scratch_half(half);
-      run_wgrad(p, x.data, dy.data, tmp, false, side);
-      add_to_f32(opt_.precision, tmp, g, dw.count, s);
-    }
+  if (opt_.precision == DType::F32) {
+    convs_.wgrad(p, x.data, dy.data, g, true, side);
+  } else {
+    // dW in the compute dtype (as autocast's weight gradient), then added to the fp32 grads.
+    const size_t half = dw.count * dtype_size(opt_.precision);
+    void* tmp = side ? ws_.side_scratch(half) : scratch_half(half);
+    convs_.wgrad(p, x.data, dy.data, tmp, false, side);
+    add_to_f32(opt_.precision, tmp, g, dw.count, side ? side_->stream() : dev_.stream);
   }
   if (side) ws_.end_side_task({{x.data, x.bytes()}, {dy.data, dy.bytes()}}, {{g, g_bytes}});
 }
@@ -594,7 +293,8 @@ void GpuOps::bn_backward(const BnDesc& d, const Act& x, const Act& y, const Act&
   if (dy2) {
     check_act(*dy2, "bn_backward second output gradient");
     if (!dresidual)
-      throw GpuError(GpuError::Kind::Invalid, "bn_backward: a second output gradient needs dresidual (" + where() + ")");
+      throw GpuError(GpuError::Kind::Invalid,
+                     "bn_backward: a second output gradient needs dresidual (" + where() + ")");
   }
   auto timed = timer_->scope("bn bwd", [&] { return bn_label(d, dresidual != nullptr, relu); });
   const int64_t m = int64_t(d.n) * d.h * d.w;
@@ -752,38 +452,14 @@ bool GpuOps::grads_finite() {
   return bad == 0;
 }
 
-namespace {
-
-OptScalars scalars_of(const StepValues& v, bool adam, float beta1, float beta2) {
-  return adam ? adam_scalars(v.lr, beta1, beta2, v.step) : OptScalars{v.lr, 1.f, 1.f};
-}
-
-}  // namespace
-
-const OptScalars* GpuOps::step_scalars(const StepValues& v, bool adam, float beta1, float beta2) {
-  if (!capturing_) {
-    set_opt_scalars(opt_scalars_, scalars_of(v, adam, beta1, beta2), dev_.stream);
-    return opt_scalars_;
-  }
-  const CapturedOptimizer now{true, adam, beta1, beta2, v};
-  const CapturedOptimizer& was = captured_opt_;
-  if (was.present && (was.adam != adam || was.beta1 != beta1 || was.beta2 != beta2 || was.values.lr != v.lr ||
-                      was.values.step != v.step))
-    throw GpuError(GpuError::Kind::Invalid,
-                   "the optimizer calls of a captured step take different per-step values: one slot holds "
-                   "them (" + where() + ")");
-  captured_opt_ = now;
-  return opt_scalars_;
-}
-
 void GpuOps::sgd_step(float lr, float momentum, float weight_decay, float* momentum_buf,
                       bool first_step, bool nesterov, const uint8_t* decay_mask, ParamView range) {
   const ParamView r = worker::optimizer_range(range, weights_.count());
-  if (capturing_ && first_step)
+  if (capture_.capturing() && first_step)
     throw GpuError(GpuError::Kind::Invalid,
                    "SGD's first step (the momentum buffer starts from the gradient) cannot be captured for "
                    "replay: capture after an uncaptured step (" + where() + ")");
-  const OptScalars* sc = step_scalars({lr, 0}, false, 0.f, 0.f);
+  const OptScalars* sc = capture_.scalars({lr, 0}, false, 0.f, 0.f);
   join_side_work();
   gpu::sgd_step(weights_.master_of(r), grads_ + r.offset, momentum_buf, decay_mask, r.count, sc, momentum,
                 weight_decay, first_step, nesterov, dev_.stream);
@@ -792,7 +468,7 @@ void GpuOps::sgd_step(float lr, float momentum, float weight_decay, float* momen
 void GpuOps::adam_step(float lr, float beta1, float beta2, float eps, float weight_decay,
                        int64_t step, float* m, float* v, const uint8_t* decay_mask, ParamView range) {
   const ParamView r = worker::optimizer_range(range, weights_.count());
-  const OptScalars* sc = step_scalars({lr, step}, true, beta1, beta2);
+  const OptScalars* sc = capture_.scalars({lr, step}, true, beta1, beta2);
   join_side_work();
   gpu::adam_step(weights_.master_of(r), grads_ + r.offset, m, v, decay_mask, r.count, sc, beta1, beta2, eps,
                  weight_decay, dev_.stream);
@@ -800,48 +476,25 @@ void GpuOps::adam_step(float lr, float beta1, float beta2, float eps, float weig
 
 // --- Step capture (one CUDA graph per training step; the trainer decides when)
 
-bool GpuOps::still_tuning() const {
-  for (const auto& kv : plans_)
-    for (const auto& t : kv.second->tune)
-      if (t && !t->settled()) return true;
-  return false;
-}
+bool GpuOps::still_tuning() const { return convs_.still_tuning(); }
 
 void GpuOps::capture_step(const std::function<void()>& body) {
   if (timer_->on())
     throw GpuError(GpuError::Kind::Invalid, "capture_step while the per-operation profile runs (" + where() + ")");
   // Replays must not explore: the engine each convolution runs is fixed from here on.
-  settle_conv_engines();
+  convs_.settle();
   // Side-stream work from before the capture must not become part of it.
   join_side_work();
-  step_graph_.reset();
-  auto graph = std::make_unique<StepGraph>(dev_.stream);
-  captured_opt_ = {};
-  capturing_ = true;
-  try {
-    graph->capture(body);  // (on one stream: conv_backward keeps off the side stream meanwhile)
-  } catch (...) {
-    capturing_ = false;
-    throw;
-  }
-  capturing_ = false;
-  step_graph_ = std::move(graph);
-  replay_step(captured_opt_.values);  // the capturing step itself
+  capture_.capture(body);  // (on one stream: conv_backward keeps off the side stream meanwhile)
+  replay_step(capture_.captured_values());  // the capturing step itself
 }
 
 void GpuOps::replay_step(const StepValues& v) {
-  if (!step_graph_ || !step_graph_->ready())
-    throw GpuError(GpuError::Kind::Invalid, "replay_step before capture_step (" + where() + ")");
   join_side_work();
-  const CapturedOptimizer& o = captured_opt_;
-  if (o.present) set_opt_scalars(opt_scalars_, scalars_of(v, o.adam, o.beta1, o.beta2), dev_.stream);
-  step_graph_->launch();
+  capture_.replay(v);
 }
 
-CaptureInfo GpuOps::captured() const {
-  if (!step_graph_) return {};
-  return {step_graph_->kernel_nodes(), step_graph_->nodes()};
-}
+CaptureInfo GpuOps::captured() const { return capture_.info(); }
 
 }  // namespace gpu
 

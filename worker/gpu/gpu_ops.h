@@ -1,7 +1,16 @@
 // The GPU implementation of worker::Ops: one CUDA stream, cuDNN (convolutions) and cuBLAS (the
 // fully connected layer) bound to it, the backend's own kernels for everything else, and all
-// memory from one DevicePool. make_gpu_ops() (worker/core/backend.h) returns one of these;
-// the NCCL communicator reaches its stream and pool through this class.
+// memory from one DevicePool. make_gpu_ops() (worker/core/backend.h) returns one of these; the
+// NCCL communicator and the GPU JPEG loader reach its stream through this class.
+//
+// GpuOps dispatches layers; its parts own the rest:
+//   - Device (device.h): the GPU, its stream, the cuDNN and cuBLAS handles;
+//   - SideStream (side_stream.h): backward's weight gradients on a second stream, ordered by the
+//     memory ranges each task reads and writes;
+//   - Workspace (workspace.h): the cuDNN workspace both streams share, every piece of it;
+//   - ConvPlanner (conv_planner.h): a convolution plan per shape, its engines and their tuning;
+//   - MasterWeights (master_weights.h): the compute-dtype shadow, ZeRO-1's sharded fp32 masters;
+//   - CapturedStep (captured_step.h): the step as a CUDA graph, the optimizer's per-step values.
 #pragma once
 
 #include <cstddef>
@@ -10,15 +19,14 @@
 #include <map>
 #include <memory>
 #include <string>
-#include <tuple>
-#include <unordered_map>
+#include <utility>
 #include <vector>
 
-#include <cublas_v2.h>
 #include <cuda_runtime.h>
-#include <cudnn.h>
 
 #include "worker/core/ops.h"
+#include "worker/gpu/captured_step.h"
+#include "worker/gpu/conv_planner.h"
 #include "worker/gpu/device.h"
 #include "worker/gpu/gpu_options.h"
 #include "worker/gpu/kernels.h"
@@ -30,8 +38,6 @@
 
 namespace worker {
 namespace gpu {
-
-class StepGraph;
 
 class GpuOps final : public Ops {
  public:
@@ -105,7 +111,7 @@ class GpuOps final : public Ops {
   void join_side_work();
   int device_ordinal() const { return opt_.device; }
   // Seconds spent choosing convolution algorithms so far (start-up cost).
-  double algo_search_seconds() const { return search_seconds_; }
+  double algo_search_seconds() const { return convs_.search_seconds(); }
   size_t workspace_bytes() const { return ws_.bytes(); }
   size_t reserved_bytes() const { return pool_.reserved(); }
   // Per-operation device time between the two calls (the benchmark's breakdown); not while a
@@ -114,30 +120,17 @@ class GpuOps final : public Ops {
   std::vector<OpTimer::Row> profile_stop() { return timer_->stop(); }
   // Ends the convolution engines' exploration (waits for its timings): due before capturing a
   // CUDA graph, whose replays must not explore.
-  void settle_conv_engines();
+  void settle_conv_engines() { convs_.settle(); }
   // One line per convolution shape and direction: which plan runs it and its measured time.
-  std::vector<std::string> conv_engine_report() const;
+  std::vector<std::string> conv_engine_report() const { return convs_.report(); }
 
  private:
-  struct ConvPlan;
   // What bn_backward needs to know about the forward that wrote y (keyed by y's address).
   struct BnForward {
     const void* x = nullptr;
     size_t gamma = 0;
     bool plain_relu = false;  // y = relu(bn(x)), no residual: the mask can be recomputed from x
   };
-  using ConvKey = std::tuple<int, int, int, int, int, int, int, int, int>;
-  ConvPlan& plan(const ConvDesc& d);
-  // The space-to-depth form's input (and, in the forward, filter) for this call.
-  ConvPlan& s2d_prepare(ConvPlan& p, const Act& x, ParamView w, bool forward);
-  // One convolution direction through its tuner (legacy plan or graph-API engine); x/w/y by
-  // role, the output's role null; out = beta * out + conv.
-  void run_fwd(ConvPlan& p, const void* x, const void* w, void* y);
-  void run_dgrad(ConvPlan& p, const void* dy, const void* w, void* dx, bool accumulate);
-  // side: on the side stream (its workspace; cudnn_ is bound to that stream meanwhile).
-  void run_wgrad(ConvPlan& p, const void* x, const void* dy, void* dw, bool accumulate, bool side);
-  void tuned(ConvPlan& p, int slot, float beta, const std::function<void()>& legacy,
-             const void* x, const void* w, const void* y, void* out, bool side = false);
   // The main stream is about to write [p, p + bytes) (or an activation): it first waits for
   // side-stream work that reads or writes it.
   void writes(const void* p, size_t bytes);
@@ -152,17 +145,18 @@ class GpuOps final : public Ops {
   GpuOptions opt_;
   DevicePool pool_;
   Device dev_;  // before every member that makes CUDA calls
+  int* flag_;    // grads_finite
   std::unique_ptr<SideStream> side_;  // null when GpuOptions::wgrad_stream is off
   Workspace ws_;
   MasterWeights weights_;
+  ConvPlanner convs_;
+  CapturedStep capture_;
   float* grads_ = nullptr;  // the model's fp32 gradients (bind_params)
 
-  std::map<ConvKey, std::unique_ptr<ConvPlan>> plans_;
   float* f32_scratch_ = nullptr;
   size_t f32_scratch_count_ = 0;
   void* half_scratch_ = nullptr;
   size_t half_scratch_bytes_ = 0;
-  int* flag_ = nullptr;  // grads_finite
   std::map<const void*, BnForward> bn_forwards_;
   void* bn_sync_ = nullptr;
   int bn_sync_c_ = 0;
@@ -173,24 +167,8 @@ class GpuOps final : public Ops {
   const void* pool_arg_y_ = nullptr;
   PoolDesc pool_arg_d_{};
   std::unique_ptr<OpTimer> timer_;
-  // --- Step capture. The optimizer kernels read their StepValues from opt_scalars_ (device).
-  // What the captured step's optimizer is, so replay_step can turn StepValues into OptScalars.
-  struct CapturedOptimizer {
-    bool present = false;
-    bool adam = false;
-    float beta1 = 0.f, beta2 = 0.f;
-    StepValues values;  // the capturing step's own
-  };
-  // Uncaptured: writes v's scalars (stream-ordered before the optimizer kernel); capturing:
-  // notes them for replay_step, which writes them before each launch. Returns opt_scalars_.
-  const OptScalars* step_scalars(const StepValues& v, bool adam, float beta1, float beta2);
-  OptScalars* opt_scalars_ = nullptr;
-  std::unique_ptr<StepGraph> step_graph_;
-  bool capturing_ = false;
-  CapturedOptimizer captured_opt_;
   // Bytes carved for each purpose, outgrown carvings included (the pool never frees).
-  size_t mem_scratch_ = 0, mem_s2d_ = 0;
-  double search_seconds_ = 0;
+  size_t mem_scratch_ = 0;
 };
 
 }  // namespace gpu

@@ -71,7 +71,8 @@ void MasterWeights::shard(const std::vector<ParamView>& owned, const std::vector
 }
 
 void MasterWeights::export_master(float* whole, ParamView range) {
-  if (!master_) throw GpuError(GpuError::Kind::Invalid, "export_master without sharded master weights (" + where() + ")");
+  if (!master_)
+    throw GpuError(GpuError::Kind::Invalid, "export_master without sharded master weights (" + where() + ")");
   auto copy = [&](size_t offset, const ParamView& at) {
     if (side_) side_->guard_write(whole + offset, at.count * sizeof(float));
     CUDA_CHECK(cudaMemcpyAsync(whole + offset, master_ + at.offset, at.count * sizeof(float),
@@ -84,12 +85,14 @@ void MasterWeights::export_master(float* whole, ParamView range) {
   const auto it = master_at_.find(range.offset);
   if (it == master_at_.end() || it->second.count != range.count)
     throw GpuError(GpuError::Kind::Invalid, "export_master: [" + std::to_string(range.offset) + ", +" +
-                                                std::to_string(range.count) + ") is not an owned range (" + where() + ")");
+                                                std::to_string(range.count) + ") is not an owned range (" +
+                                                where() + ")");
   copy(range.offset, it->second);
 }
 
 void MasterWeights::import_master(const float* whole) {
-  if (!master_) throw GpuError(GpuError::Kind::Invalid, "import_master without sharded master weights (" + where() + ")");
+  if (!master_)
+    throw GpuError(GpuError::Kind::Invalid, "import_master without sharded master weights (" + where() + ")");
   if (side_) side_->join();
   for (const auto& [offset, at] : master_at_)
     CUDA_CHECK(cudaMemcpyAsync(master_ + at.offset, whole + offset, at.count * sizeof(float),
