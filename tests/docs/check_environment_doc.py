@@ -6,11 +6,12 @@ Each `inline constexpr const char* kName = "VARIABLE";` of the header must appea
 a row of the page's first table, and the variables' first appearances there must follow the
 header's order: the page is the header's reader-facing copy and must not drift from it.
 
-Each knob of worker/core/knobs.h (its `inline constexpr const char* kName = "WORKER_...";`) must
-have a row in the page's knob table (the one under "train_resnet's own knobs"), and every WORKER_*
-variable of that table must be a knob. The worker's sources (worker/**) name no WORKER_* variable in
-a string that is not a knob, and only worker/core/knobs.cpp calls getenv for one: the table is the
-only place a knob is read.
+The knobs are the variables read_knobs() reads (worker/core/knobs.cpp: `read_...(env, "WORKER_...",`);
+the fields of the Knobs struct (worker/core/knobs.h) name the same ones in their comments. Each
+must have a row in the page's knob table (the one under "train_resnet's own knobs"), and every
+WORKER_* variable of that table must be a knob. The worker's sources (worker/**) name no WORKER_*
+variable in a string that is not a knob, and only worker/core/knobs.cpp calls getenv for one: the
+table is the only place a knob is read.
 
     check_environment_doc.py REPO_ROOT
 """
@@ -47,10 +48,17 @@ for a, b, na, nb in zip(order, order[1:], names, names[1:]):
         sys.exit(f"docs/environment.md lists {nb} before {na}; proto/worker_env.h has them the other way round")
 
 # --- The worker's knobs
-knobs_h = open(f"{root}/worker/core/knobs.h").read()
-knobs = re.findall(r'inline constexpr const char\* k\w+ = "(WORKER_[A-Z0-9_]+)";', knobs_h)
+knobs_cpp = open(f"{root}/worker/core/knobs.cpp").read()
+knobs = re.findall(r'read_\w+\(env, "(WORKER_[A-Z0-9_]+)"', knobs_cpp)
 if len(knobs) < 10:
-    sys.exit(f"found only {len(knobs)} knobs in worker/core/knobs.h: has its form changed?")
+    sys.exit(f"found only {len(knobs)} knobs read in worker/core/knobs.cpp: has its form changed?")
+knobs_h = open(f"{root}/worker/core/knobs.h").read()
+struct = knobs_h[knobs_h.index("struct Knobs {"):]
+struct = struct[:struct.index("\n};")]
+in_struct = re.findall(r"//.*?\b(WORKER_[A-Z0-9_]+)", struct)
+if sorted(in_struct) != sorted(knobs):
+    differ = sorted(set(in_struct) ^ set(knobs)) or ["a knob twice"]
+    sys.exit("worker/core/knobs.h's struct and read_knobs() in worker/core/knobs.cpp differ: " + ", ".join(differ))
 heading = next((i for i, l in enumerate(lines) if l.startswith("## ") and "own knobs" in l), None)
 if heading is None:
     sys.exit("docs/environment.md: no section \"train_resnet's own knobs\"")
@@ -64,7 +72,7 @@ for line in lines[table + 2:]:
     documented.update(re.findall(r"`(WORKER_[A-Z0-9_]+)`", line.split("|")[1]))
 missing = [k for k in knobs if k not in documented]
 if missing:
-    sys.exit("docs/environment.md's knob table lacks " + ", ".join(missing) + " (in worker/core/knobs.h)")
+    sys.exit("docs/environment.md's knob table lacks " + ", ".join(missing) + " (a knob of worker/core/knobs.h)")
 stale = sorted(documented - set(knobs))
 if stale:
     sys.exit("docs/environment.md's knob table lists " + ", ".join(stale) + ", which worker/core/knobs.h does not read")

@@ -84,21 +84,21 @@ void read_ms(const proto::EnvMap& env, const char* name, std::chrono::millisecon
 
 Knobs read_knobs(const proto::EnvMap& env) {
   Knobs k;
-  read_flag(env, knob::kGpuTf32, "TF32 tensor cores for fp32", &k.gpu_tf32);
-  read_choice(env, knob::kCudnnSearch, {{"find", AlgoSearch::Find}, {"heuristic", AlgoSearch::Heuristic}},
+  read_flag(env, "WORKER_GPU_TF32", "TF32 tensor cores for fp32", &k.gpu_tf32);
+  read_choice(env, "WORKER_CUDNN_SEARCH", {{"find", AlgoSearch::Find}, {"heuristic", AlgoSearch::Heuristic}},
               &k.cudnn_search);
-  read_mib(env, knob::kCudnnWorkspaceMb, &k.cudnn_workspace_mb);
-  read_mib(env, knob::kGpuPoolChunkMb, &k.gpu_pool_chunk_mb);
-  read_flag(env, knob::kConvS2d, "the stem convolution in space-to-depth form", &k.conv_s2d);
-  read_choice(env, knob::kConvEngines, {{"auto", true}, {"legacy", false}}, &k.conv_graph_engines);
-  read_flag(env, knob::kWgradStream, "weight gradients on a second stream", &k.wgrad_stream);
-  read_flag(env, knob::kCudnnDeterministic, "only cuDNN's deterministic algorithms", &k.cudnn_deterministic);
-  read_seconds(env, knob::kNcclInitTimeoutS, &k.nccl_init_timeout_s);
-  read_choice(env, knob::kNvjpegBackend,
+  read_mib(env, "WORKER_CUDNN_WORKSPACE_MB", &k.cudnn_workspace_mb);
+  read_mib(env, "WORKER_GPU_POOL_CHUNK_MB", &k.gpu_pool_chunk_mb);
+  read_flag(env, "WORKER_CONV_S2D", "the stem convolution in space-to-depth form", &k.conv_s2d);
+  read_choice(env, "WORKER_CONV_ENGINES", {{"auto", true}, {"legacy", false}}, &k.conv_graph_engines);
+  read_flag(env, "WORKER_WGRAD_STREAM", "weight gradients on a second stream", &k.wgrad_stream);
+  read_flag(env, "WORKER_CUDNN_DETERMINISTIC", "only cuDNN's deterministic algorithms", &k.cudnn_deterministic);
+  read_seconds(env, "WORKER_NCCL_INIT_TIMEOUT_S", &k.nccl_init_timeout_s);
+  read_choice(env, "WORKER_NVJPEG_BACKEND",
               {{"hardware", NvjpegBackend::Hardware}, {"hybrid", NvjpegBackend::Hybrid}}, &k.nvjpeg_backend);
-  read_flag(env, knob::kMemReport, "rank 0 reports where the peak device memory went", &k.mem_report);
-  read_ms(env, knob::kTestSaveDelayMs, &k.test_save_delay);
-  read_ms(env, knob::kTestStepDelayMs, &k.test_step_delay);
+  read_flag(env, "WORKER_MEM_REPORT", "rank 0 reports where the peak device memory went", &k.mem_report);
+  read_ms(env, "WORKER_TEST_SAVE_DELAY_MS", &k.test_save_delay);
+  read_ms(env, "WORKER_TEST_STEP_DELAY_MS", &k.test_step_delay);
   return k;
 }
 

@@ -1,9 +1,10 @@
 // The worker's own knobs: every WORKER_* environment variable train_resnet reads, in ONE typed
-// table, each with its default and meaning beside it. read_knobs() is the one parser (pure: a
-// name -> value map in, the struct out; it throws proto::EnvError naming the variable and its
-// bad value); process_knobs() reads the process's environment once. An empty value counts as
-// unset. docs/environment.md lists every knob (ctest docs.environment checks that, and that no
-// source file names a WORKER_* variable that is not here).
+// table, each with its variable, default and meaning beside it. read_knobs() is the one parser
+// and the only place that spells the variables (pure: a name -> value map in, the struct out; it
+// throws proto::EnvError naming the variable and its bad value); process_knobs() reads the
+// process's environment once. An empty value counts as unset. docs/environment.md lists every
+// knob (ctest docs.environment checks that, that this table and the parser name the same
+// variables, and that no worker source names a WORKER_* variable that is not a knob).
 #pragma once
 
 #include <chrono>
@@ -13,24 +14,6 @@
 #include "proto/worker_env.h"
 
 namespace worker {
-
-namespace knob {
-
-inline constexpr const char* kGpuTf32 = "WORKER_GPU_TF32";
-inline constexpr const char* kCudnnSearch = "WORKER_CUDNN_SEARCH";
-inline constexpr const char* kCudnnWorkspaceMb = "WORKER_CUDNN_WORKSPACE_MB";
-inline constexpr const char* kGpuPoolChunkMb = "WORKER_GPU_POOL_CHUNK_MB";
-inline constexpr const char* kConvS2d = "WORKER_CONV_S2D";
-inline constexpr const char* kConvEngines = "WORKER_CONV_ENGINES";
-inline constexpr const char* kWgradStream = "WORKER_WGRAD_STREAM";
-inline constexpr const char* kCudnnDeterministic = "WORKER_CUDNN_DETERMINISTIC";
-inline constexpr const char* kNcclInitTimeoutS = "WORKER_NCCL_INIT_TIMEOUT_S";
-inline constexpr const char* kNvjpegBackend = "WORKER_NVJPEG_BACKEND";
-inline constexpr const char* kMemReport = "WORKER_MEM_REPORT";
-inline constexpr const char* kTestSaveDelayMs = "WORKER_TEST_SAVE_DELAY_MS";
-inline constexpr const char* kTestStepDelayMs = "WORKER_TEST_STEP_DELAY_MS";
-
-}  // namespace knob
 
 // How convolution algorithms are chosen, once per shape: cuDNN's heuristics (the default: on
 // an H200, ResNet-50 bf16 batch 256 ran 6,320 images/s with them against 6,018 with the timed
