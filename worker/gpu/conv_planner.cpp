@@ -94,7 +94,8 @@ ConvPlan::~ConvPlan() {
   if (cw) cudnnDestroyConvolutionDescriptor(cw);
 }
 
-ConvPlanner::ConvPlanner(const GpuOptions& opt, DevicePool& pool, Device& dev, Workspace& ws, SideStream* side)
+ConvPlanner::ConvPlanner(const GpuOptions& opt, DevicePool& pool, Device& dev, Workspace& ws,
+                         SideStream* side)
     : opt_(opt), pool_(pool), dev_(dev), ws_(ws), side_(side) {}
 
 ConvPlanner::~ConvPlanner() = default;

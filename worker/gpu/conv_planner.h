@@ -29,6 +29,8 @@ namespace gpu {
 
 class SideStream;
 
+// One convolution shape's cuDNN descriptors and chosen algorithms (the legacy API), their
+// workspace needs, its space-to-depth form, and its tuners.
 struct ConvPlan {
   ConvDesc desc;
   cudnnTensorDescriptor_t x = nullptr, y = nullptr;
@@ -54,7 +56,6 @@ struct ConvPlan {
   ConvPlan(const ConvPlan&) = delete;
   ConvPlan& operator=(const ConvPlan&) = delete;
 };
-
 
 // "3x3/1 64->64 56x56": a shape in the per-operation profile and the tuners' report.
 std::string conv_label(const ConvDesc& d);
