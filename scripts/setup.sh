@@ -48,6 +48,8 @@ run_packages=(
   libcli11-dev libspdlog-dev libfmt-dev nlohmann-json3-dev libeigen3-dev
   libjpeg62-turbo-dev libpng-dev  # issue 11: the image pipeline
   libcurl4-openssl-dev  # issue 21: launch's etcd client (launcher/etcd/) over libcurl
+  libssl-dev     # issue 22: HMAC-SHA256 of the CPU ring's set-up (OpenSSL's libcrypto)
+  libxxhash-dev  # issue 22: XXH3 checksums of the checkpoints' tensors (its header only: XXH_INLINE_ALL)
   ccache  # a folder configured again (run <-> test) recompiles from the cache
 )
 # ... and what the tests add (test mode): Catch2, the torch/torchvision comparisons, the fuzzer,
@@ -58,6 +60,7 @@ test_packages=(
   python3 python3-numpy python3-torch python3-torchvision python3-venv python3-pip
   clang-14 libfuzzer-14-dev
   iproute2 procps
+  python3-yaml  # issue 21: tests/launcher/k8s_netns.py reads the examples/k8s manifests
   slurm-wlm munge
   python3-matplotlib python3-sklearn python3-pil
   etcd-server etcd-client  # issue 21: the real etcd the etcd client's tests start

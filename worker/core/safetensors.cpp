@@ -12,11 +12,16 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <cstdio>
 #include <cstring>
 #include <fstream>
 #include <stdexcept>
 
+#include <cmath>
+
 #include <nlohmann/json.hpp>
+#define XXH_INLINE_ALL  // the implementation from the header: no library to link
+#include <xxhash.h>
 
 namespace worker {
 
@@ -63,6 +68,14 @@ void write_all(int fd, const void* buf, size_t len, const std::string& path) {
   }
 }
 
+std::string checksum_of(const std::vector<uint8_t>& data) {
+  char buf[17];
+  std::snprintf(buf, sizeof buf, "%016llx", static_cast<unsigned long long>(XXH3_64bits(data.data(), data.size())));
+  return buf;
+}
+
+bool is_checksum_key(const std::string& key) { return key.compare(0, std::strlen(kChecksumPrefix), kChecksumPrefix) == 0; }
+
 std::string dir_of(const std::string& path) {
   const size_t s = path.find_last_of('/');
   if (s == std::string::npos) return ".";
@@ -76,7 +89,12 @@ std::string dir_of(const std::string& path) {
 void write_safetensors(const std::string& path, const std::vector<StTensor>& tensors,
                        const std::map<std::string, std::string>& metadata) {
   nlohmann::json header = nlohmann::json::object();
-  if (!metadata.empty()) header["__metadata__"] = metadata;
+  std::map<std::string, std::string> meta;
+  for (const auto& [k, v] : metadata) {
+    if (!is_checksum_key(k)) meta[k] = v;
+  }
+  for (const StTensor& t : tensors) meta[kChecksumPrefix + t.name] = checksum_of(t.data);
+  if (!meta.empty()) header["__metadata__"] = meta;
   uint64_t offset = 0;
   for (const StTensor& t : tensors) {
     const size_t es = st_dtype_size(t.dtype);
@@ -174,12 +192,17 @@ std::vector<StTensor> read_safetensors(const std::string& path,
     uint64_t begin = 0, end = 0;
   };
   std::vector<Pending> pend;
+  std::map<std::string, std::string> checksums;  // tensor name -> the writer's hash
   for (auto it = header.begin(); it != header.end(); ++it) {
     if (it.key() == "__metadata__") {
       if (!it->is_object()) throw st_error(path, "__metadata__ is not an object");
       for (auto m = it->begin(); m != it->end(); ++m) {
         if (!m->is_string()) throw st_error(path, "__metadata__ value '" + m.key() + "' is not a string");
-        if (metadata) (*metadata)[m.key()] = m->get<std::string>();
+        if (is_checksum_key(m.key())) {
+          checksums[m.key().substr(std::strlen(kChecksumPrefix))] = m->get<std::string>();
+        } else if (metadata) {
+          (*metadata)[m.key()] = m->get<std::string>();
+        }
       }
       continue;
     }
@@ -229,15 +252,55 @@ std::vector<StTensor> read_safetensors(const std::string& path,
     throw st_error(path, "data section has " + std::to_string(data_size) + " bytes, tensors cover " +
                              std::to_string(at));
 
+  // Ours carry a checksum per tensor: then every tensor must have its own, and nothing else.
+  if (!checksums.empty()) {
+    for (const Pending& p : pend) {
+      if (!checksums.count(p.t.name)) {
+        throw st_error(path, "tensor '" + p.t.name + "' has no checksum while the others have (a corrupt header?)");
+      }
+    }
+    if (checksums.size() != pend.size()) {
+      for (const auto& [name, sum] : checksums) {
+        bool held = false;
+        for (const Pending& p : pend) held = held || p.t.name == name;
+        if (!held) throw st_error(path, "a checksum names tensor '" + name + "', which the file does not hold (a corrupt header?)");
+      }
+    }
+  }
   std::vector<StTensor> out;
   out.reserve(pend.size());
   for (Pending& p : pend) {
     p.t.data.resize(size_t(p.end - p.begin));
     if (!p.t.data.empty()) f.read(reinterpret_cast<char*>(p.t.data.data()), std::streamsize(p.t.data.size()));
     if (!f) throw st_error(path, "tensor '" + p.t.name + "': read error");
+    if (!checksums.empty()) {
+      const std::string& stored = checksums[p.t.name];
+      const std::string computed = checksum_of(p.t.data);
+      if (stored != computed) {
+        throw st_error(path, "tensor '" + p.t.name + "': its bytes do not match the checksum written with them (xxh3_64 " +
+                                 stored + ", the bytes hash to " + computed +
+                                 "): the file is corrupt (a flipped bit, a bad disk or copy); restore it or use "
+                                 "another checkpoint");
+      }
+    }
     out.push_back(std::move(p.t));
   }
   return out;
+}
+
+void check_finite(const float* values, size_t count, const std::string& what, const std::string& name) {
+  size_t bad = 0, first = 0;
+  for (size_t i = 0; i < count; ++i) {
+    if (!std::isfinite(values[i])) {
+      if (bad++ == 0) first = i;
+    }
+  }
+  if (bad == 0) return;
+  const float v = values[first];
+  throw std::runtime_error(what + ": tensor '" + name + "' holds " + (std::isnan(v) ? "NaN" : v > 0 ? "inf" : "-inf") +
+                           " (element " + std::to_string(first) + " of " + std::to_string(count) + ", " +
+                           std::to_string(bad) + " non-finite value(s)): it was saved from a run that had diverged; "
+                           "resume from an earlier checkpoint (with a lower --lr)");
 }
 
 // --- Model state <-> tensors
@@ -303,6 +366,7 @@ ModelState model_state_from_tensors(const Model& model, const std::vector<StTens
       throw std::runtime_error(what + ": tensor '" + e.name + "' has dtype " + t.dtype + ", expected F32");
     float* dst = (e.kind == StateKind::Param ? s.params.data() : s.buffers.data()) + e.offset;
     const float* src = reinterpret_cast<const float*>(t.data.data());
+    check_finite(src, e.count, what, e.name);
     if (e.conv_weight) {
       oihw_to_ohwi(src, dst, int(e.shape[0]), int(e.shape[1]), int(e.shape[2]), int(e.shape[3]));
     } else {

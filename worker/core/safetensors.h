@@ -20,10 +20,22 @@ struct StTensor {
 };
 
 // Throws std::runtime_error naming the file (and tensor) on any failure.
+//
+// Integrity: the writer adds one metadata entry per tensor, "xxh3_64.<name>": the XXH3-64 hash
+// of its bytes, 16 hex digits (metadata is free-form strings, so torch and torchvision load the
+// file as before). The reader checks every tensor of a file that carries them (ours; files of
+// other writers carry none and are read unchecked): a mismatch, a checksum without its tensor or
+// a tensor without its checksum is an error naming the file and the tensor. The returned
+// metadata leaves these entries out.
 void write_safetensors(const std::string& path, const std::vector<StTensor>& tensors,
                        const std::map<std::string, std::string>& metadata = {});
 std::vector<StTensor> read_safetensors(const std::string& path,
                                        std::map<std::string, std::string>* metadata = nullptr);
+inline constexpr const char* kChecksumPrefix = "xxh3_64.";
+
+// Throws std::runtime_error "<what>: tensor '<name>' holds NaN (...)" (or inf) when a value is
+// not finite: a checkpoint that would train into "loss is nan" is refused as what it is.
+void check_finite(const float* values, size_t count, const std::string& what, const std::string& name);
 
 // The model's state as torchvision's state_dict() (names, shapes, OIHW conv weights, int64
 // num_batches_tracked), and back. from_tensors checks names and shapes strictly: a missing,
