@@ -7,7 +7,7 @@
 #include <cstring>
 
 #include "worker/core/backend.h"
-#include "worker/core/safetensors.h"
+#include "worker/model/state_dict.h"
 
 using namespace worker;
 

@@ -10,7 +10,7 @@
 #include <nlohmann/json.hpp>
 
 #include "worker/core/backend.h"
-#include "worker/core/safetensors.h"
+#include "worker/model/safetensors.h"
 
 using namespace worker;
 
