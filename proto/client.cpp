@@ -312,7 +312,7 @@ Clock::time_point after(ms t) { return Clock::now() + t; }
 }  // namespace
 
 // --- Client ---
-Client Client::from_env(const WorkerEnv& env) {
+Client Client::from_env(const WorkerEnv& env, ms connect_timeout) {
   auto need = [](const std::optional<std::string>& v, const char* name) {
     if (!v)
       throw StoreError(Kind::Invalid, std::string(name) +
@@ -324,6 +324,7 @@ Client Client::from_env(const WorkerEnv& env) {
   o.token = need(env.store_token, env::kStoreToken);
   o.job_id = env.job_id;
   o.client_name = env.contract == Contract::None ? "pid " + std::to_string(::getpid()) : env.who();
+  o.connect_timeout = connect_timeout;
   return Client(std::move(o));
 }
 

@@ -52,7 +52,9 @@ class Client {
  public:
   // The store the launcher named in the worker's environment (LAUNCH_STORE_ADDR, its token, the
   // job id); named after the rank. Throws StoreError(Invalid) naming a missing variable.
-  static Client from_env(const WorkerEnv& env);
+  // `connect_timeout`: how long a store that refuses or cannot be reached is retried
+  // (train_resnet: its --comm-timeout).
+  static Client from_env(const WorkerEnv& env, std::chrono::milliseconds connect_timeout = std::chrono::seconds(60));
 
   explicit Client(ClientOptions opts);
   ~Client();

@@ -8,18 +8,22 @@
 
 namespace proto {
 
+void random_bytes(void* out, size_t n, const char* what) {
+  auto* p = static_cast<unsigned char*>(out);
+  size_t got = 0;
+  while (got < n) {
+    const ssize_t k = getrandom(p + got, n - got, 0);
+    if (k < 0) {
+      if (errno == EINTR) continue;
+      throw std::runtime_error(std::string("getrandom failed while creating ") + what + ": " + std::strerror(errno));
+    }
+    got += static_cast<size_t>(k);
+  }
+}
+
 std::string generate_token() {
   unsigned char bytes[32];
-  size_t got = 0;
-  while (got < sizeof bytes) {
-    ssize_t n = getrandom(bytes + got, sizeof bytes - got, 0);
-    if (n < 0) {
-      if (errno == EINTR) continue;
-      throw std::runtime_error(std::string("getrandom failed while creating the store token: ") +
-                               std::strerror(errno));
-    }
-    got += static_cast<size_t>(n);
-  }
+  random_bytes(bytes, sizeof bytes, "the store token");
   static const char hex[] = "0123456789abcdef";
   std::string out;
   out.reserve(64);

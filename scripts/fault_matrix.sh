@@ -4,7 +4,9 @@
 # node, a late checkpoint signal, a missing peer, a failing --summary, Slurm's elastic timeout,
 # Slurm's repeated SIGTERM (time limit, scancel); and issue 22's: node 0 killed, a worker in D
 # state, a crash loop, two launches on one log folder, a store flood, a planted port-lock folder,
-# a restart's report, 100,000 arguments, a guessable token. Prints one table row per case:
+# a restart's report, 100,000 arguments, a guessable token; strangers on a train_resnet rank's ring
+# port, a FIFO and sparse giants in a list file, a corrupt or NaN checkpoint, a store that never
+# answers, ranks with other options, --resume naming a folder. Prints one table row per case:
 # PASS/FAIL (SKIP where the machine cannot run it, e.g. FUSE without root) and its figure (time
 # to teardown, peak RSS, exit code).
 #
@@ -307,6 +309,139 @@ result=FAIL; [ "$rc" != 0 ] && [ "$rc" != 255 ] && [ "$ms" -le 5000 ] && result=
 row "Slurm task without task 0, --elastic_timeout 2 (h10-launcher)" "$result" \
     "$([ "$rc" = 255 ] && echo "still waiting after 15 s" || echo "exit $rc after $ms ms")"
 
+# --- issue 22, item 2: strangers on rank 0's ring port while it waits for its left neighbour, rank 2
+# of 3 (rank 2's shell, which has the job's store, reads rank 0's address there first, as anyone who
+# finds the port would; rank 0 serves its port once it has connected to rank 1)
+fresh
+cat > strangers.py <<'PY'
+import os, socket, struct, sys, time
+host, port = sys.argv[1].rsplit(":", 1)
+def hello(world, rank, job):
+    body = struct.pack("<II", world, rank) + os.urandom(32) + struct.pack("<I", len(job)) + job
+    return b"RNG1" + struct.pack("<III", 2, 1, len(body)) + body
+def conn():
+    s = socket.create_connection((host, int(port))); s.settimeout(5); return s
+def answer(s):
+    try:
+        return s.recv(80)
+    except OSError:
+        return b""
+held = [conn()]                                                        # idle: never says a word
+for msg in (b"RNG1\x01\0\0\0\x03\0\0\0\x02\0\0\0\x07\0\0\0default",    # version 1's 20-byte hello
+            hello(3, 2, b"otherjob"), hello(3, 1, b"default"), hello(2, 2, b"default")):
+    s = conn(); s.sendall(msg); answer(s); s.close()                   # wrong version, job, rank, world
+s = conn(); s.sendall(hello(3, 2, b"default"))                         # "rank 2" without the token
+if len(answer(s)) == 80: s.sendall(b"RNG1" + struct.pack("<III", 2, 3, 32) + bytes(32))
+answer(s); s.close()
+held.append(conn())                                                    # idle again, as the real rank 2 joins
+print("sent", flush=True)
+time.sleep(3)
+PY
+"$launch" --devices cpu --nproc_per_node 3 --grace 5 sh -c \
+  'if [ $RANK = 2 ]; then a=$('"$launch"' kv get ring/world/0/addr/0 --timeout 20) && { '"$py"' strangers.py "$a" > sent & }
+     until [ -s sent ]; do sleep 0.01; done; date +%s%3N > joined; fi
+   exec '"$train ${TA[*]}"' --num-samples 64 --epochs 1 --log-every 1' >out 2>err &
+pid=$!
+wait_exit "$pid" 60; t_end=$(now_ms)
+refused=$(grep -c 'rank 0: ring setup: refused a connection' log/workerlog.0)
+closed=$(grep -o 'closed [0-9]* other connection(s) still setting up' log/workerlog.0 | grep -o '[0-9]*')
+joined=$(cat joined 2>/dev/null || echo "$t_end")
+result=FAIL
+[ "$rc" = 0 ] && [ "$refused" = 5 ] && [ "${closed:-0}" -ge 1 ] && grep -q 'Checksums: all 3 rank(s) agree' log/workerlog.0 &&
+  result=PASS
+row "ring port: idle, v1, wrong job/rank/world, no token (item 2)" "$result" \
+    "exit $rc; rank 0 refused $refused hellos, closed ${closed:-0} idle, trained on; rank 2 joined to job end $((t_end - joined)) ms"
+
+# --- issue 22, items 3 and 5: a FIFO, a 2 GB sparse non-JPEG and a 64 GB sparse "JPEG" in a list file
+fresh
+mkdir img
+"$py" -c 'from PIL import Image
+for i in range(13): Image.new("RGB", (40, 40), (i * 15, 80, 160)).save(f"img/{i}.png")'
+mkfifo img/fifo.jpg
+truncate -s 2G img/sparse2g.jpg
+printf '\377\330\377\340' > img/sparse64g.jpg && truncate -s 64G img/sparse64g.jpg
+{ for i in $(seq 0 12); do echo "img/$i.png $((i % 2))"; done
+  echo "img/fifo.jpg 0"; echo "img/sparse2g.jpg 1"; echo "img/sparse64g.jpg 0"; } > list.txt
+cat > peak.py <<'PY'
+import resource, subprocess, sys
+p = subprocess.run(sys.argv[1:], timeout=60)
+print("peak_mb", resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss // 1024, flush=True)
+sys.exit(p.returncode)
+PY
+t0=$(now_ms)
+"$py" peak.py "$train" "${TA[@]}" --data list.txt --epochs 2 >out 2>err &
+wait_exit $! 70; ms=$(( $(now_ms) - t0 ))
+peak=$(sed -n 's/^peak_mb //p' out)
+fifo=$(grep -c '/img/fifo.jpg: cannot read: a FIFO' err)
+result=FAIL; [ "$rc" = 0 ] && [ "$fifo" = 1 ] && result=PASS
+row "a list-file entry that is a FIFO (item 3)" "$result" "exit $rc after $ms ms (2 epochs), one warning naming it (was: hung forever)"
+big=$(grep -c '/img/sparse2g.jpg: cannot read: not a JPEG or PNG' err)
+huge=$(grep -c '/img/sparse64g.jpg: cannot read: 68719476736 bytes, more than --max-image-bytes' err)
+result=FAIL; [ "$rc" = 0 ] && [ "$big" = 1 ] && [ "$huge" = 1 ] && [ -n "$peak" ] && [ "$peak" -lt 300 ] && result=PASS
+row "2 GB and 64 GB sparse .jpg files (item 5)" "$result" "peak RSS ${peak:-?} MB (was: 2.27 GB), each named with its own reason"
+
+# --- issue 22, item 6: a flipped bit in a checkpoint's tensor, a NaN weight
+fresh
+"$train" "${TA[@]}" --num-samples 64 --max-steps 2 --save ck.safetensors >out 2>err
+cat > corrupt.py <<'PY'
+import json, struct
+raw = bytearray(open("ck.safetensors", "rb").read())
+(n,) = struct.unpack("<Q", raw[:8]); h = json.loads(raw[8:8 + n])
+b, e = h["layer1.0.conv1.weight"]["data_offsets"]
+raw[8 + n + (b + e) // 2] ^= 0x04
+open("flipped.safetensors", "wb").write(raw)
+raw[8 + n + (b + e) // 2] ^= 0x04
+# Another writer's file (no checksums) with a NaN weight.
+h["__metadata__"] = {k: v for k, v in h["__metadata__"].items() if not k.startswith("xxh3_64.")}
+b, _ = h["fc.weight"]["data_offsets"]
+raw[8 + n + b:8 + n + b + 4] = struct.pack("<f", float("nan"))
+hj = json.dumps(h).encode(); hj += b" " * (-len(hj) % 8)
+open("nan.safetensors", "wb").write(struct.pack("<Q", len(hj)) + hj + raw[8 + n:])
+PY
+"$py" corrupt.py && cp ck.train.safetensors flipped.train.safetensors
+t0=$(now_ms); "$train" "${TA[@]}" --num-samples 64 --max-steps 4 --resume flipped.safetensors >out 2>err; rc=$?
+ms=$(( $(now_ms) - t0 ))
+result=FAIL
+[ "$rc" = 1 ] && grep -q "flipped.safetensors': tensor 'layer1.0.conv1.weight': its bytes do not match the checksum" err &&
+  result=PASS
+row "a flipped bit in a checkpoint (item 6)" "$result" "refused in $ms ms, exit $rc, file and tensor named (was: trained on)"
+"$train" "${TA[@]}" --num-samples 64 --max-steps 4 --init nan.safetensors >out 2>err; rc=$?
+result=FAIL; [ "$rc" = 1 ] && grep -q "nan.safetensors: tensor 'fc.weight' holds NaN" err && ! grep -q "loss is" err && result=PASS
+row "a NaN weight in a checkpoint (item 6)" "$result" "exit $rc at load, file and tensor named (was: 'training diverged' later)"
+
+# --- issue 22, item 13: a store that accepts and never answers
+fresh
+cat > silent.py <<'PY'
+import os, socket, subprocess, sys
+s = socket.socket(); s.bind(("127.0.0.1", 0)); s.listen(4)
+env = dict(os.environ, PADDLE_TRAINER_ID="0", PADDLE_TRAINERS_NUM="2",
+           LAUNCH_STORE_ADDR="127.0.0.1:%d" % s.getsockname()[1], LAUNCH_STORE_TOKEN="0123456789abcdef" * 4)
+sys.exit(subprocess.run(sys.argv[1:], env=env, timeout=90).returncode)
+PY
+t0=$(now_ms)
+"$py" silent.py "$train" "${TA[@]}" --comm-timeout 2 >out 2>err &
+wait_exit $! 100; ms=$(( $(now_ms) - t0 ))
+result=FAIL; [ "$rc" = 1 ] && grep -q 'no reply from the store' err && [ "$ms" -lt 10000 ] && result=PASS
+row "a store that never answers, --comm-timeout 2 (item 13)" "$result" "gave up after $ms ms, exit $rc (was: 60 s whatever the option)"
+
+# --- issue 22, item 14: rank 1 started with another --optimizer
+fresh
+t0=$(now_ms)
+"$launch" --devices cpu --nproc_per_node 2 sh -c \
+  'exec '"$train ${TA[*]}"' --num-samples 100000 --epochs 1 $([ $RANK = 1 ] && echo --optimizer sgd)' >out 2>err &
+wait_exit $! 60; ms=$(( $(now_ms) - t0 ))
+# (launch's report carries the error of the rank that exits first; the other may be ended by the
+# teardown before it writes its own)
+result=FAIL; [ "$rc" = 2 ] && grep -q -- '--optimizer sgd on rank 1, adam on rank 0' err && result=PASS
+row "a rank with another --optimizer (item 14)" "$result" \
+    "refused at start-up after $ms ms, exit $rc, both values named (was: found by the final checksums, or never)"
+
+# --- issue 22, item 15: --resume naming a folder
+fresh
+"$train" "${TA[@]}" --num-samples 64 --max-steps 1 --save ck/run.safetensors >out 2>err
+"$train" "${TA[@]}" --num-samples 64 --resume ck >out 2>err; rc=$?
+result=FAIL; [ "$rc" = 1 ] && grep -q "is a folder, not a checkpoint" err && grep -q "in it: ck/run.safetensors" err && result=PASS
+row "--resume DIR (item 15)" "$result" "exit $rc, its checkpoint named: $(grep -o 'in it: [^;]*' err) (was: 'does not exist')"
 # --- issue 22, item 7: a worker stuck in D state (a FUSE file system that never answers)
 fresh
 if [ ! -x "$bin/fuse_hold" ]; then

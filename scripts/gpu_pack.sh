@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# Fills .gpu/ (git-ignored) with what scripts/gpu_check.sh needs on the GPU machine, from a
-# build folder of this machine: .gpu/bin/{launch,train_resnet,test_worker_gpu,gpu_model_driver}
+# Fills .gpu/ (git-ignored) with what scripts/gpu_check.sh (and gpu_probe.sh) need on the GPU machine,
+# from a build folder of this machine: .gpu/bin/{launch,train_resnet,test_worker_gpu,gpu_model_driver}
+# (and cudnn_fusion_probe, data_driver... when built)
 # and .gpu/lib/ with the shared libraries the GPU machine lacks (libgomp, libfmt, nvJPEG's
 # libnvjpeg.so.13, Debian's libjpeg.so.62 and libpng16; CUDA, cuDNN
 # and NCCL come from the machine's torch wheel folders, see ../shared/DEVICE.md).
@@ -22,13 +23,14 @@ tmp="$(mktemp -d)"
 trap 'rm -rf "$tmp"' EXIT
 mkdir -p "$tmp/bin" "$tmp/lib"
 for b in "${bins[@]}"; do cp "$build/bin/$b" "$tmp/bin/"; done
-# The image pipeline's GPU test and benchmark driver (issue 11), when built.
-for b in test_worker_gpu_data data_driver data_bench; do
+# The image pipeline's GPU test and benchmark driver (issue 11) and the cuDNN fusion probe
+# (scripts/gpu_probe.sh; EXCLUDE_FROM_ALL), when built.
+for b in test_worker_gpu_data data_driver data_bench cudnn_fusion_probe; do
   if [ -x "$build/bin/$b" ]; then cp "$build/bin/$b" "$tmp/bin/"; bins+=("$b"); fi
 done
 # Every non-system library the binaries load that is not CUDA/cuDNN/NCCL/cuBLAS.
 libs=$(for b in "${bins[@]}"; do ldd "$build/bin/$b"; done | awk '$3 ~ /^\// {print $3}' | sort -u |
-       grep -E 'libgomp|libfmt|libspdlog|libopenblas|libnvjpeg|libjpeg|libpng' || true)
+       grep -E 'libgomp|libfmt|libspdlog|libopenblas|libnvjpeg|libjpeg|libpng|libcurl|libcrypto|libssl' || true)
 for l in $libs; do cp -L "$l" "$tmp/lib/"; done
 # The CUPTI profile (bench/cupti_trace.cpp), with the CUPTI it was built against, when built:
 #   CUDA_INJECTION64_PATH=$PWD/.gpu/lib/libcupti_trace.so .gpu/bin/train_resnet ...

@@ -48,6 +48,8 @@ run_packages=(
   libcli11-dev libspdlog-dev libfmt-dev nlohmann-json3-dev libeigen3-dev
   libjpeg62-turbo-dev libpng-dev  # issue 11: the image pipeline
   libcurl4-openssl-dev  # issue 21: launch's etcd client (launcher/etcd/) over libcurl
+  libssl-dev     # issue 22: HMAC-SHA256 of the CPU ring's set-up (OpenSSL's libcrypto)
+  libxxhash-dev  # issue 22: XXH3 checksums of the checkpoints' tensors (its header only: XXH_INLINE_ALL)
   ccache  # a folder configured again (run <-> test) recompiles from the cache
 )
 # ... and what the tests add (test mode): Catch2, the torch/torchvision comparisons, the fuzzer,

@@ -5,6 +5,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
@@ -27,36 +28,89 @@ int default_data_threads(int local_ranks) {
   return std::max(1, cores / std::max(1, local_ranks));
 }
 
-bool read_whole_file(const std::string& path, std::vector<uint8_t>* buf, std::string* err) {
-  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0) {
-    *err = std::strerror(errno);
-    return false;
-  }
-  struct stat st{};
-  if (::fstat(fd, &st) != 0) {
-    *err = std::strerror(errno);
-    ::close(fd);
-    return false;
-  }
-  buf->resize(size_t(st.st_size));
+namespace {
+
+const char* file_kind(mode_t mode) {
+  if (S_ISFIFO(mode)) return "a FIFO";
+  if (S_ISCHR(mode)) return "a character device";
+  if (S_ISBLK(mode)) return "a block device";
+  if (S_ISSOCK(mode)) return "a socket";
+  if (S_ISDIR(mode)) return "a folder";
+  return "not a regular file";
+}
+
+// Reads exactly n bytes at the file's current offset; false (with `err`) when it cannot.
+bool read_exactly(int fd, uint8_t* p, size_t n, std::string* err) {
   size_t got = 0;
-  while (got < buf->size()) {
-    const ssize_t r = ::read(fd, buf->data() + got, buf->size() - got);
+  while (got < n) {
+    const ssize_t r = ::read(fd, p + got, n - got);
     if (r < 0 && errno == EINTR) continue;
     if (r <= 0) {
       *err = r < 0 ? std::strerror(errno) : "file shrank while being read";
-      ::close(fd);
       return false;
     }
     got += size_t(r);
   }
-  ::close(fd);
-  if (buf->empty()) {
+  return true;
+}
+
+}  // namespace
+
+bool read_image_file(const std::string& path, uint64_t max_bytes, std::vector<uint8_t>* buf, std::string* err,
+                     size_t prefix) {
+  buf->clear();  // nothing of the previous file is left to be mistaken for this one's
+  // O_NONBLOCK: opening a FIFO would otherwise wait for a writer, forever.
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK | O_NOCTTY);
+  if (fd < 0) {
+    const int e = errno;
+    struct stat st{};
+    // A socket cannot be opened at all (ENXIO): say what it is rather than "no such device".
+    *err = ::stat(path.c_str(), &st) == 0 && !S_ISREG(st.st_mode) ? std::string(file_kind(st.st_mode)) + ", not an image file"
+                                                                   : std::strerror(e);
+    return false;
+  }
+  struct Close {
+    int fd;
+    ~Close() { ::close(fd); }
+  } close_at_end{fd};
+  struct stat st{};
+  if (::fstat(fd, &st) != 0) {
+    *err = std::strerror(errno);
+    return false;
+  }
+  if (!S_ISREG(st.st_mode)) {
+    *err = std::string(file_kind(st.st_mode)) + ", not an image file";
+    return false;
+  }
+  const uint64_t size = uint64_t(st.st_size);
+  if (size == 0) {
     *err = "empty file";
     return false;
   }
-  return true;
+  // The format from the first bytes, then the size: both before the rest is read (or memory
+  // taken for it).
+  uint8_t head[8];
+  const size_t n_head = size_t(std::min<uint64_t>(size, sizeof head));
+  if (!read_exactly(fd, head, n_head, err)) return false;
+  if (sniff_format(head, n_head) == ImageFormat::Other) {
+    *err = "not a JPEG or PNG image (from its first bytes; the other " + std::to_string(size - n_head) +
+           " not read)";
+    return false;
+  }
+  if (size > max_bytes) {
+    *err = std::to_string(size) + " bytes, more than --max-image-bytes " + std::to_string(max_bytes) +
+           " (not read)";
+    return false;
+  }
+  const size_t want = prefix > 0 ? size_t(std::min<uint64_t>(size, std::max(prefix, n_head))) : size_t(size);
+  try {
+    buf->resize(want);
+  } catch (const std::bad_alloc&) {
+    *err = "out of memory reading its " + std::to_string(size) + " bytes";
+    return false;
+  }
+  std::memcpy(buf->data(), head, n_head);
+  return read_exactly(fd, buf->data() + n_head, want - n_head, err);
 }
 
 void BadFiles::report(const std::string& path, const std::string& reason) {
@@ -198,7 +252,7 @@ class CpuImageSource final : public BatchSource {
     s.errors[size_t(pos)].clear();
     std::string err;
     try {
-      if (!read_whole_file(path, &sc.file, &err)) throw DecodeError("cannot read: " + err);
+      if (!read_image_file(path, cfg_.max_image_bytes, &sc.file, &err)) throw DecodeError("cannot read: " + err);
       const ImageHeader h = read_header(sc.file.data(), sc.file.size());
       const SamplePlan p = cfg_.split == Split::Train ? plan_train(h.width, h.height, cfg_.tf, cfg_.seed, epoch, sample)
                                                       : plan_eval(h.width, h.height, cfg_.tf);

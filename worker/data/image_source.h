@@ -25,6 +25,7 @@ struct LoaderConfig {
   int threads = 1;         // decode threads of this rank
   int prefetch = 3;        // micro-batches decoded ahead (host buffers)
   bool strict = false;     // a bad file is an error instead of a skipped sample
+  uint64_t max_image_bytes = kDefaultMaxImageBytes;  // a larger file is a bad file, judged by its size
   uint64_t seed = 0;
   TransformConfig tf;
 };
@@ -33,8 +34,13 @@ struct LoaderConfig {
 // (proto::WorkerEnv::local_world: PADDLE_LOCAL_SIZE or LOCAL_WORLD_SIZE), at least one.
 int default_data_threads(int local_ranks);
 
-// Reads files into a reusable buffer.
-bool read_whole_file(const std::string& path, std::vector<uint8_t>* buf, std::string* err);
+// Reads an image file into a reusable buffer, or says why not in `err` (returning false)
+// without reading more than it must: a FIFO, device, socket or folder is refused by fstat (the
+// open cannot block: O_NONBLOCK), one that is not a JPEG or PNG by its first 8 bytes, one over
+// `max_bytes` by its size -- each before the rest of it is read or any memory taken for it.
+// With `prefix` > 0 only the file's first `prefix` bytes are read (a header, for a size sample).
+bool read_image_file(const std::string& path, uint64_t max_bytes, std::vector<uint8_t>* buf, std::string* err,
+                     size_t prefix = 0);
 
 // Files found unusable: each is named in one warning (per process), every skipped read counted.
 // A bad sample's place in its micro-batch is taken by the next good sample of the same

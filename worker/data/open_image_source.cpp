@@ -3,7 +3,6 @@
 #include <sys/stat.h>
 
 #include <algorithm>
-#include <fstream>
 #include <sstream>
 
 #include "worker/data/data_error.h"
@@ -156,6 +155,7 @@ std::unique_ptr<BatchSource> open_image_source(const DataSourceOptions& o, Split
   cfg.threads = o.threads > 0 ? o.threads : default_data_threads(o.local_ranks);
   cfg.prefetch = o.prefetch;
   cfg.strict = o.strict;
+  cfg.max_image_bytes = o.max_image_bytes;
   cfg.seed = o.seed;
   cfg.tf = o.tf;
 
@@ -186,14 +186,19 @@ ImageSizeSample sample_image_sizes(const DataSourceOptions& o, int count) {
                                             : read_list_file(o.data);
   std::vector<int> sides;
   const int64_t n = index.size();
-  std::vector<char> head(size_t(256) << 10);  // a JPEG's frame header follows its EXIF data
+  std::vector<uint8_t> head;
+  std::string err;
   for (int64_t k = 0; k < count && k < n; ++k) {
-    std::ifstream f(index.path(k * n / std::min<int64_t>(count, n)), std::ios::binary);
-    f.read(head.data(), std::streamsize(head.size()));
+    // As the loader reads it (a FIFO, a device or a giant is passed over unread), its first 256 KiB:
+    // a JPEG's frame header follows its EXIF data. Unreadable: the loader will say so when it meets it.
+    if (!read_image_file(index.path(k * n / std::min<int64_t>(count, n)), o.max_image_bytes, &head, &err,
+                         size_t(256) << 10)) {
+      continue;
+    }
     try {
-      const ImageHeader h = read_header(reinterpret_cast<const uint8_t*>(head.data()), size_t(f.gcount()));
+      const ImageHeader h = read_header(head.data(), head.size());
       sides.push_back(std::min(h.width, h.height));
-    } catch (const std::exception&) {  // unreadable: the loader will say so when it meets it
+    } catch (const std::exception&) {
     }
   }
   ImageSizeSample s;

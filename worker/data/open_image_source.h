@@ -24,6 +24,7 @@ struct DataSourceOptions {
   int threads = 0;          // decode threads per rank; 0: the node's cores / local_ranks
   int prefetch = 3;         // micro-batches decoded ahead
   bool strict = false;
+  uint64_t max_image_bytes = kDefaultMaxImageBytes;  // a larger file is skipped (or, strict, an error), unread
   int batch = 32;
   uint64_t seed = 0;
   int num_classes = 0;      // 0: the data's; else the model's classes (at least the data's)

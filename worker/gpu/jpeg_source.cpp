@@ -281,7 +281,7 @@ class GpuImageSource final : public BatchSource {
     h.on_gpu = false;
     std::string err;
     try {
-      if (!read_whole_file(path, &h.file, &err)) throw DecodeError("cannot read: " + err);
+      if (!read_image_file(path, cfg_.max_image_bytes, &h.file, &err)) throw DecodeError("cannot read: " + err);
       h.header = read_header(h.file.data(), h.file.size());
       h.plan = cfg_.split == Split::Train ? plan_train(h.header.width, h.header.height, cfg_.tf, cfg_.seed, epoch, sample)
                                           : plan_eval(h.header.width, h.header.height, cfg_.tf);

@@ -12,11 +12,14 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <cstdio>
 #include <cstring>
 #include <fstream>
 #include <stdexcept>
 
 #include <nlohmann/json.hpp>
+#define XXH_INLINE_ALL  // the implementation from the header: no library to link
+#include <xxhash.h>
 
 namespace worker {
 
@@ -57,6 +60,14 @@ void write_all(int fd, const void* buf, size_t len, const std::string& path) {
   }
 }
 
+std::string checksum_of(const std::vector<uint8_t>& data) {
+  char buf[17];
+  std::snprintf(buf, sizeof buf, "%016llx", static_cast<unsigned long long>(XXH3_64bits(data.data(), data.size())));
+  return buf;
+}
+
+bool is_checksum_key(const std::string& key) { return key.compare(0, std::strlen(kChecksumPrefix), kChecksumPrefix) == 0; }
+
 std::string dir_of(const std::string& path) {
   const size_t s = path.find_last_of('/');
   if (s == std::string::npos) return ".";
@@ -76,7 +87,12 @@ std::string shape_string(const std::vector<int64_t>& s) {
 void write_safetensors(const std::string& path, const std::vector<StTensor>& tensors,
                        const std::map<std::string, std::string>& metadata) {
   nlohmann::json header = nlohmann::json::object();
-  if (!metadata.empty()) header["__metadata__"] = metadata;
+  std::map<std::string, std::string> meta;
+  for (const auto& [k, v] : metadata) {
+    if (!is_checksum_key(k)) meta[k] = v;
+  }
+  for (const StTensor& t : tensors) meta[kChecksumPrefix + t.name] = checksum_of(t.data);
+  if (!meta.empty()) header["__metadata__"] = meta;
   uint64_t offset = 0;
   for (const StTensor& t : tensors) {
     const size_t es = st_dtype_size(t.dtype);
@@ -174,12 +190,17 @@ std::vector<StTensor> read_safetensors(const std::string& path,
     uint64_t begin = 0, end = 0;
   };
   std::vector<Pending> pend;
+  std::map<std::string, std::string> checksums;  // tensor name -> the writer's hash
   for (auto it = header.begin(); it != header.end(); ++it) {
     if (it.key() == "__metadata__") {
       if (!it->is_object()) throw st_error(path, "__metadata__ is not an object");
       for (auto m = it->begin(); m != it->end(); ++m) {
         if (!m->is_string()) throw st_error(path, "__metadata__ value '" + m.key() + "' is not a string");
-        if (metadata) (*metadata)[m.key()] = m->get<std::string>();
+        if (is_checksum_key(m.key())) {
+          checksums[m.key().substr(std::strlen(kChecksumPrefix))] = m->get<std::string>();
+        } else if (metadata) {
+          (*metadata)[m.key()] = m->get<std::string>();
+        }
       }
       continue;
     }
@@ -229,12 +250,37 @@ std::vector<StTensor> read_safetensors(const std::string& path,
     throw st_error(path, "data section has " + std::to_string(data_size) + " bytes, tensors cover " +
                              std::to_string(at));
 
+  // Ours carry a checksum per tensor: then every tensor must have its own, and nothing else.
+  if (!checksums.empty()) {
+    for (const Pending& p : pend) {
+      if (!checksums.count(p.t.name)) {
+        throw st_error(path, "tensor '" + p.t.name + "' has no checksum while the others have (a corrupt header?)");
+      }
+    }
+    if (checksums.size() != pend.size()) {
+      for (const auto& [name, sum] : checksums) {
+        bool held = false;
+        for (const Pending& p : pend) held = held || p.t.name == name;
+        if (!held) throw st_error(path, "a checksum names tensor '" + name + "', which the file does not hold (a corrupt header?)");
+      }
+    }
+  }
   std::vector<StTensor> out;
   out.reserve(pend.size());
   for (Pending& p : pend) {
     p.t.data.resize(size_t(p.end - p.begin));
     if (!p.t.data.empty()) f.read(reinterpret_cast<char*>(p.t.data.data()), std::streamsize(p.t.data.size()));
     if (!f) throw st_error(path, "tensor '" + p.t.name + "': read error");
+    if (!checksums.empty()) {
+      const std::string& stored = checksums[p.t.name];
+      const std::string computed = checksum_of(p.t.data);
+      if (stored != computed) {
+        throw st_error(path, "tensor '" + p.t.name + "': its bytes do not match the checksum written with them (xxh3_64 " +
+                                 stored + ", the bytes hash to " + computed +
+                                 "): the file is corrupt (a flipped bit, a bad disk or copy); restore it or use "
+                                 "another checkpoint");
+      }
+    }
     out.push_back(std::move(p.t));
   }
   return out;

@@ -2,11 +2,27 @@
 // tensors; one num_batches_tracked for the whole model, written into every batch norm's entry.
 #include "worker/model/state_dict.h"
 
+#include <cmath>
 #include <cstring>
 #include <map>
 #include <stdexcept>
 
 namespace worker {
+
+void check_finite(const float* values, size_t count, const std::string& what, const std::string& name) {
+  size_t bad = 0, first = 0;
+  for (size_t i = 0; i < count; ++i) {
+    if (!std::isfinite(values[i])) {
+      if (bad++ == 0) first = i;
+    }
+  }
+  if (bad == 0) return;
+  const float v = values[first];
+  throw std::runtime_error(what + ": tensor '" + name + "' holds " + (std::isnan(v) ? "NaN" : v > 0 ? "inf" : "-inf") +
+                           " (element " + std::to_string(first) + " of " + std::to_string(count) + ", " +
+                           std::to_string(bad) + " non-finite value(s)): it was saved from a run that had diverged; "
+                           "resume from an earlier checkpoint (with a lower --lr)");
+}
 
 std::vector<StTensor> model_state_to_tensors(const Model& model, const ModelState& state) {
   if (state.params.size() != model.num_params() || state.buffers.size() != model.num_buffers())
@@ -69,6 +85,7 @@ ModelState model_state_from_tensors(const Model& model, const std::vector<StTens
       throw std::runtime_error(what + ": tensor '" + e.name + "' has dtype " + t.dtype + ", expected F32");
     float* dst = (e.kind == StateKind::Param ? s.params.data() : s.buffers.data()) + e.offset;
     const float* src = reinterpret_cast<const float*>(t.data.data());
+    check_finite(src, e.count, what, e.name);
     if (e.conv_weight) {
       oihw_to_ohwi(src, dst, int(e.shape[0]), int(e.shape[1]), int(e.shape[2]), int(e.shape[3]));
     } else {

@@ -8,6 +8,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <algorithm>
 #include <filesystem>
 #include <map>
 #include <stdexcept>
@@ -64,6 +65,7 @@ std::vector<float> f32_from(const std::vector<StTensor>& ts, const std::string& 
     }
     std::vector<float> v(count);
     if (count) std::memcpy(v.data(), t.data.data(), count * sizeof(float));
+    check_finite(v.data(), count, "training state '" + path + "'", name);
     return v;
   }
   throw std::runtime_error("training state '" + path + "': tensor '" + name + "' is missing");
@@ -92,6 +94,44 @@ std::string float_text(float v) {
   char buf[32];
   std::snprintf(buf, sizeof buf, "%.9g", double(v));
   return buf;
+}
+
+// Why `path` is not a checkpoint to load, and what is there instead: the folder's checkpoints
+// (for --resume weights with their training state beside them, for --init any weights) when it
+// names a folder or a missing file.
+std::string not_a_checkpoint(const std::string& path, const std::string& what) {
+  const bool need_state = what == "--resume";
+  namespace fs = std::filesystem;
+  std::error_code ec;
+  const bool is_dir = fs::is_directory(path, ec);
+  const fs::path dir = is_dir ? fs::path(path) : fs::path(path).parent_path();
+  std::vector<std::string> found;
+  if (fs::is_directory(dir.empty() ? fs::path(".") : dir, ec)) {
+    for (const fs::directory_entry& e : fs::directory_iterator(dir.empty() ? fs::path(".") : dir, ec)) {
+      const std::string p = e.path().string();
+      if (ends_with(p, ".safetensors") && !ends_with(p, ".train.safetensors") && file_exists(p) &&
+          (!need_state || file_exists(train_state_path(p)))) {
+        found.push_back(p);
+      }
+    }
+  }
+  std::sort(found.begin(), found.end());
+  std::string there;
+  for (size_t i = 0; i < found.size() && i < 5; ++i) there += (i ? ", " : "") + found[i];
+  if (found.size() > 5) there += " and " + std::to_string(found.size() - 5) + " more";
+  const std::string looked = what + " '" + path + "'";
+  const std::string shape = need_state ? "a checkpoint is a weights file NAME.safetensors with its training state "
+                                         "NAME.train.safetensors beside it"
+                                       : "weights are a file NAME.safetensors";
+  if (is_dir) {
+    return looked + " is a folder, not a checkpoint (" + shape + "); " +
+           (found.empty() ? "that folder holds none" : "in it: " + there + "; give one of them");
+  }
+  std::string msg = looked + (fs::exists(path, ec) ? " is not a regular file" : " does not exist");
+  if (!dir.empty() && !fs::is_directory(dir, ec)) return msg + " (nor its folder '" + dir.string() + "')";
+  const std::string folder = dir.empty() ? "the current folder" : "'" + dir.string() + "'";
+  return msg + "; " + (found.empty() ? folder + " holds no checkpoint (" + shape + ")"
+                                     : "checkpoints in " + folder + ": " + there);
 }
 
 }  // namespace
@@ -217,6 +257,9 @@ void save_checkpoint(const std::string& path, const Model& model, const ModelSta
       {"data", train.data},
       {"num_samples", std::to_string(train.num_samples)},
       {"global_batch", std::to_string(train.global_batch)},
+      {"world", std::to_string(train.world)},
+      {"replicas", std::to_string(train.replicas)},
+      {"segment_start", std::to_string(train.segment_start)},
       {"num_params", std::to_string(model.num_params())},
       {"loss_scale", float_text(train.loss_scale)},
       {"loss_scale_growth_tracker", std::to_string(train.loss_scale_growth_tracker)},
@@ -245,13 +288,13 @@ void write_weights(const std::string& path, const Model& model, const ModelState
 }
 
 ModelState load_weights(const std::string& path, const Model& model) {
-  if (!file_exists(path)) throw std::runtime_error("checkpoint '" + path + "' does not exist");
+  if (!file_exists(path)) throw std::runtime_error(not_a_checkpoint(path, "--init"));
   return model_state_from_tensors(model, read_safetensors(path), path);
 }
 
 void load_checkpoint(const std::string& path, const Model& model, ModelState* state, TrainState* train) {
   const std::string tpath = train_state_path(path);
-  if (!file_exists(path)) throw std::runtime_error("checkpoint '" + path + "' does not exist");
+  if (!file_exists(path)) throw std::runtime_error(not_a_checkpoint(path, "--resume"));
   if (!file_exists(tpath)) {
     throw std::runtime_error("checkpoint '" + path + "' has no training state '" + tpath +
                              "' beside it (use --init to start from weights alone)");
@@ -279,6 +322,17 @@ void load_checkpoint(const std::string& path, const Model& model, ModelState* st
   t.data = meta(tmeta, "data", tpath);
   t.num_samples = meta_int(tmeta, "num_samples", tpath);
   t.global_batch = meta_int(tmeta, "global_batch", tpath);
+  // Recorded since issue 21 (a resume at another world size); older checkpoints continue as before.
+  if (tmeta.count("replicas") && tmeta["replicas"] != "0") {
+    t.world = int(meta_int(tmeta, "world", tpath));
+    t.replicas = meta_int(tmeta, "replicas", tpath);
+    t.segment_start = meta_int(tmeta, "segment_start", tpath);
+    if (t.world < 1 || t.replicas < t.world || t.segment_start < 0 || t.segment_start > t.num_samples) {
+      throw std::runtime_error("training state '" + tpath + "': world " + std::to_string(t.world) + ", replicas " +
+                               std::to_string(t.replicas) + ", segment_start " + std::to_string(t.segment_start) +
+                               " are not a layout of " + std::to_string(t.num_samples) + " samples");
+    }
+  }
   if (tmeta.count("loss_scale")) {
     const std::string& v = tmeta["loss_scale"];
     char* end = nullptr;
@@ -331,8 +385,12 @@ void check_resume_compatible(const std::string& path, const TrainState& saved, c
   differs("--seed", std::to_string(saved.seed), std::to_string(now.seed), order);
   differs("--data", saved.data, now.data, order);
   differs("--num-samples", std::to_string(saved.num_samples), std::to_string(now.num_samples), order);
-  differs("a global batch (ranks x batch x accum-steps) of", std::to_string(saved.global_batch),
-          std::to_string(now.global_batch), order);
+  // Another global batch (world size, --batch-size, --accum-steps) continues the epoch from its
+  // sample position (sampler.h); a checkpoint from before that was recorded cannot say where.
+  if (saved.replicas == 0) {
+    differs("a global batch (ranks x batch x accum-steps) of", std::to_string(saved.global_batch),
+            std::to_string(now.global_batch), "a checkpoint of an older train_resnet, without the layout it was saved in, resumes at its own global batch only");
+  }
 }
 
 }  // namespace worker

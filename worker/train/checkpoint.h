@@ -25,12 +25,15 @@ namespace worker {
 struct TrainState {
   int64_t step = 0;      // optimizer steps taken
   int64_t epoch = 0;     // where to continue: epoch ...
-  int64_t batch = 0;     // ... and step index within it
+  int64_t batch = 0;     // ... and step index within its segment (sampler.h) ...
+  int64_t segment_start = 0;  // ... which starts at this sample of the epoch (0 unless resized)
   uint64_t seed = 0;
   OptimizerKind optimizer = OptimizerKind::Adam;
   std::string data;      // the data source's name ("random", "learnable")
   int64_t num_samples = 0;
   int64_t global_batch = 0;  // world * batch * accum
+  int world = 0;             // the ranks that saved it (0: not recorded, a checkpoint before issue 21)
+  int64_t replicas = 0;      // world * accum, the sampler's replicas (0: not recorded)
   // fp16 loss scaling (LossScaler): scale 0 when the run does not scale; `skipped` optimizer
   // steps make the optimizer's own step count (Adam's bias correction) lag `step`.
   float loss_scale = 0.0f;

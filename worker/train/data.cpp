@@ -64,6 +64,7 @@ DataSourceOptions image_options(const TrainOptions& o, const DataEnv& env) {
   d.threads = o.data_threads;
   d.prefetch = o.data_prefetch;
   d.strict = o.strict_data;
+  d.max_image_bytes = o.max_image_bytes;
   d.batch = o.batch_size;
   d.seed = o.seed;
   d.num_classes = o.num_classes_given ? o.num_classes : 0;

@@ -72,6 +72,22 @@ CLI::Option* add_choice(CLI::App& app, const std::string& flag, E& target, const
   return opt;
 }
 
+// Digits only: CLI11 would read "-1" as 2^64-1.
+uint64_t parse_u64(const std::string& flag, const std::string& v) {
+  size_t used = 0;
+  uint64_t x = 0;
+  const bool digits = !v.empty() && v.find_first_not_of("0123456789") == std::string::npos;
+  try {
+    if (digits) x = std::stoull(v, &used);
+  } catch (const std::exception&) {
+    used = 0;
+  }
+  if (!digits || used != v.size()) {
+    throw UsageError(flag + " must be an integer from 0 to 18446744073709551615, got '" + v + "'");
+  }
+  return x;
+}
+
 // --- data (issue 11): the image pipeline's options
 void describe_images(CLI::App& app, TrainOptions& o) {
   app.add_option("--val-data", o.val_data, "list file of the val split (with a list-file --data)");
@@ -81,6 +97,10 @@ void describe_images(CLI::App& app, TrainOptions& o) {
       ->capture_default_str();
   app.add_option("--data-prefetch", o.data_prefetch, "micro-batches decoded ahead")->capture_default_str();
   app.add_flag("--strict-data", o.strict_data, "an unreadable image stops the run (default: skipped with a warning, counted)");
+  app.add_option_function<std::string>(
+         "--max-image-bytes", [&o](const std::string& v) { o.max_image_bytes = parse_u64("--max-image-bytes", v); },
+         "an image file larger than this is unreadable, judged by its size before it is read")
+      ->default_str(std::to_string(kDefaultMaxImageBytes));
   app.add_option("--crop-scale", "RandomResizedCrop's area range MIN,MAX (default 0.08,1)")
       ->each([&o](const std::string& v) {
         const size_t comma = v.find(',');
@@ -112,6 +132,8 @@ void validate_images(const TrainOptions& o) {
   require(std::isfinite(o.hflip) && o.hflip >= 0 && o.hflip <= 1, "--hflip must be a probability in [0, 1]");
   require(o.val_data.empty() || o.data == DataSourceKind::Images,
           "--val-data needs image data (--data DIR or a list file); synthetic data takes --val-samples N");
+  require(o.max_image_bytes >= 1024, "--max-image-bytes must be at least 1024 (bytes), got " +
+                                         std::to_string(o.max_image_bytes));
 }
 
 // --- first contact and small images (issue 25)
@@ -157,22 +179,6 @@ std::set<std::string> option_names(const std::vector<std::string>& args) {
   return names;
 }
 
-// Digits only: CLI11 would read "-1" as 2^64-1.
-uint64_t parse_seed(const std::string& v) {
-  size_t used = 0;
-  uint64_t x = 0;
-  const bool digits = !v.empty() && v.find_first_not_of("0123456789") == std::string::npos;
-  try {
-    if (digits) x = std::stoull(v, &used);
-  } catch (const std::exception&) {
-    used = 0;
-  }
-  if (!digits || used != v.size()) {
-    throw UsageError("--seed must be an integer from 0 to 18446744073709551615, got '" + v + "'");
-  }
-  return x;
-}
-
 // "30,60,90" -> {30, 60, 90}; one repeated option replaces the whole list.
 std::vector<int> parse_epoch_list(const std::string& flag, const std::string& v) {
   std::vector<int> out;
@@ -213,7 +219,7 @@ CLI::App& describe(CLI::App& app, TrainOptions& o) {
       ->capture_default_str();
   app.add_option("--accum-steps", o.accum_steps, "micro-batches accumulated per optimizer step")->capture_default_str();
   app.add_option_function<std::string>(
-         "--seed", [&o](const std::string& v) { o.seed = parse_seed(v); },
+         "--seed", [&o](const std::string& v) { o.seed = parse_u64("--seed", v); },
          "seed of the initialisation, the data and the shuffling (0 .. 2^64-1)")
       ->default_str("0");
   app.add_option("--init", o.init, "start from these weights (safetensors, torchvision names)");
@@ -280,6 +286,9 @@ CLI::App& describe(CLI::App& app, TrainOptions& o) {
 
   // --- what a user sees (issue 12)
   app.add_option("--tensorboard", o.tensorboard, "write TensorBoard event files (scalars) into this folder (rank 0)");
+  app.add_option("--log-samples", o.log_samples,
+                 "debugging: rank 0 writes each step's sample indices, every rank's, as JSON lines to this file "
+                 "(a collective each step)");
 
   // --- communication (issue 14)
   add_choice(app, "--comm", o.comm, kComm,

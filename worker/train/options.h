@@ -80,6 +80,7 @@ struct TrainOptions {
   int data_threads = 0;                  // decode threads per rank; 0: the node's cores / its ranks
   int data_prefetch = 3;                 // micro-batches decoded ahead
   bool strict_data = false;              // an unreadable image is an error instead of skipped
+  uint64_t max_image_bytes = kDefaultMaxImageBytes;  // a larger image file is unreadable, judged by its size
   double crop_scale_min = 0.08, crop_scale_max = 1.0;  // RandomResizedCrop's scale
   double hflip = 0.5;                    // probability of a horizontal flip
   Augment augment = Augment::Standard;   // none: the evaluation transform for training too
@@ -104,6 +105,7 @@ struct TrainOptions {
 
   // --- what a user sees (issue 12)
   std::string tensorboard;             // folder for TensorBoard event files (rank 0)
+  std::string log_samples;             // debugging: rank 0 writes each step's sample indices, every rank's
 
   // --- communication (issue 14)
   // A collective that makes no progress this long gives up: the CPU ring after this much

@@ -11,11 +11,14 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <cstdio>
 #include <cstring>
+#include <optional>
 #include <thread>
 #include <vector>
 
 #include "proto/client.h"
+#include "proto/ring_hello.h"
 
 namespace worker {
 
@@ -24,11 +27,14 @@ namespace {
 using Clock = std::chrono::steady_clock;
 using ms = std::chrono::milliseconds;
 
-constexpr uint32_t kHelloMagic = 0x31474e52u;  // "RNG1" on the wire
+namespace ring = proto::ring;
+
 constexpr uint32_t kFrameMagic = 0x46474e52u;  // "RNGF"
-constexpr uint32_t kVersion = 1;
 constexpr size_t kFrameHeader = 16;            // magic u32 | seq u32 | length u64
-constexpr size_t kMaxJobId = 1024;             // a job id is a name, never a payload
+// Connections proving themselves at once (a stranger's cost: a socket and at most 1.1 KB);
+// beyond, the oldest is dropped.
+constexpr size_t kMaxCandidates = 64;
+constexpr int kMaxWarnings = 10;  // refused connections named one by one; the rest counted
 
 std::string errno_text(int err) { return std::strerror(err); }
 
@@ -159,59 +165,66 @@ void send_all(int fd, const uint8_t* p, size_t n, Clock::time_point deadline, co
   }
 }
 
-void recv_all(int fd, uint8_t* p, size_t n, Clock::time_point deadline, const Peer& peer,
-              const std::string& what) {
-  while (n > 0) {
-    const ssize_t k = ::recv(fd, p, n, 0);
-    if (k > 0) {
-      p += k;
-      n -= size_t(k);
-    } else if (k == 0) {
-      lost(peer, what + ": " + peer.name + " closed the connection");
-    } else if (errno == EAGAIN || errno == EWOULDBLOCK) {
-      wait_fd(fd, POLLIN, deadline, peer, what);
-    } else if (errno != EINTR) {
-      lost(peer, what + ": receiving from " + peer.name + ": " + errno_text(errno));
+// --- Set-up (proto/ring_hello.h): reading one message, never a byte past it
+
+// A job id or other text a stranger sent, fit for one log line.
+std::string printable(const std::string& s) {
+  std::string out;
+  for (size_t i = 0; i < s.size() && i < 64; ++i) {
+    const unsigned char ch = static_cast<unsigned char>(s[i]);
+    if (ch >= 0x20 && ch < 0x7f) {
+      out.push_back(char(ch));
+    } else {
+      char buf[8];
+      std::snprintf(buf, sizeof buf, "\\x%02x", ch);
+      out += buf;
     }
   }
+  return s.size() > 64 ? out + "..." : out;
 }
 
-// --- Handshake: magic, version, world, rank, job id (length-prefixed).
-
-std::vector<uint8_t> encode_hello(int rank, int world, const std::string& job) {
-  std::vector<uint8_t> b(20 + job.size());
-  put_u32(&b[0], kHelloMagic);
-  put_u32(&b[4], kVersion);
-  put_u32(&b[8], uint32_t(world));
-  put_u32(&b[12], uint32_t(rank));
-  put_u32(&b[16], uint32_t(job.size()));
-  std::memcpy(b.data() + 20, job.data(), job.size());
-  return b;
-}
-
-struct Hello {
-  uint32_t world = 0, rank = 0;
-  std::string job;
-};
-
-// Reads a hello; throws CommError naming what was wrong (bad magic, version, size).
-Hello read_hello(int fd, Clock::time_point deadline, const Peer& peer, const std::string& what) {
-  uint8_t h[20];
-  recv_all(fd, h, sizeof h, deadline, peer, what);
-  if (get_u32(h) != kHelloMagic) throw CommError(what + ": " + peer.name + " is not a ring peer (bad magic)");
-  if (get_u32(h + 4) != kVersion) {
-    throw CommError(what + ": " + peer.name + " speaks ring protocol version " + std::to_string(get_u32(h + 4)) +
-                    ", this worker " + std::to_string(kVersion));
+// Reads into `in` what completes the message it starts (ring::bytes_wanted), as far as the socket
+// has it. Returns "" (complete, or more to come) or why the connection is over.
+std::string read_message(int fd, std::string& in) {
+  char buf[ring::kHeaderSize + 44 + ring::kMaxJobId];
+  for (size_t want; (want = ring::bytes_wanted(in)) > 0;) {
+    const ssize_t k = ::recv(fd, buf, std::min(want, sizeof buf), 0);
+    if (k > 0) {
+      in.append(buf, size_t(k));
+    } else if (k == 0) {
+      return "closed the connection";
+    } else if (errno == EAGAIN || errno == EWOULDBLOCK) {
+      return "";
+    } else if (errno != EINTR) {
+      return errno_text(errno);
+    }
   }
-  Hello out;
-  out.world = get_u32(h + 8);
-  out.rank = get_u32(h + 12);
-  const uint32_t len = get_u32(h + 16);
-  if (len > kMaxJobId) throw CommError(what + ": " + peer.name + " sent a job id of " + std::to_string(len) + " bytes");
-  out.job.resize(len);
-  recv_all(fd, reinterpret_cast<uint8_t*>(out.job.data()), len, deadline, peer, what);
-  return out;
+  return "";
 }
+
+// A set-up message to a connection that has not proved itself: sent at once or not at all (it
+// is at most 80 bytes into an empty socket buffer; a peer that cannot take them is dropped).
+bool send_now(int fd, const std::string& msg) {
+  const ssize_t k = ::send(fd, msg.data(), msg.size(), MSG_NOSIGNAL | MSG_DONTWAIT);
+  return k == ssize_t(msg.size());
+}
+
+std::string peer_address(int fd) {
+  sockaddr_in a{};
+  socklen_t len = sizeof a;
+  if (::getpeername(fd, reinterpret_cast<sockaddr*>(&a), &len) != 0) return "an unknown address";
+  return format_addr(a);
+}
+
+// A connection to this rank's port that has not proved it is the left neighbour yet.
+struct Candidate {
+  Fd fd;
+  std::string addr;             // "ip:port", for the log
+  Clock::time_point deadline;   // accepted + RingConfig::handshake_timeout
+  std::string in;               // the message being read
+  bool challenged = false;      // HELLO read, CHALLENGE sent: PROOF next
+  ring::Nonce connector_nonce{}, acceptor_nonce{};
+};
 
 // --- The ring
 
@@ -362,7 +375,7 @@ class RingComm final : public Comm {
       throw CommError(what + ": cannot bind " + cfg_.bind_host + ":" + std::to_string(cfg_.bind_port) + ": " +
                       errno_text(errno));
     }
-    if (::listen(lst.get(), 16) != 0) throw CommError(what + ": listen: " + errno_text(errno));
+    if (::listen(lst.get(), 64) != 0) throw CommError(what + ": listen: " + errno_text(errno));
     socklen_t len = sizeof addr;
     ::getsockname(lst.get(), reinterpret_cast<sockaddr*>(&addr), &len);
     set_socket_options(lst.get());
@@ -380,41 +393,197 @@ class RingComm final : public Comm {
     const auto [host, port] = split_addr(right_addr_, what);
     sockaddr_in raddr = resolve(host, port, what);
     connect_right(raddr, deadline, what);
-    const auto hello = encode_hello(cfg_.rank, cfg_.world, cfg_.job_id);
-    send_all(send_fd_.get(), hello.data(), hello.size(), deadline, peer(right_), what);
-
-    // Accept the left neighbour; connections that are not it are dropped.
-    while (recv_fd_.get() < 0) {
-      wait_fd(lst.get(), POLLIN, deadline, {peer_name(left_) + " to connect", left_}, what);
-      Fd c(::accept4(lst.get(), nullptr, nullptr, SOCK_CLOEXEC));
-      if (c.get() < 0) continue;
-      set_socket_options(c.get());
-      Hello h;
-      try {
-        h = read_hello(c.get(), deadline, {"a connecting peer", -1}, what);
-      } catch (const CommError&) {
-        continue;  // not a ring peer (or it gave up): keep waiting for the real one
-      }
-      if (h.job != cfg_.job_id) {
-        throw CommError(what + ": a peer of job '" + h.job + "' connected, this is job '" + cfg_.job_id + "'");
-      }
-      if (int(h.world) != cfg_.world || int(h.rank) != left_) {
-        throw CommError(what + ": expected rank " + std::to_string(left_) + " of " + std::to_string(cfg_.world) +
-                        ", rank " + std::to_string(h.rank) + " of " + std::to_string(h.world) + " connected");
-      }
-      recv_fd_ = std::move(c);
-    }
-    send_all(recv_fd_.get(), hello.data(), hello.size(), deadline, peer(left_), what);
-
-    // The right neighbour's answer proves we reached the process we meant to.
-    const Hello reply = read_hello(send_fd_.get(), deadline, peer(right_), what);
-    if (reply.job != cfg_.job_id || int(reply.rank) != right_ || int(reply.world) != cfg_.world) {
-      throw CommError(what + ": " + right_addr_ + " answered as rank " + std::to_string(reply.rank) + " of job '" +
-                      reply.job + "', expected rank " + std::to_string(right_));
-    }
+    handshake(lst.get(), deadline, what);
     // Already published (the left rank published before connecting): names it in errors.
     left_addr_ = rdv.lookup(cfg_.key_prefix + "/addr/" + std::to_string(left_), cfg_.timeout,
                             "rank " + std::to_string(left_));
+  }
+
+  // --- The set-up's two halves, interleaved by one poll loop: as connector this rank proves
+  // itself to its right neighbour (HELLO, then PROOF for its CHALLENGE, then its VERDICT), as
+  // acceptor it drives every connection to its port until one proves it is the left neighbour.
+  // Neither half waits on the other (each rank's right neighbour is another's left), and no
+  // stranger's connection holds up the real one.
+  void handshake(int listener, Clock::time_point deadline, const std::string& what) {
+    conn_.nonce = ring::random_nonce();
+    const std::string hello = ring::encode_hello(uint32_t(cfg_.world), uint32_t(cfg_.rank), cfg_.job_id, conn_.nonce);
+    send_all(send_fd_.get(), reinterpret_cast<const uint8_t*>(hello.data()), hello.size(), deadline, peer(right_),
+             what);
+    std::vector<Candidate> cands;
+    std::vector<pollfd> fds;
+    while (!conn_.done || recv_fd_.get() < 0) {
+      fds.clear();
+      if (!conn_.done) fds.push_back({send_fd_.get(), POLLIN, 0});
+      const size_t first_cand = fds.size() + 1;
+      auto wake = deadline;
+      if (recv_fd_.get() < 0) {
+        fds.push_back({listener, POLLIN, 0});
+        for (const Candidate& c : cands) {
+          fds.push_back({c.fd.get(), POLLIN, 0});
+          wake = std::min(wake, c.deadline);
+        }
+      }
+      const int rc = ::poll(fds.data(), nfds_t(fds.size()), remaining_ms(wake));
+      if (rc < 0 && errno == EINTR) continue;
+      if (rc < 0) throw CommError(what + ": poll: " + errno_text(errno));
+      if (!conn_.done && fds[0].revents) on_right(deadline, what);
+      if (recv_fd_.get() < 0) {
+        for (size_t k = 0; k < cands.size() && recv_fd_.get() < 0; ++k) {
+          if (fds[first_cand + k].revents && on_candidate(cands[k], what)) recv_fd_ = std::move(cands[k].fd);
+        }
+        if (recv_fd_.get() >= 0) {
+          // The left neighbour is in: whoever else is still trying is dropped.
+          const auto open = std::count_if(cands.begin(), cands.end(), [](const Candidate& c) { return c.fd.get() >= 0; });
+          if (open > 0 && cfg_.warn) {
+            cfg_.warn(what + ": " + peer_name(left_) + " is in; closed " + std::to_string(open) +
+                      " other connection(s) still setting up");
+          }
+          cands.clear();
+        } else {
+          const auto now = Clock::now();
+          for (Candidate& c : cands) {
+            if (c.fd.get() >= 0 && now >= c.deadline) {
+              refused(what, c.addr, "no complete set-up " + std::to_string(cfg_.handshake_timeout.count()) +
+                                        " ms after it connected (idle, or not a ring peer)");
+              c.fd.reset();
+            }
+          }
+          cands.erase(std::remove_if(cands.begin(), cands.end(), [](const Candidate& c) { return c.fd.get() < 0; }),
+                      cands.end());
+          if (fds[first_cand - 1].revents) accept_candidates(listener, cands, what);
+        }
+      }
+      if (Clock::now() >= deadline) {
+        if (recv_fd_.get() < 0) {
+          std::string why;
+          if (refused_ > 0) why = "; refused " + std::to_string(refused_) + " connection(s), the last: " + last_refusal_;
+          lost(peer(left_), what + ": timed out waiting for " + peer_name(left_) + " to connect" + why);
+        }
+        if (!conn_.done) lost(peer(right_), what + ": timed out waiting for " + peer_name(right_) +
+                                                   " to answer this rank's hello");
+      }
+    }
+  }
+
+  // This rank's half as connector: a CHALLENGE to answer, then the VERDICT. Throws when the right
+  // neighbour refuses or fails to prove it holds the token (a configuration error, not a lost peer).
+  void on_right(Clock::time_point deadline, const std::string& what) {
+    const std::string err = read_message(send_fd_.get(), conn_.in);
+    if (!err.empty()) lost(peer(right_), what + ": " + peer_name(right_) + " " + err + " during the set-up");
+    const ring::Decoded d = ring::decode(conn_.in);
+    if (d.state == ring::Parse::NeedMore) return;
+    if (d.state == ring::Parse::Error) throw CommError(what + ": " + peer_name(right_) + " " + d.error);
+    conn_.in.clear();
+    const ring::Message& m = d.msg;
+    const std::string me = "rank " + std::to_string(cfg_.rank) + " of " + std::to_string(cfg_.world) + " of job '" +
+                           printable(cfg_.job_id) + "'";
+    if (m.type == ring::Type::Verdict) {
+      if (m.verdict == ring::Verdict::Accepted && conn_.proved) {
+        conn_.done = true;
+        return;
+      }
+      if (m.verdict == ring::Verdict::Accepted) {
+        throw CommError(what + ": " + peer_name(right_) + " accepted this rank before challenging it");
+      }
+      throw CommError(what + ": " + peer_name(right_) + " refused this rank (" +
+                      std::string(ring::verdict_name(m.verdict)) + "; this is " + me +
+                      "): do both run under one launch, with the same LAUNCH_STORE_TOKEN and job id?");
+    }
+    if (m.type != ring::Type::Challenge || conn_.proved) {
+      throw CommError(what + ": " + peer_name(right_) + " sent a message of type " +
+                      std::to_string(uint32_t(m.type)) + " out of turn in the set-up");
+    }
+    const ring::Transcript t = transcript(cfg_.rank, conn_.nonce, m.nonce);
+    if (!ring::mac_equal(m.mac, ring::transcript_mac(cfg_.token, ring::Role::Acceptor, t))) {
+      throw CommError(what + ": " + peer_name(right_) + " did not prove it belongs to this job (its MAC does not " +
+                      "match: another job's process on that port, or another LAUNCH_STORE_TOKEN)");
+    }
+    const std::string proof = ring::encode_proof(ring::transcript_mac(cfg_.token, ring::Role::Connector, t));
+    send_all(send_fd_.get(), reinterpret_cast<const uint8_t*>(proof.data()), proof.size(), deadline, peer(right_),
+             what);
+    conn_.proved = true;
+  }
+
+  // One step of a connection to this rank's port: true once it proved it is the left neighbour
+  // (its VERDICT sent); a refused or failed one is logged and closed (its fd reset).
+  bool on_candidate(Candidate& c, const std::string& what) {
+    const std::string err = read_message(c.fd.get(), c.in);
+    const ring::Decoded d = err.empty() ? ring::decode(c.in) : ring::Decoded{};
+    if (err.empty() && d.state == ring::Parse::NeedMore) return false;
+    auto drop = [&](const std::string& why, std::optional<ring::Verdict> verdict = std::nullopt) {
+      if (verdict) send_now(c.fd.get(), ring::encode_verdict(*verdict));  // best effort: it is dropped anyway
+      refused(what, c.addr, why);
+      c.fd.reset();
+      return false;
+    };
+    if (!err.empty()) return drop(err + " during the set-up");
+    if (d.state == ring::Parse::Error) return drop(d.error);
+    c.in.clear();
+    const ring::Message& m = d.msg;
+    if (!c.challenged) {
+      if (m.type != ring::Type::Hello) return drop("sent a message of type " + std::to_string(uint32_t(m.type)) + " first");
+      const std::string claim = "a hello for rank " + std::to_string(m.rank) + " of " + std::to_string(m.world) +
+                                " of job '" + printable(m.job) + "'";
+      if (m.job != cfg_.job_id) return drop(claim + ": wrong job id", ring::Verdict::WrongJob);
+      if (int64_t(m.world) != cfg_.world) return drop(claim + ": wrong world size", ring::Verdict::WrongWorld);
+      if (int64_t(m.rank) != left_) {
+        return drop(claim + ": this rank's left neighbour is rank " + std::to_string(left_), ring::Verdict::WrongRank);
+      }
+      c.connector_nonce = m.nonce;
+      c.acceptor_nonce = ring::random_nonce();
+      const ring::Transcript t = transcript(left_, c.connector_nonce, c.acceptor_nonce);
+      if (!send_now(c.fd.get(), ring::encode_challenge(c.acceptor_nonce,
+                                                       ring::transcript_mac(cfg_.token, ring::Role::Acceptor, t)))) {
+        return drop("could not take the challenge");
+      }
+      c.challenged = true;
+      return false;
+    }
+    if (m.type != ring::Type::Proof) return drop("sent a message of type " + std::to_string(uint32_t(m.type)) + " for its proof");
+    const ring::Transcript t = transcript(left_, c.connector_nonce, c.acceptor_nonce);
+    if (!ring::mac_equal(m.mac, ring::transcript_mac(cfg_.token, ring::Role::Connector, t))) {
+      return drop("a hello as rank " + std::to_string(left_) + " without a valid proof (not the job's token, or a " +
+                      "replayed set-up)",
+                  ring::Verdict::BadProof);
+    }
+    if (!send_now(c.fd.get(), ring::encode_verdict(ring::Verdict::Accepted))) return drop("could not take the verdict");
+    return true;
+  }
+
+  // Takes every connection waiting on the listener (non-blocking); beyond kMaxCandidates the
+  // oldest is dropped.
+  void accept_candidates(int listener, std::vector<Candidate>& cands, const std::string& what) {
+    while (true) {
+      Fd c(::accept4(listener, nullptr, nullptr, SOCK_CLOEXEC));
+      if (c.get() < 0) {
+        if (errno == EINTR || errno == ECONNABORTED) continue;
+        return;  // EAGAIN: none left (or out of descriptors: the next round tries again)
+      }
+      set_socket_options(c.get());
+      if (cands.size() >= kMaxCandidates) {
+        refused(what, cands.front().addr, "more than " + std::to_string(kMaxCandidates) +
+                                              " connections setting up at once: the oldest goes");
+        cands.erase(cands.begin());
+      }
+      Candidate cand;
+      cand.addr = peer_address(c.get());
+      cand.fd = std::move(c);
+      cand.deadline = Clock::now() + std::min(cfg_.handshake_timeout, cfg_.timeout);
+      cands.push_back(std::move(cand));
+    }
+  }
+
+  ring::Transcript transcript(int connector, const ring::Nonce& cn, const ring::Nonce& an) const {
+    return {cfg_.key_prefix, cfg_.job_id, uint32_t(cfg_.world), uint32_t(connector), cn, an};
+  }
+
+  void refused(const std::string& what, const std::string& addr, const std::string& why) {
+    ++refused_;
+    last_refusal_ = addr + ": " + why;
+    if (cfg_.warn && refused_ <= kMaxWarnings) {
+      cfg_.warn(what + ": refused a connection from " + last_refusal_ +
+                (refused_ == kMaxWarnings ? " (further refusals are counted, not named)" : ""));
+    }
   }
 
   // Connects send_fd_ to the right neighbour. With fixed endpoints (no store to say when the
@@ -533,6 +702,15 @@ class RingComm final : public Comm {
   int left_ = 0, right_ = 0;
   std::string left_addr_, right_addr_;
   Fd send_fd_, recv_fd_;
+  // The set-up as connector (to the right neighbour): this rank's nonce, the message being read,
+  // the PROOF sent, the VERDICT received.
+  struct {
+    ring::Nonce nonce{};
+    std::string in;
+    bool proved = false, done = false;
+  } conn_;
+  int refused_ = 0;  // connections to this rank's port refused or dropped during the set-up
+  std::string last_refusal_;
   uint32_t send_seq_ = 0, recv_seq_ = 0;
   bool untimed_ = false;  // in barrier_untimed(): no silence limit (a closed peer still fails)
   size_t chunk_elems_ = 1;
@@ -541,14 +719,15 @@ class RingComm final : public Comm {
 
 class StoreRendezvous final : public Rendezvous {
  public:
-  explicit StoreRendezvous(proto::Client& c) : client_(c) {}
-  void publish(const std::string& key, const std::string& value) override { client_.set(key, value); }
+  StoreRendezvous(proto::Client& c, ms timeout) : client_(c), timeout_(timeout) {}
+  void publish(const std::string& key, const std::string& value) override { client_.set(key, value, timeout_); }
   std::string lookup(const std::string& key, ms timeout, const std::string& writer) override {
     return client_.get(key, timeout, writer);
   }
 
  private:
   proto::Client& client_;
+  ms timeout_;
 };
 
 // Fixed endpoints (PADDLE_TRAINER_ENDPOINTS): nothing to publish, every address is known.
@@ -577,8 +756,8 @@ std::unique_ptr<Rendezvous> make_endpoint_rendezvous(const std::vector<std::stri
   return std::make_unique<EndpointRendezvous>(endpoints, key_prefix);
 }
 
-std::unique_ptr<Rendezvous> make_store_rendezvous(proto::Client& client) {
-  return std::make_unique<StoreRendezvous>(client);
+std::unique_ptr<Rendezvous> make_store_rendezvous(proto::Client& client, std::chrono::milliseconds timeout) {
+  return std::make_unique<StoreRendezvous>(client, timeout);
 }
 
 std::unique_ptr<Comm> make_ring_comm(const RingConfig& cfg, Rendezvous& rendezvous) {

@@ -2,11 +2,19 @@
 //
 // Each rank listens on an ephemeral port of its own host, publishes "ip:port" through a
 // Rendezvous (the launcher's store in production, a map in tests), connects to its right
-// neighbour (rank + 1) and accepts its left neighbour (rank - 1). Every connection opens with
-// a handshake (magic, version, job id, rank, world) answered by the acceptor; every message is
-// a 16-byte header (magic, sequence number, payload length) and its payload; a peer that
-// closes, sends garbage or stays silent past the timeout is a CommError naming its rank
-// (except in barrier_untimed(), where only a closed connection is).
+// neighbour (rank + 1) and accepts its left neighbour (rank - 1). Every connection opens with the
+// authenticated set-up of proto/ring_hello.h (RING_PROTOCOL.md): HELLO, CHALLENGE, PROOF, VERDICT,
+// the MACs keyed with the job's token, both halves of this rank's set-up and every stranger's
+// connection driven by one poll loop; every message is then a 16-byte header (magic, sequence
+// number, payload length) and its payload; a peer that closes, sends garbage or stays silent past
+// the timeout is a CommError naming its rank (except in barrier_untimed(), where only a closed
+// connection is).
+//
+// Connections to this rank's port that are not its left neighbour's (a stranger's, one of
+// another job, world size or rank, one without the token, an idle one) are refused or dropped
+// without ending the rank: they are named in RingConfig::warn, an idle one is dropped
+// RingConfig::handshake_timeout after it was accepted, and the real neighbour is accepted
+// meanwhile.
 //
 // allreduce_sum is a ring reduce-scatter followed by a ring all-gather, chunked, with sends
 // and receives interleaved by one poll loop (full duplex). Each element's sum is computed on
@@ -15,6 +23,7 @@
 
 #include <chrono>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <stdexcept>
 #include <string>
@@ -45,8 +54,9 @@ class Rendezvous {
                              const std::string& writer) = 0;
 };
 
-// A Rendezvous over the launcher's store (the client must outlive it).
-std::unique_ptr<Rendezvous> make_store_rendezvous(proto::Client& client);
+// A Rendezvous over the launcher's store (the client must outlive it); `timeout` bounds each
+// publish (train_resnet: --comm-timeout), as RingConfig::timeout bounds each lookup.
+std::unique_ptr<Rendezvous> make_store_rendezvous(proto::Client& client, std::chrono::milliseconds timeout);
 // Without a store: rank r is at endpoints[r] (listen there with RingConfig::bind_port set and
 // retry_connect on, since nobody says when a peer has started listening).
 std::unique_ptr<Rendezvous> make_endpoint_rendezvous(const std::vector<std::string>& endpoints,
@@ -56,6 +66,10 @@ struct RingConfig {
   int rank = 0;
   int world = 1;
   std::string job_id = "default";
+  // The key of the set-up's MACs: the job's token (LAUNCH_STORE_TOKEN). Empty where the ranks
+  // have none (paddle's launcher, fixed endpoints): the set-up then checks job id, world and
+  // rank only, which keeps strays out but no one who means harm.
+  std::string token;
   std::string bind_host = "127.0.0.1";  // this rank's host (PADDLE_CURRENT_ENDPOINT's host)
   uint16_t bind_port = 0;               // 0: an ephemeral port, published through the rendezvous
   bool retry_connect = false;           // retry a refused connection until the timeout
@@ -63,7 +77,13 @@ struct RingConfig {
   // Silence of a neighbour before giving up on it (train_resnet --comm-timeout, 300 s): the
   // CPU analogue of NCCL's watchdog. Bounds the set-up as well.
   std::chrono::milliseconds timeout{std::chrono::seconds(300)};
+  // A connection to this rank's port that has not completed its set-up this long after it was
+  // accepted is dropped (the real neighbour's takes milliseconds). Bounded by `timeout`.
+  std::chrono::milliseconds handshake_timeout{std::chrono::seconds(10)};
   size_t chunk_bytes = size_t(4) << 20;  // pipelining unit of the ring
+  // One line per connection refused or dropped during the set-up (train_resnet: a warning on
+  // stderr); the first 10 are named, the rest counted in the set-up's timeout error. May be empty.
+  std::function<void(const std::string&)> warn;
 };
 
 // Builds the ring (blocks until both neighbours are connected, bounded by cfg.timeout).

@@ -5,6 +5,7 @@
 #include <iostream>
 #include <memory>
 #include <optional>
+#include <sstream>
 #include <string>
 #include <utility>
 
@@ -104,9 +105,9 @@ std::unique_ptr<Comm> make_comm(const TrainOptions& opt, const WorkerEnv& env, c
   const bool nccl = dev.gpu && opt.comm != CommKind::Ring;
   proto::Client* client = nullptr;
   if (env.store_addr) {
-    client = &store.emplace(proto::Client::from_env(env));
+    client = &store.emplace(proto::Client::from_env(env, timeout));  // a store that never answers: --comm-timeout
   } else if (env.contract == proto::Contract::Torchrun) {
-    client = &master.emplace(env).client();
+    client = &master.emplace(env, timeout).client();
   } else if (nccl || env.endpoints.empty()) {
     throw EnvError(std::string(kPaddleTrainersNum) + "=" + std::to_string(env.world) + " but " + kStoreAddr +
                    " is not set" + (nccl ? "" : std::string(" (nor ") + kPaddleTrainerEndpoints + ")") +
@@ -123,9 +124,13 @@ std::unique_ptr<Comm> make_comm(const TrainOptions& opt, const WorkerEnv& env, c
   else if (master) rc.bind_host = master->local_host();
   rc.key_prefix = "ring/world/" + std::to_string(env.restart_count);  // a restart meets anew
   rc.timeout = timeout;
+  // The set-up's MACs are keyed with the store's token (LAUNCH_STORE_TOKEN; under torchrun's
+  // contract rank 0's store has no secret); without a store there is none (RingConfig::token).
+  if (client) rc.token = client->options().token;
+  rc.warn = [](const std::string& line) { std::cerr << "train_resnet: warning: " << line << std::endl; };
   std::unique_ptr<Rendezvous> rdv;
   if (client) {
-    rdv = make_store_rendezvous(*client);
+    rdv = make_store_rendezvous(*client, timeout);
   } else {  // a launcher without our store (e.g. paddle's): the endpoints it assigned
     const std::string& me = env.endpoints[size_t(env.rank)];
     rc.bind_port = uint16_t(std::stoi(me.substr(me.rfind(':') + 1)));
@@ -166,7 +171,16 @@ int run(TrainOptions opt, const WorkerEnv& env) {
   std::unique_ptr<Ops> ops = make_backend(opt, dev);
   std::optional<TorchrunStore> master;  // declared first: it outlives the client and the comm
   std::optional<proto::Client> store;
-  std::unique_ptr<Comm> comm = make_comm(opt, env, dev, *ops, store, master);
+  std::unique_ptr<Comm> comm;
+  try {
+    comm = make_comm(opt, env, dev, *ops, store, master);
+  } catch (const proto::StoreError& e) {
+    using Kind = proto::StoreError::Kind;
+    if (e.kind() != Kind::Timeout && e.kind() != Kind::Connection) throw;
+    std::ostringstream s;
+    s << e.what() << " (waited --comm-timeout " << opt.comm_timeout_s << " s for it)";
+    throw proto::StoreError(e.kind(), s.str());
+  }
   const TrainResult r = train(opt, data_env(env), *ops, *comm, std::cout, requests);
   if (r.stop_signal != 0) return 128 + r.stop_signal;  // as a shell reports a death by that signal
   if (!r.checksums_agree) {

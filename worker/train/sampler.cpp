@@ -50,6 +50,13 @@ int64_t Sampler::shard_length() const {
 
 int64_t Sampler::steps_per_epoch() const { return shard_length() / cfg_.batch; }
 
+int64_t Sampler::global_batch() const { return int64_t(cfg_.world) * cfg_.accum * cfg_.batch; }
+
+int64_t Sampler::steps_from(int64_t start) const {
+  if (start == 0) return steps_per_epoch();
+  return start < 0 || start >= cfg_.num_samples ? 0 : (cfg_.num_samples - start) / global_batch();
+}
+
 std::vector<int64_t> Sampler::permutation(int64_t epoch) const {
   std::vector<int64_t> perm(size_t(cfg_.num_samples));
   std::iota(perm.begin(), perm.end(), int64_t(0));
@@ -63,29 +70,31 @@ std::vector<int64_t> Sampler::permutation(int64_t epoch) const {
 }
 
 std::vector<int64_t> Sampler::batch(const std::vector<int64_t>& perm, int rank, int micro,
-                                    int64_t step) const {
+                                    int64_t step, int64_t start) const {
   if (rank < 0 || rank >= cfg_.world || micro < 0 || micro >= cfg_.accum || step < 0 ||
-      step >= steps_per_epoch()) {
+      step >= steps_from(start)) {
     throw std::out_of_range("sampler: batch (rank " + std::to_string(rank) + ", micro " +
-                            std::to_string(micro) + ", step " + std::to_string(step) +
-                            ") out of range");
+                            std::to_string(micro) + ", step " + std::to_string(step) + " from sample " +
+                            std::to_string(start) + ") out of range");
   }
   const int64_t replicas = int64_t(cfg_.world) * cfg_.accum;
   const int64_t replica = int64_t(rank) * cfg_.accum + micro;
   const int64_t n = int64_t(perm.size());
   std::vector<int64_t> out(size_t(cfg_.batch));
   for (int i = 0; i < cfg_.batch; ++i) {
-    const int64_t pos = (step * cfg_.batch + i) * replicas + replica;  // in the padded list
+    const int64_t pos = start + (step * cfg_.batch + i) * replicas + replica;  // in the padded list
     out[size_t(i)] = perm[size_t(pos % n)];  // padding repeats the start, as DistributedSampler
   }
   return out;
 }
 
-std::vector<std::vector<int64_t>> Sampler::epoch_order(int64_t epoch, int rank, int64_t first_step) const {
+std::vector<std::vector<int64_t>> Sampler::epoch_order(int64_t epoch, int rank, int64_t first_step,
+                                                       int64_t start) const {
   const std::vector<int64_t> perm = permutation(epoch);
   std::vector<std::vector<int64_t>> order;
-  for (int64_t step = first_step; step < steps_per_epoch(); ++step)
-    for (int micro = 0; micro < cfg_.accum; ++micro) order.push_back(batch(perm, rank, micro, step));
+  const int64_t steps = steps_from(start);
+  for (int64_t step = first_step; step < steps; ++step)
+    for (int micro = 0; micro < cfg_.accum; ++micro) order.push_back(batch(perm, rank, micro, step, start));
   return order;
 }
 

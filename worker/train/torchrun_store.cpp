@@ -24,10 +24,8 @@ namespace {
 using std::chrono::milliseconds;
 using std::chrono::seconds;
 
-// How long rank 0 keeps the store up for the others after its own training ended, and how long
-// a rank waits for rank 0's store to accept it (ranks start within seconds of each other).
+// How long rank 0 keeps the store up for the others after its own training ended.
 constexpr seconds kDrainTimeout{60};
-constexpr seconds kConnectTimeout{300};
 
 std::string host_of(const std::string& endpoint) { return endpoint.substr(0, endpoint.rfind(':')); }
 uint16_t port_of(const std::string& endpoint) { return uint16_t(std::stoi(endpoint.substr(endpoint.rfind(':') + 1))); }
@@ -69,7 +67,7 @@ std::string done_key(int rank) { return "torchrun/done/" + std::to_string(rank);
 
 }  // namespace
 
-TorchrunStore::TorchrunStore(const WorkerEnv& env) : rank_(env.rank), world_(env.world) {
+TorchrunStore::TorchrunStore(const WorkerEnv& env, milliseconds connect_timeout) : rank_(env.rank), world_(env.world) {
   using namespace proto::env;
   if (!env.master)
     throw EnvError(std::string(kWorldSize) + "=" + std::to_string(env.world) + " but neither " + kStoreAddr +
@@ -106,7 +104,7 @@ TorchrunStore::TorchrunStore(const WorkerEnv& env) : rank_(env.rank), world_(env
   o.job_id = env.job_id;
   o.token = token;
   o.client_name = env.who();
-  o.connect_timeout = kConnectTimeout;
+  o.connect_timeout = connect_timeout;
   client_.emplace(std::move(o));
 }
 

@@ -8,6 +8,7 @@
 // torchrun's agent already serves its own TCPStore on MASTER_PORT: refused with a message.
 #pragma once
 
+#include <chrono>
 #include <memory>
 #include <optional>
 #include <string>
@@ -19,10 +20,11 @@ namespace worker {
 
 class TorchrunStore {
  public:
-  // Rank 0 binds MASTER_ADDR:MASTER_PORT (an address of this host) and serves there. Throws
+  // Rank 0 binds MASTER_ADDR:MASTER_PORT (an address of this host) and serves there; every rank
+  // waits up to `connect_timeout` (train_resnet's --comm-timeout) for it to accept. Throws
   // EnvError when the environment cannot work (agent store, MASTER_ADDR not local) and
   // std::runtime_error when the port cannot be bound.
-  explicit TorchrunStore(const WorkerEnv& env);
+  TorchrunStore(const WorkerEnv& env, std::chrono::milliseconds connect_timeout);
   // Every rank marks itself done; rank 0 keeps serving until all have (bounded), so that a
   // peer's last store calls are answered, unless an exception is unwinding.
   ~TorchrunStore();

@@ -10,6 +10,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "worker/train/agreement.h"
 #include "worker/train/architecture.h"
 #include "worker/train/recipes.h"
 #include "worker/train/report.h"
@@ -147,12 +148,21 @@ TrainingSession::TrainingSession(const TrainOptions& opt, const DataEnv& data_en
   state_.data = data_source_name(opt);
   state_.num_samples = train_data_->info().size;
   state_.global_batch = global_batch_;
+  state_.world = world_;
+  state_.replicas = int64_t(world_) * opt.accum_steps;
 }
 
 // --- The run: llm.c's main loop, in named steps
 
 TrainResult TrainingSession::run() {
-  if (lead_) tensorboard_.open(opt_.tensorboard);
+  if (lead_) {
+    tensorboard_.open(opt_.tensorboard);
+    if (!opt_.log_samples.empty()) {
+      ensure_parent_dir(opt_.log_samples);
+      samples_log_.open(opt_.log_samples, std::ios::trunc);
+      if (!samples_log_) throw std::runtime_error("--log-samples: cannot write '" + opt_.log_samples + "'");
+    }
+  }
   resume();
   open_metrics();
   announce();
@@ -160,15 +170,19 @@ TrainResult TrainingSession::run() {
   comm_timed_ = comm_.timing(&comm_prev_);
   t_start_ = Clock::now();
   for (int64_t epoch = pos_.epoch; epoch < opt_.epochs && !finished(); ++epoch) {
-    const int64_t first = epoch == pos_.epoch ? pos_.batch : 0;
-    pass_order_ = sampler_.epoch_order(epoch, rank_, first);
+    const bool resumed = epoch == pos_.epoch;
+    const int64_t first = resumed ? pos_.batch : 0, start = resumed ? pos_.start : 0;
+    const int64_t steps = sampler_.steps_from(start);
+    pass_order_ = sampler_.epoch_order(epoch, rank_, first, start);
     train_data_->start(epoch, pass_order_);
-    for (int64_t b = first; b < steps_per_epoch_ && !finished(); ++b) {
-      const bool log_now = b % opt_.log_every == 0;
+    for (int64_t b = first; b < steps && !finished(); ++b) {
+      const int64_t shown = start / global_batch_ + b;  // the step's place in the epoch, in this run's steps
+      const bool log_now = shown % opt_.log_every == 0;
       const StepStats s = step(log_now);
       if (test_step_delay_.count() > 0) std::this_thread::sleep_for(test_step_delay_);
-      pos_ = {epoch + (b + 1) / steps_per_epoch_, (b + 1) % steps_per_epoch_};
-      if (log_now) log({epoch, b}, s);
+      if (!opt_.log_samples.empty()) log_samples(epoch, size_t(b - first) * size_t(opt_.accum_steps));
+      pos_ = b + 1 < steps ? Position{epoch, b + 1, start} : Position{epoch + 1, 0, 0};
+      if (log_now) log({epoch, shown}, s);
       const Verdict asked = requests_.at_boundary();  // what the ranks had received a step ago
       // An epoch's validation comes before its last step's save, so that the checkpoint holds the
       // best top-1 so far (resumed from it, a worse epoch would take the best weights' place). A
@@ -223,7 +237,7 @@ StepStats TrainingSession::step(bool want_loss) {
   }
   // Average over ranks and undo the loss scale in one pass.
   if (world_ > 1 || scaler_.enabled) ops_.scale_grads(1.0f / (float(world_) * scaler_.multiplier()));
-  s.lr = schedule_.lr(state_.step);
+  s.lr = schedule_.lr(schedule_step());
   if (scaler_.update(!scaler_.enabled || grads_finite_everywhere())) update(float(s.lr));
   count_step(s);
   return s;
@@ -235,7 +249,7 @@ StepStats TrainingSession::step(bool want_loss) {
 StepStats TrainingSession::replayed_step(bool want_loss) {
   StepStats s;
   train_data_->next(model_.input(), model_.labels(), &s.data_wait_ms);
-  s.lr = schedule_.lr(state_.step);
+  s.lr = schedule_.lr(schedule_step());
   if (captured_) {
     ops_.replay_step(optimizer_.next_values(float(s.lr)));
     // The host side of what the graph holds: the counts forward_backward and step() keep.
@@ -363,13 +377,27 @@ void TrainingSession::resume() {
     }
     scaler_.skipped = saved.skipped_steps;
     state_.best_top1 = saved.best_top1;
-    pos_ = {saved.epoch, saved.batch};
+    pos_ = {saved.epoch, saved.batch, saved.segment_start};
     resumed_from_ = from;
-    if (lead_) {
-      out_ << "Resuming from " << from << " at step " << state_.step << " (epoch " << pos_.epoch << ", batch "
-           << pos_.batch << ")" << std::endl;
+    // A checkpoint of an older train_resnet records no layout: check_resume_compatible let it
+    // through only at its own global batch.
+    const bool same_layout = saved.replicas == 0 || (saved.replicas == state_.replicas && saved.global_batch == global_batch_);
+    if (same_layout) {
+      if (lead_) {
+        out_ << "Resuming from " << from << " at step " << state_.step << " (epoch " << pos_.epoch << ", batch "
+             << pos_.batch << ")" << std::endl;
+      }
+    } else {
+      continue_at_new_layout(from, saved);
     }
+    // The steps this run will take from here, in its own layout.
+    const int64_t left = pos_.epoch >= opt_.epochs ? 0
+                                                   : sampler_.steps_from(pos_.start) - pos_.batch +
+                                                         (opt_.epochs - pos_.epoch - 1) * steps_per_epoch_;
+    total_steps_ = state_.step + left;
+    if (opt_.max_steps > 0) total_steps_ = std::min(total_steps_, opt_.max_steps);
   }
+  check_same_run();  // the first collective: before it, nothing another rank does depends on this one
   // Every rank starts from rank 0's weights and buffers (as DDP does at construction).
   if (world_ > 1) {
     comm_.broadcast(whole_weights(), model_.num_params() * sizeof(float), 0);
@@ -377,6 +405,49 @@ void TrainingSession::resume() {
     comm_.wait();
     take_whole_weights();
   }
+}
+
+void TrainingSession::continue_at_new_layout(const std::string& from, const TrainState& saved) {
+  const int64_t at = saved.segment_start + saved.batch * saved.global_batch;  // the epoch's samples read
+  const int64_t n = state_.num_samples;
+  pos_ = {saved.epoch, 0, at};
+  const int64_t left = sampler_.steps_from(at);
+  if (left == 0) pos_ = {saved.epoch + 1, 0, 0};  // no whole batch of the new size left in it
+  if (!lead_) return;
+  out_ << "Resuming from " << from << " at step " << state_.step << " on " << world_ << " rank(s) x batch "
+       << opt_.batch_size << " x " << opt_.accum_steps << ", saved on " << saved.world << " rank(s): global batch "
+       << global_batch_ << " (was " << saved.global_batch << "); kept the weights, the optimizer state ("
+       << (zero_ ? "ZeRO-1: re-partitioned over " + std::to_string(world_) + " ranks" : std::string("whole on every rank"))
+       << "), the step count and the data position: ";
+  if (left > 0) {
+    out_ << "epoch " << saved.epoch << " continues at its sample " << at << " of " << n << ", " << left
+         << " step(s) left in it";
+    if (at + left * global_batch_ < n) out_ << " (its last " << n - at - left * global_batch_ << " sample(s) dropped)";
+  } else {
+    out_ << "epoch " << saved.epoch << " had " << n - at << " sample(s) left, fewer than a batch: epoch "
+         << saved.epoch + 1 << " starts";
+  }
+  out_ << "; lr " << schedule_.base_lr;
+  if (opt_.lr_base_batch > 0) {
+    out_ << " (--lr " << opt_.lr << " x " << global_batch_ << " / " << opt_.lr_base_batch << ", for the new global batch)";
+  } else {
+    out_ << " (--lr as given: --lr-base-batch N scales it to the global batch)";
+  }
+  out_ << std::endl;
+}
+
+void TrainingSession::check_same_run() {
+  RunFacts f;
+  f.precision = ops_.compute_dtype();
+  f.train_samples = train_data_->info().size;
+  f.val_samples = val_data_ ? val_data_->info().size : 0;
+  f.num_classes = model_.config().num_classes;
+  f.num_params = model_.num_params();
+  f.resumed_step = state_.step;
+  f.resumed_epoch = pos_.epoch;
+  f.resumed_batch = pos_.batch;
+  f.resumed_start = pos_.start;
+  check_settings_agree(shared_settings(opt_, f), comm_);
 }
 
 // --metrics-file: a resumed run appends to the file of the run it continues, after a record that
@@ -482,6 +553,27 @@ size_t TrainingSession::unsharded_optimizer_bytes() const {
 }
 
 // --- Log: the loss averaged over ranks, throughput over the window since the last log
+
+// Every rank's sample indices of the step just taken (its micro-batches from `first_micro` of
+// pass_order_), gathered to rank 0, one JSON line: what the sampler dealt and the ranks read.
+void TrainingSession::log_samples(int64_t epoch, size_t first_micro) {
+  std::vector<int64_t> mine;
+  for (int k = 0; k < opt_.accum_steps; ++k) {
+    const auto& m = pass_order_[first_micro + size_t(k)];
+    mine.insert(mine.end(), m.begin(), m.end());
+  }
+  mine.resize(size_t(opt_.accum_steps) * size_t(opt_.batch_size), -1);  // the same size on every rank
+  std::vector<int64_t> all(mine.size() * size_t(world_));
+  comm_.allgather_host(mine.data(), all.data(), mine.size() * sizeof(int64_t));
+  if (!lead_) return;
+  nlohmann::json ranks = nlohmann::json::array();
+  for (int r = 0; r < world_; ++r) {
+    ranks.push_back(std::vector<int64_t>(all.begin() + long(size_t(r) * mine.size()),
+                                         all.begin() + long(size_t(r + 1) * mine.size())));
+  }
+  samples_log_ << nlohmann::json{{"epoch", epoch}, {"step", state_.step - 1}, {"world", world_}, {"samples", ranks}}.dump()
+               << std::endl;
+}
 
 void TrainingSession::log(const Position& at, const StepStats& s) {
   double local = s.loss;
@@ -629,7 +721,7 @@ void TrainingSession::save(const Position& next) {
   // The same state twice (a stop or the final save right after a scheduled one) is written once:
   // every rank decides alike (step, position and best top-1 agree everywhere).
   if (saved_.step == state_.step && saved_.epoch == next.epoch && saved_.batch == next.batch &&
-      saved_.best_top1 == state_.best_top1) {
+      saved_.start == next.start && saved_.best_top1 == state_.best_top1) {
     return;
   }
   std::map<std::string, std::vector<float>> optimizer_state = whole_optimizer_state();
@@ -638,13 +730,14 @@ void TrainingSession::save(const Position& next) {
     TrainState s = state_;
     s.epoch = next.epoch;
     s.batch = next.batch;
+    s.segment_start = next.start;
     s.loss_scale = scaler_.enabled ? scaler_.scale : 0.0f;
     s.loss_scale_growth_tracker = scaler_.growth_tracker;
     s.skipped_steps = scaler_.skipped;
     s.optimizer_state = std::move(optimizer_state);
     save_checkpoint(opt_.save, model_, ms, s, eval_transform_metadata(opt_.augment == Augment::PadCrop));
   });
-  saved_ = {state_.step, next.epoch, next.batch, state_.best_top1};
+  saved_ = {state_.step, next.epoch, next.batch, next.start, state_.best_top1};
 }
 
 // Rank 0 writes a file while the others wait in a barrier without the communication timeout: a

@@ -6,6 +6,7 @@
 #include <chrono>
 #include <cstdint>
 #include <functional>
+#include <fstream>
 #include <map>
 #include <memory>
 #include <ostream>
@@ -47,10 +48,13 @@ struct TrainResult {
 TrainResult train(const TrainOptions& opt, const DataEnv& data_env, Ops& ops, Comm& comm, std::ostream& out,
                   const Requests& requests = {});
 
-// Where a run stands in its data: the epoch and the step within it that comes next.
+// Where a run stands in its data: the epoch and the step within it that comes next, counted from
+// the sample where this run's layout began in that epoch (0 unless it resumed at another global
+// batch mid-epoch: a segment, sampler.h).
 struct Position {
   int64_t epoch = 0;
   int64_t batch = 0;
+  int64_t start = 0;
 };
 
 // What one optimizer step measured.
@@ -70,6 +74,10 @@ class TrainingSession {
   using Clock = std::chrono::steady_clock;
 
   void resume();                             // --init, --resume or fresh; rank 0's state for all
+  void check_same_run();                     // every rank's settings are rank 0's (agreement.h)
+  // Resumed with another global batch (world size, batch, accumulation): the epoch continues from
+  // the checkpoint's sample position; says what changed and what was kept.
+  void continue_at_new_layout(const std::string& from, const TrainState& saved);
   void announce();                           // the start-up lines: model, data, recipe
   void announce_recipe();                    // the Recipe: line
   void open_metrics();                       // --metrics-file: new, or continued by a resumed run
@@ -82,6 +90,10 @@ class TrainingSession {
   void validate(int64_t epoch);              // evaluate, log, record, keep the best
   bool validation_due(int64_t epoch) const { return val_data_ && (epoch + 1) % opt_.eval_every == 0; }
   void log(const Position& at, const StepStats& s);
+  void log_samples(int64_t epoch, size_t first_micro);  // --log-samples: every rank's indices of this step
+  // Where the learning rate schedule stands: the epochs done in this run's steps, so that a run
+  // resumed at another global batch keeps its place in the schedule (equals state_.step otherwise).
+  int64_t schedule_step() const { return pos_.epoch * steps_per_epoch_ + pos_.start / global_batch_ + pos_.batch; }
   void save(const Position& next);           // rank 0: weights + training state to --save
   void lead_writes(const std::function<void()>& write);  // rank 0 writes, the others wait (untimed)
   void report();                             // throughput, memory, final save, checksums, summary
@@ -143,9 +155,10 @@ class TrainingSession {
   EventWriter tensorboard_;  // --tensorboard (rank 0)
   int64_t best_epoch_ = -1, last_eval_step_ = -1;
   struct {
-    int64_t step = -1, epoch = -1, batch = -1;
+    int64_t step = -1, epoch = -1, batch = -1, start = -1;
     double best_top1 = -2.0;
   } saved_;  // what the last save() wrote: the same state is not written again
+  std::ofstream samples_log_;  // --log-samples (rank 0)
 
   // Timing: the first step pays for warm-up, throughput counts from its end.
   TrainResult result_;

@@ -35,7 +35,7 @@ namespace {
 std::vector<uint8_t> slurp(const std::string& path) {
   std::vector<uint8_t> b;
   std::string err;
-  if (!read_whole_file(path, &b, &err)) throw std::runtime_error(path + ": " + err);
+  if (!read_image_file(path, kDefaultMaxImageBytes, &b, &err)) throw std::runtime_error(path + ": " + err);
   return b;
 }
 

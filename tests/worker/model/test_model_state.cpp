@@ -8,20 +8,11 @@
 
 #include "worker/core/backend.h"
 #include "worker/model/state_dict.h"
+#include "tests/worker/model/small_model.h"
 
 using namespace worker;
 
 namespace {
-
-ModelConfig small(int depth, int width = 8, int classes = 10) {
-  ModelConfig c;
-  c.depth = depth;
-  c.width = width;
-  c.num_classes = classes;
-  c.image_size = 16;
-  c.batch = 2;
-  return c;
-}
 
 const StateEntry& entry(const Model& m, const std::string& name) {
   for (const StateEntry& e : m.state_entries())
@@ -75,7 +66,7 @@ TEST_CASE("model: sizes and order match torchvision's state_dict", "[model]") {
     CHECK(next == m.num_params());
   }
   // stride on the bottleneck's 3x3 (v1.5) and the width multiplier.
-  Model m50(small(50, 16), *ops);
+  Model m50(small_model(50, 16), *ops);
   CHECK(entry(m50, "layer2.0.conv2.weight").shape == std::vector<int64_t>{32, 32, 3, 3});
   CHECK(entry(m50, "layer2.0.downsample.0.weight").shape == std::vector<int64_t>{128, 64, 1, 1});
   CHECK(entry(m50, "layer4.2.bn3.running_var").shape == std::vector<int64_t>{512});
@@ -83,18 +74,18 @@ TEST_CASE("model: sizes and order match torchvision's state_dict", "[model]") {
 
 TEST_CASE("model: bad configurations are clear errors", "[model]") {
   auto ops = make_cpu_ops(1);
-  CHECK_THROWS_WITH(Model(small(20), *ops), Catch::Contains("depth 20") && Catch::Contains("18, 34, 50"));
-  ModelConfig c = small(18);
+  CHECK_THROWS_WITH(Model(small_model(20), *ops), Catch::Contains("depth 20") && Catch::Contains("18, 34, 50"));
+  ModelConfig c = small_model(18);
   c.width = 0;
   CHECK_THROWS_WITH(Model(c, *ops), Catch::Contains("width"));
-  c = small(18);
+  c = small_model(18);
   c.batch = 0;
   CHECK_THROWS_WITH(Model(c, *ops), Catch::Contains("batch"));
 }
 
 TEST_CASE("model: init is torchvision's, deterministic per seed", "[model]") {
   auto ops = make_cpu_ops(1);
-  Model m(small(18, 16, 10), *ops);
+  Model m(small_model(18, 16, 10), *ops);
   m.init(5);
   const ModelState a = m.get_state();
   m.init(5);
@@ -142,7 +133,7 @@ TEST_CASE("model: OIHW <-> OHWI", "[model]") {
 
 TEST_CASE("model: state <-> tensors round trip and strict checks", "[model][safetensors]") {
   auto ops = make_cpu_ops(1);
-  Model m(small(50), *ops);
+  Model m(small_model(50), *ops);
   m.init(3);
   ModelState s = m.get_state();
   s.num_batches_tracked = 17;
@@ -196,7 +187,7 @@ TEST_CASE("model: state <-> tensors round trip and strict checks", "[model][safe
     CHECK_THAT(error_of(m, bad), Catch::Contains("'bn1.num_batches_tracked' has dtype F32"));
   }
   SECTION("another depth's checkpoint") {
-    Model m18(small(18), *ops);
+    Model m18(small_model(18), *ops);
     CHECK_THAT(error_of(m18, ts), Catch::Contains("ckpt.safetensors"));
   }
   SECTION("set_state with the wrong sizes") {

@@ -3,6 +3,7 @@
 
 #include <unistd.h>
 
+#include <cmath>
 #include <cstring>
 #include <dirent.h>
 #include <fstream>
@@ -10,7 +11,8 @@
 #include <nlohmann/json.hpp>
 
 #include "worker/core/backend.h"
-#include "worker/model/safetensors.h"
+#include "worker/model/state_dict.h"
+#include "tests/worker/model/small_model.h"
 
 using namespace worker;
 
@@ -203,5 +205,72 @@ TEST_CASE("safetensors: corrupt files are errors naming the file and tensor", "[
   SECTION("metadata value that is not a string") {
     spit(p, make_file(hdr(ok_entry + R"(,"__metadata__":{"step":3})"), data));
     CHECK_THAT(read_error(p), Catch::Contains("__metadata__"));
+  }
+}
+
+// --- Integrity (issue 22, item 6): a checksum per tensor, written with it, checked on every read.
+
+TEST_CASE("safetensors: every tensor's XXH3 in the metadata; a flipped bit names the file and the tensor",
+          "[safetensors][integrity]") {
+  TempDir d;
+  const std::string p = d.path + "/c.safetensors";
+  write_safetensors(p, {f32("w", {2, 2}, {1, 2, 3, 4}), f32("b", {2}, {5, 6})}, {{"step", "3"}});
+  const std::string raw = slurp(p);
+  uint64_t n = 0;
+  for (int i = 0; i < 8; ++i) n |= uint64_t(uint8_t(raw[size_t(i)])) << (8 * i);
+  const auto meta_json = nlohmann::json::parse(raw.substr(8, n))["__metadata__"];
+  // Free-form strings, as the format has them: 16 hex digits per tensor, beside the caller's.
+  CHECK(meta_json["step"] == "3");
+  REQUIRE(meta_json.contains("xxh3_64.w"));
+  CHECK(meta_json["xxh3_64.w"].get<std::string>().size() == 16);
+  CHECK(meta_json.contains("xxh3_64.b"));
+  std::map<std::string, std::string> meta;
+  read_safetensors(p, &meta);
+  CHECK(meta == std::map<std::string, std::string>{{"step", "3"}});  // the checksums are the reader's
+
+  // Every bit of every tensor's bytes is covered.
+  for (size_t byte = 8 + n; byte < raw.size(); ++byte) {
+    for (int bit : {0, 7}) {
+      std::string f = raw;
+      f[byte] = char(uint8_t(f[byte]) ^ (1u << bit));
+      spit(p, f);
+      const std::string e = read_error(p);
+      INFO("byte " << byte << " bit " << bit << ": " << e);
+      REQUIRE_THAT(e, Catch::Contains(p) && Catch::Contains(byte < 8 + n + 16 ? "tensor 'w'" : "tensor 'b'") &&
+                          Catch::Contains("do not match the checksum"));
+    }
+  }
+  // A tensor renamed in the header (a flipped bit there) has no checksum of its own.
+  std::string renamed = raw;
+  const size_t at = renamed.find("\"b\":");
+  REQUIRE(at != std::string::npos);
+  renamed[at + 1] = 'c';
+  spit(p, renamed);
+  CHECK_THAT(read_error(p), Catch::Contains("tensor 'c' has no checksum"));
+}
+
+TEST_CASE("a NaN or inf weight is refused at load, naming the file and the tensor", "[safetensors][integrity]") {
+  auto ops = make_cpu_ops(1);
+  Model model(small_model(18, 4, 3), *ops);
+  model.init(1);
+  ModelState s = model.get_state();
+  std::vector<StTensor> ts = model_state_to_tensors(model, s);
+  CHECK_NOTHROW(model_state_from_tensors(model, ts, "ckpt.safetensors"));
+  auto named = [](std::vector<StTensor>& v, const std::string& name) -> StTensor& {
+    for (StTensor& t : v)
+      if (t.name == name) return t;
+    FAIL("no tensor " << name);
+    throw 0;
+  };
+  const std::vector<std::pair<float, const char*>> cases = {
+      {std::nanf(""), "layer1.0.conv2.weight"}, {INFINITY, "bn1.running_var"}, {-INFINITY, "fc.bias"}};
+  for (const auto& [bad, name] : cases) {
+    std::vector<StTensor> t = ts;
+    StTensor& w = named(t, name);
+    reinterpret_cast<float*>(w.data.data())[1] = bad;
+    const char* what = std::isnan(bad) ? "holds NaN" : bad > 0 ? "holds inf" : "holds -inf";
+    CHECK_THROWS_WITH(model_state_from_tensors(model, t, "ckpt.safetensors"),
+                      Catch::Contains("ckpt.safetensors: tensor '" + w.name + "' " + what) &&
+                          Catch::Contains("1 non-finite value(s)"));
   }
 }

@@ -32,6 +32,9 @@ TEST_CASE("a checkpoint round-trips weights, buffers and training state", "[trai
   ts.data = "learnable";
   ts.num_samples = 100;
   ts.global_batch = 8;
+  ts.world = 2;
+  ts.replicas = 4;
+  ts.segment_start = 40;
   ts.optimizer_state["exp_avg"].assign(model.num_params(), 0.5f);
   ts.optimizer_state["exp_avg_sq"].assign(model.num_params(), 0.25f);
   const auto dir = std::filesystem::temp_directory_path() / ("train_ckpt_" + std::to_string(::getpid()));
@@ -48,6 +51,9 @@ TEST_CASE("a checkpoint round-trips weights, buffers and training state", "[trai
   CHECK(tback.step == 12);
   CHECK(tback.epoch == 1);
   CHECK(tback.batch == 3);
+  CHECK(tback.world == 2);
+  CHECK(tback.replicas == 4);
+  CHECK(tback.segment_start == 40);
   CHECK(tback.seed == 7);
   CHECK(tback.optimizer == worker::OptimizerKind::Adam);
   CHECK(tback.optimizer_state == ts.optimizer_state);

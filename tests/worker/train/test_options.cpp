@@ -180,6 +180,13 @@ TEST_CASE("--comm-timeout: 300 s by default, any positive number of seconds", "[
     CHECK_THAT(usage_error({"--comm-timeout", bad}), Catch::Contains("--comm-timeout"));
 }
 
+TEST_CASE("--max-image-bytes: 256 MiB by default, at least 1024 bytes", "[train][options]") {
+  CHECK(parse_options(std::vector<std::string>{})->max_image_bytes == 268435456u);
+  CHECK(parse_options(std::vector<std::string>{"--max-image-bytes", "5000000"})->max_image_bytes == 5000000u);
+  CHECK_THAT(usage_error({"--max-image-bytes", "100"}), Catch::Contains("--max-image-bytes must be at least 1024"));
+  CHECK_THAT(usage_error({"--max-image-bytes", "-1"}), Catch::Contains("--max-image-bytes"));
+}
+
 // --- the image pipeline's choices (issue 11): parsed by add_choice like every other name option
 // (CLI11's CheckedTransformer over enums without a stream operator printed NUL bytes in --help
 // and raw bytes in the error of a bad value).

@@ -13,9 +13,13 @@
 #include <random>
 #include <thread>
 
+#include <arpa/inet.h>
 #include <netinet/in.h>
+#include <poll.h>
 #include <sys/socket.h>
 #include <unistd.h>
+
+#include "proto/ring_hello.h"
 
 #include "worker/core/backend.h"
 #include "worker/train/ring_comm.h"
@@ -52,6 +56,7 @@ RingConfig config(int rank, int world, size_t chunk_bytes = size_t(4) << 20) {
   c.rank = rank;
   c.world = world;
   c.job_id = "test";
+  c.token = "test-token";
   c.timeout = 20s;
   c.chunk_bytes = chunk_bytes;
   return c;
@@ -190,32 +195,221 @@ TEST_CASE("a silent rank: the waiting rank times out naming it", "[train][ring]"
   CHECK(lost == std::optional<int>(1));  // the silent rank is the one lost
 }
 
-TEST_CASE("ranks of different jobs refuse to form a ring", "[train][ring]") {
+namespace {
+
+// Two ranks of one ring set up with configurations that differ (edit(rank, cfg)); the errors of
+// rank 0 and rank 1 ("" for one that formed the ring).
+std::pair<std::string, std::string> mismatched_pair(const std::function<void(int, RingConfig&)>& edit) {
   MapRendezvous rdv;
-  auto a = std::async(std::launch::async, [&]() -> std::string {
-    auto cfg = config(0, 2);
+  auto attempt = [&rdv, &edit](int rank) -> std::string {
+    auto cfg = config(rank, 2);
     cfg.timeout = 5s;
+    edit(rank, cfg);
     try {
       make_ring_comm(cfg, rdv);
     } catch (const CommError& e) {
       return e.what();
     }
     return "";
+  };
+  auto a = std::async(std::launch::async, attempt, 0);
+  const std::string eb = attempt(1);
+  return {a.get(), eb};
+}
+
+}  // namespace
+
+TEST_CASE("ranks of different jobs refuse to form a ring", "[train][ring]") {
+  const auto [ea, eb] = mismatched_pair([](int rank, RingConfig& c) {
+    if (rank == 1) c.job_id = "other";
   });
-  auto cfg = config(1, 2);
-  cfg.job_id = "other";
-  cfg.timeout = 5s;
-  std::string eb;
-  try {
-    make_ring_comm(cfg, rdv);
-  } catch (const CommError& e) {
-    eb = e.what();
-  }
-  const std::string ea = a.get();
   INFO(ea << "\n" << eb);
   CHECK((ea.find("job") != std::string::npos || eb.find("job") != std::string::npos));
   CHECK(!ea.empty());
   CHECK(!eb.empty());
+}
+
+TEST_CASE("ranks with different tokens refuse to form a ring", "[train][ring]") {
+  const auto [ea, eb] = mismatched_pair([](int rank, RingConfig& c) { c.token = rank == 0 ? "token-a" : "token-b"; });
+  INFO(ea << "\n" << eb);
+  // The first to check a MAC finds that its neighbour cannot prove the token (the other may see
+  // that rank leave first): neither joins.
+  auto says = [](const std::string& e) {
+    return e.find("did not prove it belongs to this job") != std::string::npos || e.find("bad proof") != std::string::npos;
+  };
+  CHECK((says(ea) || says(eb)));
+  CHECK(!ea.empty());
+  CHECK(!eb.empty());
+}
+
+// --- Strangers on a rank's port during the set-up (issue 22, item 2)
+
+namespace {
+
+namespace rh = proto::ring;
+
+// A client of a rank's ring port that is not a rank: the issue's attacker.
+class Stranger {
+ public:
+  explicit Stranger(const std::string& addr) {
+    const size_t colon = addr.rfind(':');
+    sockaddr_in a{};
+    a.sin_family = AF_INET;
+    a.sin_port = htons(uint16_t(std::stoi(addr.substr(colon + 1))));
+    ::inet_pton(AF_INET, addr.substr(0, colon).c_str(), &a.sin_addr);
+    fd_ = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    REQUIRE(::connect(fd_, reinterpret_cast<sockaddr*>(&a), sizeof a) == 0);
+  }
+  ~Stranger() { ::close(fd_); }
+  void send(const std::string& bytes) { REQUIRE(::send(fd_, bytes.data(), bytes.size(), MSG_NOSIGNAL) == ssize_t(bytes.size())); }
+  // The next set-up message, or nullopt when the rank closed the connection first (bounded: 5 s).
+  std::optional<rh::Message> receive() {
+    std::string in;
+    const auto deadline = std::chrono::steady_clock::now() + 5s;
+    while (true) {
+      const rh::Decoded d = rh::decode(in);
+      if (d.state == rh::Parse::Ok) return d.msg;
+      REQUIRE(d.state == rh::Parse::NeedMore);
+      if (!readable_before(deadline)) FAIL("no answer from the rank within 5 s");
+      char buf[256];
+      const ssize_t k = ::recv(fd_, buf, std::min(sizeof buf, rh::bytes_wanted(in)), 0);
+      if (k <= 0) return std::nullopt;
+      in.append(buf, size_t(k));
+    }
+  }
+  // Whether the rank closed this connection within `limit`.
+  bool closed_within(std::chrono::milliseconds limit) {
+    const auto deadline = std::chrono::steady_clock::now() + limit;
+    char buf[256];
+    while (readable_before(deadline)) {
+      const ssize_t k = ::recv(fd_, buf, sizeof buf, 0);
+      if (k <= 0) return true;
+    }
+    return false;
+  }
+
+ private:
+  bool readable_before(std::chrono::steady_clock::time_point deadline) {
+    const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now());
+    pollfd p{fd_, POLLIN, 0};
+    return ::poll(&p, 1, int(std::max<long long>(0, left.count()))) > 0;
+  }
+  int fd_ = -1;
+};
+
+rh::Nonce some_nonce(uint8_t v) {
+  rh::Nonce n{};
+  n.fill(v);
+  return n;
+}
+
+}  // namespace
+
+TEST_CASE("ring set-up: strangers are refused or dropped without ending the rank, the real ranks still meet",
+          "[train][ring][security]") {
+  const int world = 3;  // rank 0's left neighbour is rank 2
+  MapRendezvous rdv;
+  std::mutex mu;
+  std::vector<std::string> warnings;
+  auto cfg_of = [&](int r) {
+    auto cfg = config(r, world);
+    cfg.handshake_timeout = 500ms;
+    cfg.warn = [&mu, &warnings](const std::string& w) {
+      std::lock_guard<std::mutex> lk(mu);
+      warnings.push_back(w);
+    };
+    return cfg;
+  };
+  auto run = [&](int r) {
+    auto comm = make_ring_comm(cfg_of(r), rdv);
+    std::vector<float> v(1000, float(r + 1));
+    comm->allreduce_sum(v.data(), v.size());
+    return v[0];
+  };
+  // Ranks 0 and 1 start; rank 0 connects to rank 1 and then serves its port (strangers included)
+  // while it waits for its left neighbour, rank 2, which starts last.
+  auto rank0 = std::async(std::launch::async, run, 0);
+  auto rank1 = std::async(std::launch::async, run, 1);
+  const std::string addr = rdv.lookup("ring/0/addr/0", 10s, "rank 0");
+
+  // An idle connection is dropped after the set-up limit (not after --comm-timeout).
+  {
+    Stranger idle(addr);
+    const auto t0 = std::chrono::steady_clock::now();
+    CHECK(idle.closed_within(3s));
+    const auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now() - t0);
+    CHECK(ms >= 400ms);
+    CHECK(ms < 2500ms);
+  }
+  // Version 1's 20-byte hello for rank 2 of job "test": closed, nothing else.
+  {
+    Stranger v1(addr);
+    v1.send(std::string("RNG1\x01\0\0\0\x03\0\0\0\x02\0\0\0\x04\0\0\0test", 24));
+    CHECK(!v1.receive());
+  }
+  // A hello of another job, and one of the wrong rank: refused with their verdicts.
+  {
+    Stranger job(addr);
+    job.send(rh::encode_hello(3, 2, "default", some_nonce(1)));
+    const auto v = job.receive();
+    REQUIRE(v);
+    CHECK(v->type == rh::Type::Verdict);
+    CHECK(v->verdict == rh::Verdict::WrongJob);
+    CHECK(job.closed_within(2s));
+    Stranger rank(addr);
+    rank.send(rh::encode_hello(3, 1, "test", some_nonce(2)));
+    const auto w = rank.receive();
+    REQUIRE(w);
+    CHECK(w->verdict == rh::Verdict::WrongRank);
+  }
+  // The right claim without the token: "rank 2 of job test" is challenged, cannot answer.
+  {
+    Stranger fake(addr);
+    fake.send(rh::encode_hello(3, 2, "test", some_nonce(3)));
+    const auto ch = fake.receive();
+    REQUIRE(ch);
+    REQUIRE(ch->type == rh::Type::Challenge);
+    fake.send(rh::encode_proof(rh::Mac{}));
+    const auto v = fake.receive();
+    REQUIRE(v);
+    CHECK(v->verdict == rh::Verdict::BadProof);
+  }
+  // A replayed set-up: the proof a real rank 2 gave for an earlier challenge (computed with the
+  // token, for another acceptor nonce) does not answer this one.
+  {
+    Stranger replay(addr);
+    const rh::Nonce mine = some_nonce(4);
+    replay.send(rh::encode_hello(3, 2, "test", mine));
+    const auto ch = replay.receive();
+    REQUIRE(ch);
+    REQUIRE(ch->type == rh::Type::Challenge);
+    const rh::Transcript earlier{"ring/0", "test", 3, 2, mine, some_nonce(5)};
+    replay.send(rh::encode_proof(rh::transcript_mac("test-token", rh::Role::Connector, earlier)));
+    const auto v = replay.receive();
+    REQUIRE(v);
+    CHECK(v->verdict == rh::Verdict::BadProof);
+  }
+  // An idle stranger and one that sends half a hello stay connected while the real ranks meet.
+  Stranger idle(addr);
+  Stranger half(addr);
+  half.send(rh::encode_hello(3, 2, "test", some_nonce(6)).substr(0, 20));
+  const auto t0 = std::chrono::steady_clock::now();
+  auto rank2 = std::async(std::launch::async, run, 2);
+  CHECK(rank0.get() == 6.0f);
+  CHECK(rank1.get() == 6.0f);
+  CHECK(rank2.get() == 6.0f);
+  CHECK(std::chrono::steady_clock::now() - t0 < 3s);  // not held up by the strangers (set-up limit: 0.5 s)
+  CHECK(idle.closed_within(2s));  // dropped once the left neighbour was in
+
+  std::string all;
+  for (const std::string& w : warnings) all += w + "\n";
+  INFO(all);
+  CHECK_THAT(all, Catch::Contains("rank 0: ring setup: refused a connection from 127.0.0.1:"));
+  CHECK_THAT(all, Catch::Contains("no complete set-up 500 ms after it connected"));
+  CHECK_THAT(all, Catch::Contains("version 1"));
+  CHECK_THAT(all, Catch::Contains("job 'default': wrong job id"));
+  CHECK_THAT(all, Catch::Contains("this rank's left neighbour is rank 2"));
+  CHECK_THAT(all, Catch::Contains("without a valid proof"));
 }
 
 namespace {

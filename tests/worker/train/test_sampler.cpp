@@ -78,3 +78,37 @@ TEST_CASE("epoch_order lists a rank's micro-batches from a step on, in reading o
     for (int micro = 0; micro < 2; ++micro) CHECK(order[size_t((step - 1) * 2 + micro)] == s.batch(perm, 1, micro, step));
   CHECK(s.epoch_order(5, 1, 4).empty());
 }
+
+// --- A new world size mid-epoch (issue 21): the epoch continues from its sample position.
+
+TEST_CASE("segments: another global batch continues the epoch from the same sample, nothing twice", "[train][sampler]") {
+  const int64_t n = 50;
+  Sampler two({n, 2, 1, 4, 9}), three({n, 3, 1, 4, 9}), five({n, 5, 2, 1, 9});
+  REQUIRE(two.global_batch() == 8);
+  REQUIRE(three.global_batch() == 12);
+  REQUIRE(five.global_batch() == 10);
+  CHECK(two.steps_from(0) == two.steps_per_epoch());
+  const auto perm = two.permutation(4);
+  CHECK(three.permutation(4) == perm);  // the permutation does not depend on the layout
+  // 3 steps on 2 ranks (samples 0..23), then 3 ranks from 24: 2 whole steps (24..47); then 5
+  // ranks x 2 micro-batches of 1 from 48: no whole batch left.
+  std::vector<int> seen(size_t(n), 0);
+  auto read = [&](const Sampler& s, int world, int accum, int64_t start, int64_t steps) {
+    for (int r = 0; r < world; ++r)
+      for (int64_t b = 0; b < steps; ++b)
+        for (int k = 0; k < accum; ++k)
+          for (int64_t i : s.batch(perm, r, k, b, start)) ++seen[size_t(i)];
+  };
+  read(two, 2, 1, 0, 3);
+  CHECK(three.steps_from(24) == 2);
+  read(three, 3, 1, 24, 2);
+  CHECK(five.steps_from(48) == 0);
+  CHECK(two.steps_from(48) == 0);
+  CHECK(three.steps_from(n) == 0);
+  // Positions 0..47 of the permutation once each, the tail (48, 49) dropped.
+  for (int64_t p = 0; p < n; ++p) CHECK(seen[size_t(perm[size_t(p)])] == (p < 48 ? 1 : 0));
+  // A segment's step reads the next global batch of positions, dealt as DistributedSampler.
+  CHECK(three.batch(perm, 1, 0, 0, 24) == std::vector<int64_t>{perm[25], perm[28], perm[31], perm[34]});
+  CHECK(three.epoch_order(4, 2, 1, 24).size() == 1);
+  CHECK_THROWS(three.batch(perm, 0, 0, 2, 24));
+}

@@ -7,20 +7,27 @@ Cases: refuse (bad --save, partial checkpoints, another optimizer, --seed -1), i
 temporary files, a save killed between its two renames), stop (SIGINT alone, SIGTERM to `launch`
 with two ranks), one_rank (the checkpoint signal, then SIGTERM, to rank 1 alone: both ranks act at
 one step), slow_save (rank 0's saves far longer than --comm-timeout end no healthy run), save_once
-(the same state is written once), tee (Ctrl-C with stdout's reader gone: the resume hint on stderr).
+(the same state is written once), tee (Ctrl-C with stdout's reader gone: the resume hint on stderr),
+integrity (a flipped bit in the weights or the training state, a NaN or inf weight: refused at
+load, naming the file and the tensor).
 Exit 0 pass, 1 fail, 77 skipped (`launch` not built).
 """
+import json
 import os
 import re
 import select
 import shutil
 import signal
+import struct
 import subprocess
 import sys
 import time
 
+import numpy as np
+
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from test_train_resnet import SKIP, SMALL, check, checksums, clean_env, free_port, main, ok, read_st, run  # noqa: E402
+from test_train_resnet import (SKIP, SMALL, check, checksums, clean_env, free_port, main, ok, read_st,  # noqa: E402
+                               run, write_st)
 
 
 def usage(a, args, needle):
@@ -318,6 +325,61 @@ def case_save_once(a, tmp):
     check(read_st(ck)[1]["step"] == "4", "the checkpoint is not of step 4")
     check(delay_s <= elapsed < 2 * delay_s, f"{elapsed:.1f} s: expected one write of {delay_s} s, not two")
     print(f"--max-steps 4 --save-every 4: one write of step 4 ({elapsed:.1f} s with writes of {delay_s} s)")
+
+
+def st_layout(path):
+    """(raw bytes, header dict, start of the data section) of a safetensors file."""
+    raw = bytearray(open(path, "rb").read())
+    (n,) = struct.unpack("<Q", raw[:8])
+    return raw, json.loads(raw[8:8 + n]), 8 + n
+
+
+def case_integrity(a, tmp):
+    """Issue 22, item 6: a checksum per tensor, checked on load; a non-finite weight named at load."""
+    ck = os.path.join(tmp, "ck.safetensors")
+    ok([a.train] + SMALL + ["--max-steps", "2", "--save", ck])
+    meta = read_st(ck)[1]
+    check(len([k for k in meta if k.startswith("xxh3_64.")]) == len(read_st(ck)[0]), f"not a checksum per tensor: {meta}")
+
+    def refused(args, needles):
+        t0 = time.monotonic()
+        p = run([a.train] + SMALL + ["--max-steps", "4"] + args)
+        lines = p.stderr.strip().splitlines()
+        check(p.returncode == 1 and len(lines) == 1 and all(n in lines[0] for n in needles) and "Epoch[" not in p.stdout,
+              f"{args}: exit {p.returncode}, want 1 and one line with {needles}: {p.stderr[-800:]}")
+        return lines[0], time.monotonic() - t0
+
+    # One flipped bit in the middle of a tensor's bytes, in each file of the checkpoint.
+    figures = []
+    for path, tensor in [(ck, "layer2.0.conv1.weight"), (os.path.join(tmp, "ck.train.safetensors"), "optimizer.exp_avg")]:
+        good = bytes(open(path, "rb").read())
+        raw, header, data = st_layout(path)
+        b, e = header[tensor]["data_offsets"]
+        raw[data + (b + e) // 2] ^= 0x10
+        open(path, "wb").write(raw)
+        line, secs = refused(["--resume", ck], [path, f"tensor '{tensor}'", "do not match the checksum"])
+        figures.append(f"{os.path.basename(path)}: refused in {secs:.2f} s")
+        open(path, "wb").write(good)
+    ok([a.train] + SMALL + ["--max-steps", "3", "--resume", ck])  # restored: it resumes
+
+    # A NaN weight (a file whose checksums agree with it: another writer's, without any), and an
+    # inf in the optimizer state: named at load, not later as "training diverged".
+    w, meta = read_st(ck)
+    w = {k: v.copy() for k, v in w.items()}
+    w["layer3.1.bn2.weight"][3] = np.nan
+    nan_w = os.path.join(tmp, "nan.safetensors")
+    write_st(nan_w, w)
+    refused(["--init", nan_w], [nan_w, "tensor 'layer3.1.bn2.weight' holds NaN"])
+    raw, header, data = st_layout(ck)
+    header["__metadata__"] = {k: v for k, v in header["__metadata__"].items() if not k.startswith("xxh3_64.")}
+    b, _ = header["fc.bias"]["data_offsets"]
+    raw[data + b:data + b + 4] = struct.pack("<f", float("nan"))
+    h = json.dumps(header).encode()
+    h += b" " * ((8 - len(h) % 8) % 8)
+    open(ck, "wb").write(struct.pack("<Q", len(h)) + h + raw[data:])
+    line, _ = refused(["--resume", ck], [ck, "tensor 'fc.bias' holds NaN", "diverged"])
+    check("lower --lr" in line and "loss is" not in line, line)
+    print("integrity: a flipped bit in " + ", ".join(figures) + "; NaN weights refused at load, naming file and tensor")
 
 
 if __name__ == "__main__":
