@@ -243,3 +243,17 @@ TEST_CASE("plan: Bn shares one buffer among the outputs it recomputes; Block kee
   CHECK(block.buffers[size_t(block.blocks[0].b3.out.buffer)].bytes == next);
   CHECK(block.buffers[size_t(block.stem_out.buffer)].use == MemUse::Acts);
 }
+
+TEST_CASE("plan: the model's share of GPU memory in docs/benchmarks.md's recompute table", "[model][memory]") {
+  // ResNet-50 and -152, bf16, batch 256: the totals that table quotes for none / bn / block.
+  const struct {
+    int depth;
+    Recompute mode;
+    double gb;
+  } rows[] = {{50, Recompute::None, 11.05}, {50, Recompute::Bn, 9.37},   {50, Recompute::Block, 4.50},
+              {152, Recompute::None, 23.04}, {152, Recompute::Bn, 19.41}, {152, Recompute::Block, 8.68}};
+  for (const auto& r : rows) {
+    INFO("ResNet-" << r.depth << " mode " << int(r.mode));
+    CHECK(plan_gb(r.depth, 256, DType::BF16, r.mode).at("total") == Approx(r.gb).margin(0.005));
+  }
+}
