@@ -193,20 +193,26 @@ std::vector<ParamView> vector_params(const Schema& s) {
 
 // --- Layout conversion
 
-void oihw_to_ohwi(const float* src, float* dst, int o, int i, int kh, int kw) {
+namespace {
+
+// move(oihw, ohwi) for every element of an (o, i, kh, kw) weight: its index in either layout.
+template <typename F>
+void for_each_weight(int o, int i, int kh, int kw, F move) {
   for (int a = 0; a < o; ++a)
     for (int b = 0; b < i; ++b)
       for (int y = 0; y < kh; ++y)
         for (int x = 0; x < kw; ++x)
-          dst[((size_t(a) * kh + y) * kw + x) * i + b] = src[((size_t(a) * i + b) * kh + y) * kw + x];
+          move(((size_t(a) * i + b) * kh + y) * kw + x, ((size_t(a) * kh + y) * kw + x) * i + b);
+}
+
+}  // namespace
+
+void oihw_to_ohwi(const float* src, float* dst, int o, int i, int kh, int kw) {
+  for_each_weight(o, i, kh, kw, [&](size_t oihw, size_t ohwi) { dst[ohwi] = src[oihw]; });
 }
 
 void ohwi_to_oihw(const float* src, float* dst, int o, int i, int kh, int kw) {
-  for (int a = 0; a < o; ++a)
-    for (int b = 0; b < i; ++b)
-      for (int y = 0; y < kh; ++y)
-        for (int x = 0; x < kw; ++x)
-          dst[((size_t(a) * i + b) * kh + y) * kw + x] = src[((size_t(a) * kh + y) * kw + x) * i + b];
+  for_each_weight(o, i, kh, kw, [&](size_t oihw, size_t ohwi) { dst[oihw] = src[ohwi]; });
 }
 
 }  // namespace worker

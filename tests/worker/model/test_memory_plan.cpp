@@ -11,22 +11,14 @@
 
 #include "worker/model/memory_plan.h"
 #include "worker/model/schema.h"
+#include "tests/worker/model/small_model.h"
 
 namespace {
 
 using namespace worker;
 
-ModelConfig config(int depth, int batch, Stem stem = Stem::ImageNet, int image_size = 224) {
-  ModelConfig c;
-  c.depth = depth;
-  c.batch = batch;
-  c.stem = stem;
-  c.image_size = image_size;
-  return c;
-}
-
 std::map<std::string, double> plan_gb(int depth, int batch, DType t, Recompute mode = Recompute::None) {
-  const MemoryPlan p = plan_memory(make_schema(config(depth, batch)), t, mode, true);
+  const MemoryPlan p = plan_memory(make_schema(model_config(depth, batch)), t, mode, true);
   std::map<std::string, double> gb;
   for (MemUse u : kMemUses) gb[mem_use_name(u)] = double(p.bytes(u)) / 1e9;
   gb["total"] = double(p.total()) / 1e9;
@@ -120,10 +112,10 @@ TEST_CASE("ResNet-18 fp32: the stem's gradient goes to the scratch (no dead acti
   const auto gb = plan_gb(18, 32, DType::F32);
   // 32 x 112 x 112 x 64 fp32 (bn1's output gradient) is the largest gradient without a home.
   CHECK(gb.at("activation-gradient scratch") == Approx(32.0 * 112 * 112 * 64 * 4 / 1e9).margin(0.001));
-  const MemoryPlan p = plan_memory(make_schema(config(18, 32)), DType::F32, Recompute::None, true);
+  const MemoryPlan p = plan_memory(make_schema(model_config(18, 32)), DType::F32, Recompute::None, true);
   CHECK(p.stem_dx == p.grad_s);
   // ResNet-50's bn1 gradient fits a dead activation (the scratch above is the top output's).
-  const MemoryPlan p50 = plan_memory(make_schema(config(50, 256)), DType::BF16, Recompute::None, true);
+  const MemoryPlan p50 = plan_memory(make_schema(model_config(50, 256)), DType::BF16, Recompute::None, true);
   CHECK(p50.stem_dx.placed());
   CHECK(p50.stem_dx != p50.grad_s);
 }
@@ -156,7 +148,7 @@ TEST_CASE("recompute: what each mode keeps (ResNet-50 and -152, bf16, batch 256)
 }
 
 TEST_CASE("plan: the parameter buffers come first, as the backend binds them", "[model][memory]") {
-  const Schema s = make_schema(config(18, 4));
+  const Schema s = make_schema(model_config(18, 4));
   const MemoryPlan whole = plan_memory(s, DType::BF16, Recompute::None, true);
   REQUIRE(whole.buffers.size() > 3);
   CHECK((whole.params.buffer == 0 && whole.grads.buffer == 1 && whole.stats.buffer == 2));
@@ -176,7 +168,7 @@ TEST_CASE("plan: every tensor lies inside its buffer (every depth, stem and mode
     for (Stem stem : {Stem::ImageNet, Stem::Cifar})
       for (Recompute mode : {Recompute::None, Recompute::Bn, Recompute::Block})
         for (int image_size : {224, 33, 7}) {
-          const Schema s = make_schema(config(depth, 3, stem, image_size));
+          const Schema s = make_schema(model_config(depth, 3, stem, image_size));
           const MemoryPlan p = plan_memory(s, DType::F16, mode, true);
           for (const Span& t : spans(s, p)) {
             INFO("depth " << depth << " stem " << int(stem) << " mode " << int(mode) << " " << image_size << " px: "
@@ -197,7 +189,7 @@ TEST_CASE("plan: without recomputation no two kept activations share memory", "[
   // stem's output.
   for (int depth : {18, 50})
     for (Stem stem : {Stem::ImageNet, Stem::Cifar}) {
-      const Schema s = make_schema(config(depth, 2, stem, 64));
+      const Schema s = make_schema(model_config(depth, 2, stem, 64));
       const MemoryPlan p = plan_memory(s, DType::BF16, Recompute::None, true);
       std::vector<Span> kept;
       for (const Span& t : spans(s, p))
@@ -219,7 +211,7 @@ TEST_CASE("plan: without recomputation no two kept activations share memory", "[
 
 TEST_CASE("plan: Bn shares one buffer among the outputs it recomputes; Block keeps the block outputs in order",
           "[model][memory]") {
-  const Schema s = make_schema(config(50, 2, Stem::ImageNet, 64));
+  const Schema s = make_schema(model_config(50, 2, Stem::ImageNet, 64));
   const MemoryPlan bn = plan_memory(s, DType::BF16, Recompute::Bn, true);
   const Place r = bn.bn1.out;
   REQUIRE(r.placed());

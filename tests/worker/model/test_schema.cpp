@@ -7,27 +7,15 @@
 #include <cstdint>
 
 #include "worker/model/schema.h"
+#include "tests/worker/model/small_model.h"
 
 using namespace worker;
-
-namespace {
-
-ModelConfig config(int depth, Stem stem = Stem::ImageNet, int image_size = 224, int batch = 2) {
-  ModelConfig c;
-  c.depth = depth;
-  c.stem = stem;
-  c.image_size = image_size;
-  c.batch = batch;
-  return c;
-}
-
-}  // namespace
 
 TEST_CASE("schema: the layers' units tile the parameter buffer in order", "[model][schema]") {
   // Gradient readiness reports the finished suffix of the buffer: it needs every parameter in
   // exactly one unit, units in buffer order.
   for (int depth : {18, 34, 50, 101, 152}) {
-    const Schema s = make_schema(config(depth));
+    const Schema s = make_schema(model_config(depth, 2));
     size_t next = 0;
     for (const Unit& u : s.units) {
       CHECK(u.begin == next);
@@ -41,7 +29,7 @@ TEST_CASE("schema: the layers' units tile the parameter buffer in order", "[mode
 }
 
 TEST_CASE("schema: running statistics and views agree with the state entries", "[model][schema]") {
-  const Schema s = make_schema(config(50));
+  const Schema s = make_schema(model_config(50, 2));
   size_t means = 0, vars = 0, params = 0;
   for (const StateEntry& e : s.entries) {
     if (e.kind == StateKind::RunningMean) ++means;
@@ -69,7 +57,7 @@ TEST_CASE("schema: shapes chain from the stem through the blocks", "[model][sche
   for (Stem stem : {Stem::ImageNet, Stem::Cifar})
     for (int depth : {18, 50}) {
       const int px = stem == Stem::ImageNet ? 224 : 32;
-      const Schema s = make_schema(config(depth, stem, px));
+      const Schema s = make_schema(model_config(depth, 2, stem, px));
       // ImageNet: 224 -> 112 (conv1) -> 56 (pool); Cifar: 32 throughout the stem.
       CHECK(s.stem_out().h == (stem == Stem::ImageNet ? 56 : 32));
       CHECK(s.pooled == (stem == Stem::ImageNet));
@@ -88,11 +76,12 @@ TEST_CASE("schema: shapes chain from the stem through the blocks", "[model][sche
 }
 
 TEST_CASE("schema: bad configurations are clear errors", "[model][schema]") {
-  CHECK_THROWS_WITH(make_schema(config(20)), Catch::Contains("depth 20") && Catch::Contains("18, 34, 50, 101 or 152"));
-  ModelConfig c = config(18);
+  CHECK_THROWS_WITH(make_schema(model_config(20, 2)),
+                    Catch::Contains("depth 20") && Catch::Contains("18, 34, 50, 101 or 152"));
+  ModelConfig c = model_config(18, 2);
   c.num_classes = 0;
   CHECK_THROWS_WITH(make_schema(c), Catch::Contains("num_classes"));
-  c = config(18, Stem::ImageNet, 0);
+  c = model_config(18, 2, Stem::ImageNet, 0);
   CHECK_THROWS_WITH(make_schema(c), Catch::Contains("image_size"));
 }
 
@@ -101,9 +90,9 @@ TEST_CASE("a batch beyond cuDNN's 2^31 elements per tensor is refused before any
   // ResNet-50 at 224 px: conv1's output holds 64 x 112 x 112 = 802,816 values per image, so
   // 2,674 images are the most one tensor of 2^31 - 1 elements holds (the GPU backend's limit).
   // The model checks this on the schema, before it plans or carves any memory.
-  CHECK_NOTHROW(check_tensor_sizes(make_schema(config(50, Stem::ImageNet, 224, 2674)), INT32_MAX));
+  CHECK_NOTHROW(check_tensor_sizes(make_schema(model_config(50, 2674, Stem::ImageNet, 224)), INT32_MAX));
   try {
-    check_tensor_sizes(make_schema(config(50, Stem::ImageNet, 224, 2675)), INT32_MAX);
+    check_tensor_sizes(make_schema(model_config(50, 2675, Stem::ImageNet, 224)), INT32_MAX);
     FAIL("batch 2675 was accepted");
   } catch (const ModelTooLarge& e) {
     CHECK_THAT(e.what(), Catch::Contains("batch 2675") && Catch::Contains("at most 2674") &&
@@ -111,7 +100,7 @@ TEST_CASE("a batch beyond cuDNN's 2^31 elements per tensor is refused before any
   }
   // The CIFAR stem keeps 32 px: layer1's 256-channel outputs are the largest (32 x 32 x 256).
   try {
-    check_tensor_sizes(make_schema(config(50, Stem::Cifar, 32, 1 << 20)), INT32_MAX);
+    check_tensor_sizes(make_schema(model_config(50, 1 << 20, Stem::Cifar, 32)), INT32_MAX);
     FAIL("a batch of 2^20 was accepted");
   } catch (const ModelTooLarge& e) {
     CHECK_THAT(e.what(), Catch::Contains("262144 per image") && Catch::Contains("at most 8191"));
