@@ -76,7 +76,7 @@ class Planner {
       plan_gradient_memory();
     }
     if (p_.mode != Recompute::None) plan_bn_sink();
-    const Shape avg{s_.batch, 1, 1, s_.fc_in};
+    const ActShape avg{s_.batch, 1, 1, s_.fc_in};
     p_.avg_out = carve(bytes(avg), MemUse::Acts);
     p_.d_avg = carve(bytes(avg), MemUse::Scratch);
     const size_t nl = size_t(s_.batch) * size_t(s_.num_classes);
@@ -94,7 +94,7 @@ class Planner {
     p_.buffers.push_back({use, bytes});
     return {int(p_.buffers.size()) - 1, 0};
   }
-  size_t bytes(const Shape& sh) const { return sh.numel() * dtype_size(p_.dtype); }
+  size_t bytes(const ActShape& sh) const { return sh.numel() * dtype_size(p_.dtype); }
   size_t buffer_bytes(const Place& at) const { return p_.buffers[size_t(at.buffer)].bytes; }
   Place& block_out(size_t i) { return s_.blocks[i].bottleneck ? p_.blocks[i].b3.out : p_.blocks[i].b2.out; }
   Place& last_conv(size_t i) { return s_.blocks[i].bottleneck ? p_.blocks[i].c3 : p_.blocks[i].c2; }

@@ -59,7 +59,7 @@ struct Binder {
     return p.placed() ? static_cast<char*>(memory[size_t(p.buffer)]) + p.offset : nullptr;
   }
   float* at_f(const Place& p) const { return static_cast<float*>(at(p)); }
-  Act act(const Shape& s, const Place& p) const { return Act{at(p), dtype, s.n, s.h, s.w, s.c}; }
+  Act act(const ActShape& s, const Place& p) const { return Act{at(p), dtype, s.n, s.h, s.w, s.c}; }
 
   ConvL conv(const ConvLayer& l, const Place& out) const { return {l.d, l.w, l.unit, act(l.out(), out)}; }
   BnL bn(const BnLayer& l, const BnPlaces& p) const {
@@ -150,7 +150,7 @@ struct ResNet::Net {
       b.din_data = m.at(q.din);
       prev = b.out;
     }
-    const Shape avg{s.batch, 1, 1, s.fc_in};
+    const ActShape avg{s.batch, 1, 1, s.fc_in};
     avg_out = m.act(avg, p.avg_out);
     d_avg = m.act(avg, p.d_avg);
     fc_w = s.fc_w;

@@ -34,7 +34,7 @@ struct ModelState {
 };
 
 // An NHWC tensor's shape (its dtype is the backend's, its memory the plan's).
-struct Shape {
+struct ActShape {
   int n = 0, h = 0, w = 0, c = 0;
   size_t numel() const { return size_t(n) * h * w * c; }
 };
@@ -45,7 +45,7 @@ struct ConvLayer {
   ConvDesc d;
   ParamView w;    // (C_out, kH, kW, C_in)
   int unit = -1;  // index in Schema::units
-  Shape out() const { return {d.n, d.ho, d.wo, d.cout}; }
+  ActShape out() const { return {d.n, d.ho, d.wo, d.cout}; }
 };
 
 struct BnLayer {
@@ -53,7 +53,7 @@ struct BnLayer {
   ParamView gamma, beta;  // (C), (C)
   size_t running_mean = 0, running_var = 0;  // offsets into the running-statistics buffer
   int unit = -1;
-  Shape out() const { return {d.n, d.h, d.w, d.c}; }
+  ActShape out() const { return {d.n, d.h, d.w, d.c}; }
 };
 
 // torchvision's BasicBlock (c1 b1 c2 b2) or Bottleneck (c1 b1 c2 b2 c3 b3, stride on the 3x3),
@@ -89,10 +89,10 @@ struct Schema {
   std::vector<Unit> units;          // in buffer order
   size_t nparams = 0, nbuffers = 0;
 
-  Shape input() const { return {batch, image_size, image_size, 3}; }
-  Shape stem_out() const { return {batch, pool.ho, pool.wo, pool.c}; }
-  Shape block_out(size_t i) const { return blocks[i].last_bn().out(); }
-  Shape block_in(size_t i) const { return i ? block_out(i - 1) : stem_out(); }
+  ActShape input() const { return {batch, image_size, image_size, 3}; }
+  ActShape stem_out() const { return {batch, pool.ho, pool.wo, pool.c}; }
+  ActShape block_out(size_t i) const { return blocks[i].last_bn().out(); }
+  ActShape block_in(size_t i) const { return i ? block_out(i - 1) : stem_out(); }
 };
 
 // Throws std::invalid_argument naming the setting that is not valid (a depth that is no ResNet's,

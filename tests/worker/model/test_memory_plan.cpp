@@ -46,7 +46,7 @@ std::vector<Span> spans(const Schema& s, const MemoryPlan& p) {
   auto add = [&](const std::string& what, const Place& at, size_t bytes) {
     if (at.placed()) v.push_back({what, at, bytes});
   };
-  auto act = [&](const std::string& what, const Place& at, const Shape& sh) { add(what, at, sh.numel() * es); };
+  auto act = [&](const std::string& what, const Place& at, const ActShape& sh) { add(what, at, sh.numel() * es); };
   auto bn = [&](const std::string& what, const BnPlaces& at, const BnLayer& l) {
     act(what + ".out", at.out, l.out());
     add(what + ".save_mean", at.save_mean, size_t(l.d.c) * sizeof(float));
@@ -74,7 +74,7 @@ std::vector<Span> spans(const Schema& s, const MemoryPlan& p) {
     bn(n + "bd", q.bd, b.bd);
     act(n + "input gradient", q.din, s.block_in(i));
   }
-  const Shape avg{s.batch, 1, 1, s.fc_in};
+  const ActShape avg{s.batch, 1, 1, s.fc_in};
   act("avg_out", p.avg_out, avg);
   act("d_avg", p.d_avg, avg);
   const size_t nl = size_t(s.batch) * size_t(s.num_classes) * sizeof(float);

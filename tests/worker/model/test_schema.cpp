@@ -63,7 +63,7 @@ TEST_CASE("schema: shapes chain from the stem through the blocks", "[model][sche
       CHECK(s.pooled == (stem == Stem::ImageNet));
       for (size_t i = 0; i < s.blocks.size(); ++i) {
         const BlockLayers& b = s.blocks[i];
-        const Shape in = s.block_in(i), out = s.block_out(i);
+        const ActShape in = s.block_in(i), out = s.block_out(i);
         CHECK((b.c1.d.h == in.h && b.c1.d.w == in.w && b.c1.d.cin == in.c));
         CHECK(b.last_conv().out().numel() == out.numel());
         CHECK(b.has_ds == (in.h != out.h || in.c != out.c));
