@@ -2,12 +2,17 @@
 
 #include <CLI/CLI.hpp>
 
+#include <algorithm>
 #include <cctype>
+#include <cstdlib>
 #include <functional>
+#include <map>
 
 #include "launcher/errors.h"
 #include "launcher/exit_policy.h"
+#include "launcher/line_prefix.h"
 #include "launcher/seconds.h"
+#include "proto/address.h"
 
 #ifndef LAUNCH_VERSION
 #define LAUNCH_VERSION "unknown"
@@ -42,6 +47,37 @@ bool truthy(const std::string& var, const std::string& value) {
   throw UsageError(var + "='" + value + "' is not a boolean (use 1 or 0)");
 }
 
+// torchrun's --master-addr spells IPv6 "[::1]"; launch's options take the bare address.
+std::string unbracket(const std::string& host) {
+  return host.size() > 2 && host.front() == '[' && host.back() == ']' ? host.substr(1, host.size() - 2) : host;
+}
+
+// torchrun's endpoint without a port ("host", "[::1]", "::1") gets its default one.
+std::string with_default_port(const std::string& endpoint, uint16_t port) {
+  if (proto::split_host_port(endpoint)) return endpoint;
+  const std::string host = unbracket(endpoint);
+  if (host.empty() || (host.find(':') != std::string::npos && !proto::is_ipv6_literal(host))) return endpoint;
+  return proto::join_host_port(host, port);
+}
+
+std::string trim(std::string v) {
+  while (!v.empty() && (v.front() == ' ' || v.front() == '\t')) v.erase(v.begin());
+  while (!v.empty() && (v.back() == ' ' || v.back() == '\t')) v.pop_back();
+  return v;
+}
+
+// "a,b,,c" -> {"a", "b", "", "c"}; "" -> {""}.
+std::vector<std::string> split_commas(const std::string& s) {
+  std::vector<std::string> out;
+  size_t start = 0;
+  for (;;) {
+    const size_t comma = s.find(',', start);
+    out.push_back(s.substr(start, comma == std::string::npos ? std::string::npos : comma - start));
+    if (comma == std::string::npos) return out;
+    start = comma + 1;
+  }
+}
+
 int to_int(const std::string& what, const std::string& value, int lo, int hi) {
   if (!all_digits(value) || std::stoi(value) < lo || std::stoi(value) > hi)
     throw UsageError(what + " '" + value + "' must be a whole number from " + std::to_string(lo) + " to " +
@@ -69,29 +105,52 @@ struct Raw {
   std::string gpus, devices, nproc, nnodes = "1", master, token_file, job_id = "default", log_dir = "log",
       log_level = "info", host = "127.0.0.1", stream = "rank0", ckpt, summary, master_addr, rdzv_endpoint,
       rdzv_id, rdzv_backend, redirects, tee, ranks_filter, python, restart_backoff = "1:60";
+  // torchrun's options with no counterpart of their own here (apply_torchrun_rest)
+  std::string rdzv_conf, monitor_interval, start_method, role = "default", local_addr, line_prefix,
+      signals_to_handle, numa_binding, logs_specs, event_log_handler, dup_stdout, dup_stderr;
   int rank = -1, max_restart = 0, start_port = 0, master_port = 0;
-  double elastic_timeout = 600, grace = 10;
+  double elastic_timeout = 600, grace = 10, shutdown_timeout = 0;
   bool log_overwrite = false, dry_run = false, standalone = false, module = false, no_python = false,
-       run_path = false, version = false, requeue = false;
+       run_path = false, version = false, virtual_local_rank = false, requeue = false;
   std::map<std::string, bool> given;  // by the option's first name
 };
 
 // One PET_<NAME> variable of torchrun: it fills the option when the command line did not give it.
 struct PetVar {
   const char* option;  // the spelling we synthesise ("--nproc-per-node")
+  const char* key;     // the option's first name, as Raw::given knows it
   const char* var;
   bool flag;
 };
 constexpr PetVar kPetVars[] = {
-    {"--nproc-per-node", "PET_NPROC_PER_NODE", false}, {"--nnodes", "PET_NNODES", false},
-    {"--node-rank", "PET_NODE_RANK", false},           {"--master-addr", "PET_MASTER_ADDR", false},
-    {"--master-port", "PET_MASTER_PORT", false},       {"--rdzv-endpoint", "PET_RDZV_ENDPOINT", false},
-    {"--rdzv-id", "PET_RDZV_ID", false},               {"--rdzv-backend", "PET_RDZV_BACKEND", false},
-    {"--max-restarts", "PET_MAX_RESTARTS", false},     {"--log-dir", "PET_LOG_DIR", false},
-    {"--redirects", "PET_REDIRECTS", false},           {"--tee", "PET_TEE", false},
-    {"--local-ranks-filter", "PET_LOCAL_RANKS_FILTER", false},
-    {"--standalone", "PET_STANDALONE", true},          {"--module", "PET_MODULE", true},
-    {"--no-python", "PET_NO_PYTHON", true},            {"--run-path", "PET_RUN_PATH", true},
+    {"--nproc-per-node", "--nproc_per_node", "PET_NPROC_PER_NODE", false},
+    {"--nnodes", "--nnodes", "PET_NNODES", false},
+    {"--node-rank", "--rank", "PET_NODE_RANK", false},
+    {"--master-addr", "--master_addr", "PET_MASTER_ADDR", false},
+    {"--master-port", "--master_port", "PET_MASTER_PORT", false},
+    {"--rdzv-endpoint", "--rdzv_endpoint", "PET_RDZV_ENDPOINT", false},
+    {"--rdzv-id", "--rdzv_id", "PET_RDZV_ID", false},
+    {"--rdzv-backend", "--rdzv_backend", "PET_RDZV_BACKEND", false},
+    {"--rdzv-conf", "--rdzv_conf", "PET_RDZV_CONF", false},
+    {"--max-restarts", "--max_restart", "PET_MAX_RESTARTS", false},
+    {"--log-dir", "--log_dir", "PET_LOG_DIR", false},
+    {"--redirects", "--redirects", "PET_REDIRECTS", false},
+    {"--tee", "--tee", "PET_TEE", false},
+    {"--local-ranks-filter", "--local_ranks_filter", "PET_LOCAL_RANKS_FILTER", false},
+    {"--monitor-interval", "--monitor_interval", "PET_MONITOR_INTERVAL", false},
+    {"--start-method", "--start_method", "PET_START_METHOD", false},
+    {"--event-log-handler", "--event_log_handler", "PET_EVENT_LOG_HANDLER", false},
+    {"--role", "--role", "PET_ROLE", false},
+    {"--local-addr", "--local_addr", "PET_LOCAL_ADDR", false},
+    {"--signals-to-handle", "--signals_to_handle", "PET_SIGNALS_TO_HANDLE", false},
+    {"--shutdown-timeout", "--shutdown_timeout", "PET_SHUTDOWN_TIMEOUT", false},
+    {"--duplicate-stdout-filters", "--duplicate_stdout_filters", "PET_DUPLICATE_STDOUT_FILTERS", false},
+    {"--duplicate-stderr-filters", "--duplicate_stderr_filters", "PET_DUPLICATE_STDERR_FILTERS", false},
+    {"--standalone", "--standalone", "PET_STANDALONE", true},
+    {"--module", "-m", "PET_MODULE", true},
+    {"--no-python", "--no-python", "PET_NO_PYTHON", true},
+    {"--run-path", "--run-path", "PET_RUN_PATH", true},
+    {"--virtual-local-rank", "--virtual_local_rank", "PET_VIRTUAL_LOCAL_RANK", true},
 };
 
 struct Parsed {
@@ -123,7 +182,7 @@ Parsed parse_args(const std::vector<std::string>& args) {
   opt("--devices", r.devices, "device ids like --gpus, or 'cpu' (with --nproc_per_node)");
   opt("--nproc_per_node,--nproc-per-node", r.nproc, "processes on this node: N, or gpu, cpu, auto (torchrun)");
   // --- nodes
-  opt("--nnodes", r.nnodes, "number of nodes (more than 1: with --master)");
+  opt("--nnodes", r.nnodes, "number of nodes (more than 1: with --master), or MIN:MAX: elastic membership");
   opt("--master", r.master, "HOST:PORT of the store of a multi-node job, served by node 0");
   opt("--rank,--node_rank,--node-rank", r.rank, "this node's rank, 0..nnodes-1; -1: in order of arrival")
       ->capture_default_str();
@@ -138,6 +197,27 @@ Parsed parse_args(const std::vector<std::string>& args) {
   opt("--rdzv_endpoint,--rdzv-endpoint", r.rdzv_endpoint, "torchrun: HOST:PORT, as --master");
   opt("--rdzv_id,--rdzv-id", r.rdzv_id, "torchrun: the job id, as --job_id");
   opt("--rdzv_backend,--rdzv-backend", r.rdzv_backend, "torchrun: c10d or static (both: launch's own store)");
+  opt("--rdzv_conf,--rdzv-conf", r.rdzv_conf,
+      "torchrun: KEY=VALUE,...: join_timeout, last_call_timeout, close_timeout, heartbeat_timeout, keep_alive_interval, "
+      "keep_alive_max_attempt, read_timeout, is_host, checkpoint_timeout");
+  opt("--local_addr,--local-addr", r.local_addr, "torchrun: this node's address, as --host");
+  // --- the rest of torchrun's options: their meaning where one applies here, else accepted
+  opt("--role", r.role, "torchrun: the workers' role (ROLE_NAME)")->capture_default_str();
+  opt("--log_line_prefix_template,--log-line-prefix-template", r.line_prefix,
+      "torchrun: the prefix of --stream all's lines, with ${rank}, ${local_rank}, ${role_name} (default [rank N] )");
+  opt("--signals_to_handle,--signals-to-handle", r.signals_to_handle,
+      "torchrun: signals forwarded to the workers that stop the job: SIGINT, SIGTERM, SIGHUP, SIGQUIT always, "
+      "SIGUSR1, SIGUSR2 when listed");
+  opt("--shutdown_timeout,--shutdown-timeout", r.shutdown_timeout, "torchrun: as --grace");
+  flag("--virtual_local_rank,--virtual-local-rank", r.virtual_local_rank,
+       "torchrun: LOCAL_RANK=0 for every worker, whose GPU is then the only one it sees");
+  opt("--monitor_interval,--monitor-interval", r.monitor_interval, "torchrun: accepted, no effect");
+  opt("--start_method,--start-method", r.start_method, "torchrun: spawn, fork or forkserver: accepted, no effect");
+  opt("--numa_binding,--numa-binding", r.numa_binding, "torchrun: accepted, no effect");
+  opt("--logs_specs,--logs-specs", r.logs_specs, "torchrun: accepted, no effect");
+  opt("--event_log_handler,--event-log-handler", r.event_log_handler, "torchrun: accepted, no effect");
+  opt("--duplicate_stdout_filters,--duplicate-stdout-filters", r.dup_stdout, "torchrun: accepted, no effect");
+  opt("--duplicate_stderr_filters,--duplicate-stderr-filters", r.dup_stderr, "torchrun: accepted, no effect");
   // --- the job
   opt("--job_id", r.job_id, "job name, exported as PADDLE_JOB_ID and TORCHELASTIC_RUN_ID")->capture_default_str();
   opt("--log_dir,--log-dir", r.log_dir, "directory of workerlog.N files")->capture_default_str();
@@ -151,8 +231,8 @@ Parsed parse_args(const std::vector<std::string>& args) {
   opt("--start_port", r.start_port, "first port of the trainer endpoints (default: free ports)");
   flag("--dry-run,--dry_run", r.dry_run, "print each rank's command and environment, start nothing");
   opt("--stream", r.stream, "console output: rank0, all ([rank N] prefix), none")->capture_default_str();
-  opt("--redirects", r.redirects, "torchrun: 3 = --stream none (logs always hold stdout and stderr)");
-  opt("--tee", r.tee, "torchrun: 3 = --stream all");
+  opt("--redirects,-r", r.redirects, "torchrun: 3 = --stream none (logs always hold stdout and stderr)");
+  opt("--tee,-t", r.tee, "torchrun: 3 = --stream all");
   opt("--local_ranks_filter,--local-ranks-filter", r.ranks_filter, "torchrun: 0 = --stream rank0");
   opt("--grace", r.grace, "seconds between SIGTERM and SIGKILL at teardown")->capture_default_str();
   opt("--checkpoint-signal,--checkpoint_signal", r.ckpt,
@@ -202,15 +282,25 @@ void apply_nproc(const std::string& v, Options& o) {
   o.nproc_per_node = std::stoi(v);
 }
 
-int parse_nnodes(const std::string& v) {
+// --nnodes N, or torchrun's (and paddle's) MIN:MAX: elastic membership when MIN < MAX.
+void apply_nnodes(const std::string& v, Options& o) {
   const size_t colon = v.find(':');
-  if (colon == std::string::npos) return to_int("--nnodes", v, 1, 65536);
-  const int lo = to_int("--nnodes", v.substr(0, colon), 1, 65536);
-  const int hi = to_int("--nnodes", v.substr(colon + 1), 1, 65536);
-  if (lo != hi)
-    throw UsageError("--nnodes " + v + ": launch runs a fixed number of nodes (no elastic membership); give "
-                     "--nnodes N");
-  return lo;
+  if (colon == std::string::npos) {
+    o.nnodes = to_int("--nnodes", v, 1, 65536);
+    o.nnodes_min = 0;
+    return;
+  }
+  auto part = [&](const std::string& x, const char* what) {
+    if (!all_digits(x) || std::stoi(x) < 1 || std::stoi(x) > 65536)
+      throw UsageError("--nnodes " + v + ": " + what + " '" + x + "' must be a whole number from 1 to 65536 (MIN:MAX)");
+    return std::stoi(x);
+  };
+  const int lo = part(v.substr(0, colon), "MIN"), hi = part(v.substr(colon + 1), "MAX");
+  if (lo > hi)
+    throw UsageError("--nnodes " + v + ": MIN " + std::to_string(lo) + " is above MAX " + std::to_string(hi) +
+                     " (give --nnodes MIN:MAX with MIN <= MAX)");
+  o.nnodes = hi;
+  o.nnodes_min = lo < hi ? lo : 0;
 }
 
 StreamMode parse_stream(const std::string& v) {
@@ -262,14 +352,182 @@ void apply_rendezvous(const Raw& r, Options& o) {
     throw UsageError("give the rendezvous address once: --master, --master-addr/--master-port or --rdzv-endpoint");
   if (o.nnodes > 1) {
     // torchrun's defaults: master port 29500, rendezvous endpoint port 29400.
-    if (addr || port) o.master = (addr ? r.master_addr : "127.0.0.1") + ":" + std::to_string(port ? r.master_port : 29500);
+    if (addr || port)
+      o.master = proto::join_host_port(addr ? unbracket(r.master_addr) : "127.0.0.1",
+                                       static_cast<uint16_t>(port ? r.master_port : 29500));
     if (endpoint)
-      o.master = r.rdzv_endpoint.find(':') == std::string::npos ? r.rdzv_endpoint + ":29400" : r.rdzv_endpoint;
+      o.master = with_default_port(r.rdzv_endpoint, 29400);
   } else {
     // One node: nobody to meet; torchrun's master is what the program's rank 0 binds.
-    if (addr) o.framework_addr = r.master_addr;
+    if (addr) o.framework_addr = unbracket(r.master_addr);
     if (port) o.framework_port = r.master_port;
   }
+}
+
+// --- the rest of torchrun's options ---------------------------------------------------------------
+
+// A number of seconds from a --rdzv-conf value (torchrun reads whole seconds; fractions are fine here).
+double conf_seconds(const std::string& key, const std::string& value, double lo) {
+  char* end = nullptr;
+  const double v = std::strtod(value.c_str(), &end);
+  if (value.empty() || *end != '\0' || !(v >= lo && v <= 86400))
+    throw UsageError("--rdzv-conf " + key + "=" + value + ": give seconds from " + seconds_text(lo) + " to 86400");
+  return v;
+}
+
+// torchrun's --rdzv-conf: "key=value,key=value" (its _parse_rendezvous_config: a key needs a value).
+void apply_rdzv_conf(const Raw& r, Options& o, CliResult& out) {
+  std::vector<std::string> unknown, inert;
+  std::optional<double> keep_alive, attempts;
+  if (trim(r.rdzv_conf).empty()) return;
+  for (const std::string& item : split_commas(r.rdzv_conf)) {
+    const size_t eq = item.find('=');
+    const std::string key = trim(item.substr(0, eq));
+    const std::string value = eq == std::string::npos ? "" : trim(item.substr(eq + 1));
+    if (key.empty())
+      throw UsageError("--rdzv-conf '" + r.rdzv_conf + "' must be KEY=VALUE,KEY=VALUE,... (e.g. join_timeout=900)");
+    if (value.empty()) throw UsageError("--rdzv-conf: the key '" + key + "' needs a value (" + key + "=...)");
+    if (key == "join_timeout" || key == "timeout") {
+      const double t = conf_seconds(key, value, 1);
+      if (r.given.at("--elastic_timeout") && t != r.elastic_timeout)
+        throw UsageError("--rdzv-conf " + key + "=" + value + " and --elastic_timeout " + seconds_text(r.elastic_timeout) +
+                         " disagree: give one of them");
+      o.elastic_timeout_s = t;
+    } else if (key == "last_call_timeout") {
+      o.rdzv.last_call_timeout_s = conf_seconds(key, value, 0);
+    } else if (key == "close_timeout") {
+      o.rdzv.close_timeout_s = conf_seconds(key, value, 0);
+    } else if (key == "heartbeat_timeout") {
+      o.rdzv.heartbeat_timeout_s = conf_seconds(key, value, 0.1);
+    } else if (key == "keep_alive_interval") {
+      keep_alive = conf_seconds(key, value, 0.05);
+    } else if (key == "keep_alive_max_attempt") {
+      attempts = to_int("--rdzv-conf keep_alive_max_attempt", value, 1, 1000);
+    } else if (key == "read_timeout") {
+      o.rdzv.store_timeout_s = conf_seconds(key, value, 0.1);
+    } else if (key == "checkpoint_timeout") {
+      o.rdzv.checkpoint_timeout_s = conf_seconds(key, value, 0);
+    } else if (key == "is_host") {
+      o.rdzv.is_host = truthy("--rdzv-conf is_host", value);
+    } else if (key == "use_libuv" || key == "rank" || key == "etcd_prefix" || key == "protocol" || key == "cacert" ||
+               key == "cert" || key == "key") {
+      inert.push_back(key);
+    } else {
+      unknown.push_back(key);
+    }
+  }
+  // torchrun: a node is dead after keep_alive_max_attempt missed beats of keep_alive_interval.
+  if (keep_alive) o.rdzv.heartbeat_period_s = keep_alive;
+  if ((keep_alive || attempts) && !o.rdzv.heartbeat_timeout_s)
+    o.rdzv.heartbeat_timeout_s = keep_alive.value_or(1.0) * attempts.value_or(5);
+  auto list = [](const std::vector<std::string>& v) {
+    std::string t;
+    for (const auto& k : v) t += (t.empty() ? "" : ", ") + k;
+    return t;
+  };
+  if (!inert.empty()) out.infos.push_back("--rdzv-conf " + list(inert) + ": no effect with launch's store");
+  if (!unknown.empty())
+    out.warnings.push_back("--rdzv-conf: unknown key(s) " + list(unknown) +
+                           " ignored; launch honours join_timeout, timeout, last_call_timeout, close_timeout, "
+                           "heartbeat_timeout, keep_alive_interval, keep_alive_max_attempt, read_timeout, is_host, "
+                           "checkpoint_timeout");
+}
+
+// torchrun's --signals-to-handle. launch always handles the four stop signals; SIGUSR1/SIGUSR2
+// listed become stop signals too (forwarded, then the job stops), unless one is the checkpoint
+// signal, which keeps its meaning.
+void apply_signals(const Raw& r, Options& o, CliResult& out) {
+  o.signals_to_handle = r.signals_to_handle;
+  bool all_four = true;
+  std::vector<int> listed;
+  for (const auto& raw : split_commas(r.signals_to_handle)) {
+    std::string n;
+    for (char c : trim(raw)) n += char(std::toupper(static_cast<unsigned char>(c)));
+    if (n.rfind("SIG", 0) == 0) n = n.substr(3);
+    const std::map<std::string, int> known = {{"INT", SIGINT},   {"TERM", SIGTERM}, {"HUP", SIGHUP},
+                                              {"QUIT", SIGQUIT}, {"USR1", SIGUSR1}, {"USR2", SIGUSR2}};
+    auto it = known.find(n);
+    if (it == known.end())
+      throw UsageError("--signals-to-handle: '" + raw + "' is none of SIGINT, SIGTERM, SIGHUP, SIGQUIT, SIGUSR1, SIGUSR2");
+    listed.push_back(it->second);
+  }
+  for (int sig : kStopSignals) all_four = all_four && std::find(listed.begin(), listed.end(), sig) != listed.end();
+  if (!all_four)
+    out.infos.push_back("--signals-to-handle " + r.signals_to_handle +
+                        ": launch handles SIGINT, SIGTERM, SIGHUP and SIGQUIT whether listed or not");
+  for (int sig : {SIGUSR1, SIGUSR2}) {
+    if (std::find(listed.begin(), listed.end(), sig) == listed.end()) continue;
+    if (o.checkpoint_signal == sig)
+      out.infos.push_back("--signals-to-handle lists " + signal_name(sig) +
+                          ", the --checkpoint-signal: it stays the checkpoint signal (forwarded, the job goes on)");
+    else
+      o.extra_stop_signals.push_back(sig);
+  }
+}
+
+void apply_torchrun_rest(const Raw& r, const proto::EnvMap& env, Options& o, CliResult& out) {
+  apply_rdzv_conf(r, o, out);
+  if (r.given.at("--local_addr")) {
+    if (r.given.at("--host") && r.host != r.local_addr)
+      throw UsageError("--local-addr " + r.local_addr + " and --host " + r.host + " disagree: give one of them");
+    o.host = r.local_addr;
+    o.host_given = true;
+  }
+  if (r.given.at("--shutdown_timeout")) {
+    if (r.given.at("--grace") && r.grace != r.shutdown_timeout)
+      throw UsageError("--shutdown-timeout " + seconds_text(r.shutdown_timeout) + " and --grace " + seconds_text(r.grace) +
+                       " disagree: give one of them");
+    o.grace_s = r.shutdown_timeout;
+    o.grace_given = true;
+  }
+  if (r.role.empty() || r.role.find_first_of(" \t\n") != std::string::npos)
+    throw UsageError("--role '" + r.role + "' must be one word");
+  o.role = r.role;
+  o.line_prefix_template = r.line_prefix;
+  if (!r.given.at("--log_line_prefix_template"))
+    if (auto it = env.find("TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE"); it != env.end()) o.line_prefix_template = it->second;
+  if (auto bad = unknown_prefix_macro(o.line_prefix_template))
+    throw UsageError("--log-line-prefix-template '" + o.line_prefix_template + "': " + *bad +
+                     " is none of ${rank}, ${local_rank}, ${role_name}");
+  if (!o.line_prefix_template.empty() && o.stream != StreamMode::All)
+    out.infos.push_back("--log-line-prefix-template: applies to --stream all (--tee 3) only");
+  o.virtual_local_rank = r.virtual_local_rank;
+  if (r.given.at("--signals_to_handle")) apply_signals(r, o, out);
+
+  // Accepted for their command lines' sake: what they choose, launch does one way only.
+  auto choice = [](const char* opt, const std::string& v, std::initializer_list<const char*> allowed) {
+    for (const char* a : allowed)
+      if (v == a) return;
+    std::string list;
+    for (const char* a : allowed) list += std::string(list.empty() ? "" : ", ") + a;
+    throw UsageError(std::string(opt) + " '" + v + "' must be one of " + list);
+  };
+  if (r.given.at("--monitor_interval")) {
+    char* end = nullptr;
+    const double v = std::strtod(r.monitor_interval.c_str(), &end);
+    if (r.monitor_interval.empty() || *end != '\0' || !(v > 0))
+      throw UsageError("--monitor-interval '" + r.monitor_interval + "' must be a positive number of seconds");
+    out.infos.push_back("--monitor-interval " + r.monitor_interval +
+                        ": no effect (launch learns of a worker's end at once, from SIGCHLD)");
+  }
+  if (r.given.at("--start_method")) {
+    choice("--start-method", r.start_method, {"spawn", "fork", "forkserver"});
+    out.infos.push_back("--start-method " + r.start_method + ": no effect (every worker is its own process, "
+                        "started with fork and exec)");
+  }
+  if (r.given.at("--numa_binding")) {
+    choice("--numa-binding", r.numa_binding, {"node", "socket", "exclusive", "core-complex"});
+    out.infos.push_back("--numa-binding " + r.numa_binding + ": no effect (launch binds no CPUs; numactl in the "
+                        "command does)");
+  }
+  if (r.given.at("--logs_specs"))
+    out.infos.push_back("--logs-specs " + r.logs_specs + ": no effect (logs are --log_dir/workerlog.N)");
+  if (r.given.at("--event_log_handler"))
+    out.infos.push_back("--event-log-handler " + r.event_log_handler + ": no effect (launch has no event log)");
+  if (r.given.at("--duplicate_stdout_filters"))
+    out.infos.push_back("--duplicate-stdout-filters " + r.dup_stdout + ": no effect (every line is in workerlog.N)");
+  if (r.given.at("--duplicate_stderr_filters"))
+    out.infos.push_back("--duplicate-stderr-filters " + r.dup_stderr + ": no effect (every line is in workerlog.N)");
 }
 
 void apply_program(const Raw& r, Options& o) {
@@ -300,7 +558,7 @@ const std::vector<PaddleVar>& paddle_vars() {
       {"POD_IP", "--host", [](Options& o, const std::string& s) { o.host = s, o.host_given = true; }},
       {proto::env::kPaddleMaster, "--master", [](Options& o, const std::string& s) { o.master = s; }},
       {"PADDLE_DEVICES", "--devices", [](Options& o, const std::string& s) { o.devices = s, o.gpus.reset(); }},
-      {proto::env::kPaddleNnodes, "--nnodes", [](Options& o, const std::string& s) { o.nnodes = parse_nnodes(s), o.nnodes_given = true; }},
+      {proto::env::kPaddleNnodes, "--nnodes", [](Options& o, const std::string& s) { apply_nnodes(s, o), o.nnodes_given = true; }},
       {"PADDLE_LOG_LEVEL", "--log_level", [](Options& o, const std::string& s) { o.log_level = lower(s); }},
       {"PADDLE_LOG_OVERWRITE", "--log_overwrite",
        [](Options& o, const std::string& s) { o.log_overwrite = truthy("PADDLE_LOG_OVERWRITE", s); }},
@@ -354,22 +612,14 @@ void apply_paddle_env(const proto::EnvMap& env, Options& o, std::vector<std::str
 CliResult parse_cli(int argc, const char* const* argv, const proto::EnvMap& env) {
   std::vector<std::string> args(argv + 1, argv + argc);
   Parsed p = parse_args(args);
-  if (p.help_asked) return {std::nullopt, p.help, {}, {}};
-  if (p.raw.version) return {std::nullopt, std::string("launch ") + LAUNCH_VERSION + "\n", {}, {}};
+  if (p.help_asked) return {std::nullopt, p.help, {}, {}, {}};
+  if (p.raw.version) return {std::nullopt, std::string("launch ") + LAUNCH_VERSION + "\n", {}, {}, {}};
 
   // torchrun's PET_<OPTION> fill what the command line did not give: parse again with them first.
   std::vector<std::string> from_env;
-  static const std::map<std::string, std::string> first_name = {
-      {"--nproc-per-node", "--nproc_per_node"}, {"--node-rank", "--rank"},     {"--master-addr", "--master_addr"},
-      {"--master-port", "--master_port"},       {"--rdzv-endpoint", "--rdzv_endpoint"},
-      {"--rdzv-id", "--rdzv_id"},               {"--rdzv-backend", "--rdzv_backend"},
-      {"--max-restarts", "--max_restart"},      {"--log-dir", "--log_dir"},
-      {"--local-ranks-filter", "--local_ranks_filter"}, {"--module", "-m"}, {"--no-python", "--no-python"},
-      {"--run-path", "--run-path"},             {"--nnodes", "--nnodes"},      {"--redirects", "--redirects"},
-      {"--tee", "--tee"},                       {"--standalone", "--standalone"}};
   for (const PetVar& pv : kPetVars) {
     auto it = env.find(pv.var);
-    if (it == env.end() || it->second.empty() || p.raw.given.at(first_name.at(pv.option))) continue;
+    if (it == env.end() || it->second.empty() || p.raw.given.at(pv.key)) continue;
     if (pv.flag) {
       if (truthy(pv.var, it->second)) from_env.push_back(pv.option);
     } else {
@@ -387,7 +637,7 @@ CliResult parse_cli(int argc, const char* const* argv, const proto::EnvMap& env)
   o.gpus = r.given.at("--gpus") ? std::optional<std::string>(r.gpus) : std::nullopt;
   o.devices = r.given.at("--devices") ? std::optional<std::string>(r.devices) : std::nullopt;
   if (r.given.at("--nproc_per_node")) apply_nproc(r.nproc, o);
-  o.nnodes = parse_nnodes(r.nnodes);
+  apply_nnodes(r.nnodes, o);
   o.nnodes_given = r.given.at("--nnodes");
   if (r.given.at("--master")) o.master = r.master;
   o.rank = r.rank;
@@ -420,6 +670,7 @@ CliResult parse_cli(int argc, const char* const* argv, const proto::EnvMap& env)
   apply_program(r, o);
 
   CliResult result;
+  apply_torchrun_rest(r, env, o, result);
   apply_paddle_env(env, o, result.warnings);
   apply_rendezvous(r, o);
 
@@ -448,8 +699,11 @@ CliResult parse_cli(int argc, const char* const* argv, const proto::EnvMap& env)
     throw UsageError("unknown option " + o.command.front() + " (see launch --help; put -- before a "
                      "program whose name starts with '-')");
   if (o.nnodes > 1 && !o.master)
-    throw UsageError("--nnodes " + std::to_string(o.nnodes) +
-                     " needs --master IP:PORT (the address node 0 serves the job's store on)");
+    throw UsageError("--nnodes " +
+                     (o.nnodes_min > 0 ? std::to_string(o.nnodes_min) + ":" + std::to_string(o.nnodes) +
+                                             " (elastic membership)"
+                                       : std::to_string(o.nnodes)) +
+                     " needs --master HOST:PORT or --rdzv-endpoint HOST:PORT (where the job's store is served)");
   if (o.rank >= o.nnodes)
     throw UsageError("--rank " + std::to_string(o.rank) + " is not below --nnodes " + std::to_string(o.nnodes));
   if (o.job_id.empty() || o.job_id.find_first_of(" \t\n/=,") != std::string::npos)

@@ -18,6 +18,7 @@ struct CliResult {
   std::optional<Options> options;  // empty: --help or --version was asked, print `text`, exit 0
   std::string text;
   std::vector<std::string> warnings;  // e.g. which PADDLE_* variable overrode which option
+  std::vector<std::string> infos;     // e.g. a torchrun option that has no effect here
   std::vector<std::string> debug;     // e.g. why the PADDLE_* variables did not apply
 };
 

@@ -3,9 +3,10 @@
 #include <iostream>
 #include <set>
 
-#include "launcher/multinode/multinode_job.h"
+#include "launcher/net_address.h"
 #include "launcher/ports.h"
 #include "launcher/program.h"
+#include "proto/address.h"
 
 namespace launch {
 
@@ -46,20 +47,21 @@ Preview preview(const Plan& p) {
   } else if (p.multinode) {
     // Several nodes: the ranks are known when this node's rank is and every node runs as many
     // workers (Slurm's one launcher per node, or --nproc_per_node on every node).
-    const std::string master_ip = p.master.substr(0, p.master.rfind(':'));
-    const std::string host = opt.host_given ? opt.host : route_source_address(master_ip);
+    // A master name that does not resolve yet is the rendezvous' to wait for: shown as it is.
+    const std::string master_host = proto::split_host_port(p.master)->host;
+    const std::optional<std::string> master_ip = resolve_host(master_host);
+    const std::string host = opt.host_given ? opt.host : master_ip ? route_source_address(*master_ip) : "127.0.0.1";
     l.nnodes = opt.nnodes;
     l.local_size = n;
-    v.ranks_known = opt.rank >= 0 && (opt.nproc_per_node.has_value() || !p.slurm_notes.empty());
+    v.ranks_known = !p.elastic && opt.rank >= 0 && (opt.nproc_per_node.has_value() || !p.slurm_notes.empty());
     l.node_rank = std::max(opt.rank, 0);
     l.world_size = opt.nnodes * n;
     l.first_rank = l.node_rank * n;
-    l.endpoints.assign(static_cast<size_t>(l.world_size), host + ":0");
+    l.endpoints.assign(static_cast<size_t>(l.world_size), proto::join_host_port(host, 0));
     PortReservation ports = reserve_ports(host, n, std::nullopt, "");
-    for (int i = 0; i < n; ++i)
-      l.endpoints[size_t(l.first_rank + i)] = host + ":" + std::to_string(ports.ports()[size_t(i)]);
-    l.master = master_ip + ":0";
-    l.store_addr = p.master + " (node 0's store, at " + p.master_origin + ")";
+    for (int i = 0; i < n; ++i) l.endpoints[size_t(l.first_rank + i)] = proto::join_host_port(host, ports.ports()[size_t(i)]);
+    l.master = proto::join_host_port(master_ip.value_or(master_host), 0);
+    l.store_addr = p.master + " (the job's store, at " + p.master_origin + ")";
     l.store_token = "<redacted>";
     v.undecided = {kPaddleTrainerEndpoints, kPaddleMaster, kMasterPort};
     if (!v.ranks_known) {
@@ -67,17 +69,20 @@ Preview preview(const Plan& p) {
       v.undecided.insert(kWorldVars.begin(), kWorldVars.end());
       v.undecided.insert({kGroupRank, kPaddleCurrentEndpoint, kPodName});
     }
+    if (p.elastic) v.undecided.insert({kGroupWorldSize, kPaddleNnodes, kPaddleRestartCount, kTorchRestartCount});
     v.marker = "<decided at the rendezvous>";
-    v.note = "# multi-node: " + std::to_string(opt.nnodes) + " nodes meet at " + p.master +
-             " (node 0 serves the store there); " +
+    v.note = "# multi-node: " + (p.elastic ? std::to_string(opt.nnodes_min) + " to " : std::string()) +
+             std::to_string(opt.nnodes) + " nodes meet at " + p.master +
+             " (the launch that binds it serves the store there); " +
              (v.ranks_known ? "this is node " + std::to_string(opt.rank) + " of " + std::to_string(opt.nnodes) +
                                   " with " + std::to_string(n) + " worker(s) per node"
-                            : std::string("this node's rank is given in arrival order")) +
+                            : std::string(p.elastic ? "every round of the job gives this node its rank and the job's size"
+                                                    : "this node's rank is given in arrival order")) +
              "; values marked " + v.marker + " are the rendezvous'; ports are examples\n";
   } else {
     PortReservation ports = reserve_ports(opt.host, n + 1, opt.start_port, "");
-    for (int i = 0; i < n; ++i) l.endpoints.push_back(opt.host + ":" + std::to_string(ports.ports()[size_t(i)]));
-    l.master = opt.host + ":" + std::to_string(opt.framework_port.value_or(ports.ports()[size_t(n)]));
+    for (int i = 0; i < n; ++i) l.endpoints.push_back(proto::join_host_port(opt.host, ports.ports()[size_t(i)]));
+    l.master = proto::join_host_port(opt.host, static_cast<uint16_t>(opt.framework_port.value_or(ports.ports()[size_t(n)])));
     l.world_size = l.local_size = n;
     l.store_addr = opt.host + ":<port chosen at launch>";
   }

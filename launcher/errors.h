@@ -52,4 +52,15 @@ class StopRequested : public std::runtime_error {
   std::string doing_;
 };
 
+// The job is over for this launcher before its workers could run (again): an elastic job that
+// another node ended, finished or failed. `code` is the job's exit code; the message says why.
+class JobOver : public std::runtime_error {
+ public:
+  JobOver(int code, const std::string& what) : std::runtime_error(what), code_(code) {}
+  int code() const { return code_; }
+
+ private:
+  int code_;
+};
+
 }  // namespace launch

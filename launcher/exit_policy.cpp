@@ -138,6 +138,14 @@ bool ExitPolicy::on_remote_failure(int exit_code, const std::string& description
   return true;
 }
 
+bool ExitPolicy::on_reform(const std::string& why) {
+  if (stopping() && !pending_) return false;
+  pending_.reset();
+  code_from_.reset();
+  reform_ = why;
+  return true;
+}
+
 int ExitPolicy::exit_code() const {
   if (remote_) return remote_code_;
   if (code_from_) return exit_code_of(*code_from_);

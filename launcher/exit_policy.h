@@ -86,14 +86,22 @@ class ExitPolicy {
   // explains a local worker's lost peer that was awaiting it.
   bool on_remote_failure(int exit_code, const std::string& description);
 
+  // Elastic membership: the job re-forms around a node that joins (`why`). Not a failure: the
+  // workers' ends from here on are its consequence, and a local worker's lost peer on another
+  // node that awaited a report is explained by it. Returns true when it stops the job (nothing
+  // did before, or only that awaited peer).
+  bool on_reform(const std::string& why);
+  std::optional<std::string> reform() const { return reform_; }
+
   bool stopping() const {
-    return root_.has_value() || signal_.has_value() || remote_.has_value() || pending_.has_value();
+    return root_.has_value() || signal_.has_value() || remote_.has_value() || pending_.has_value() ||
+           reform_.has_value();
   }
   std::optional<std::string> remote_failure() const { return remote_; }
   const std::optional<RootCause>& root() const { return root_; }
   std::optional<int> root_rank() const { return root_ ? std::optional<int>(root_->rank) : std::nullopt; }
   std::optional<int> launcher_signal() const { return signal_; }
-  int exit_code() const;  // 0 when every worker succeeded and no signal stopped the job
+  int exit_code() const;  // 0 when every worker succeeded (or the job re-forms) and no signal stopped the job
 
  private:
   std::optional<RootCause> root_;
@@ -104,6 +112,7 @@ class ExitPolicy {
   std::optional<int> signal_;
   std::optional<std::string> remote_;
   int remote_code_ = 1;
+  std::optional<std::string> reform_;
 };
 
 }  // namespace launch

@@ -4,6 +4,7 @@
 
 #include "launcher/ports.h"
 #include "launcher/store/job_store.h"
+#include "proto/address.h"
 
 namespace launch {
 
@@ -21,10 +22,10 @@ class LocalJob final : public JobMode {
     const bool own_master = p.opt.framework_port.has_value();
     ports_ = reserve_ports(host_, own_master ? n + 1 : n + 2, p.opt.start_port);
     const auto& got = ports_.ports();
-    for (int i = 0; i < n; ++i) layout_.endpoints.push_back(host_ + ":" + std::to_string(got[size_t(i)]));
+    for (int i = 0; i < n; ++i) layout_.endpoints.push_back(proto::join_host_port(host_, got[size_t(i)]));
     // torchrun's --master-port names the framework's port; it is checked free like the others.
     if (own_master) master_ports_ = reserve_ports(host_, 1, p.opt.framework_port, "");
-    layout_.master = host_ + ":" + std::to_string(own_master ? master_ports_.ports()[0] : got[size_t(n)]);
+    layout_.master = proto::join_host_port(host_, own_master ? master_ports_.ports()[0] : got[size_t(n)]);
     store_port_ = got.back();
     layout_.world_size = layout_.local_size = n;
   }
@@ -58,6 +59,7 @@ class LocalJob final : public JobMode {
 
 std::unique_ptr<JobMode> make_job_mode(const Plan& plan, StopSignals& stops) {
   if (plan.task) return make_slurm_task_group(plan, stops);
+  if (plan.elastic) return make_elastic_job(plan, stops);
   if (plan.multinode) return make_multinode_job(plan, stops);
   return std::make_unique<LocalJob>(plan);
 }

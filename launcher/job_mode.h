@@ -2,10 +2,12 @@
 // is one short loop over generations (the first run, then one per restart):
 //   - this node alone: ports of our own, a fresh store per generation (job_mode.cpp);
 //   - one Slurm task per worker: the tasks meet in task 0's store (slurm/slurm_tasks.cpp);
-//   - several nodes: the nodes meet in node 0's store and fail together (multinode/multinode_job.cpp).
+//   - several nodes: the nodes meet in node 0's store and fail together (multinode/multinode_job.cpp);
+//   - elastic membership, --nnodes MIN:MAX: the job re-forms as nodes come and go (elastic/elastic_job.cpp).
 #pragma once
 
 #include <memory>
+#include <optional>
 
 #include "launcher/plan.h"
 #include "launcher/stop_signals.h"
@@ -23,6 +25,13 @@ class JobMode {
   virtual RankLayout start(int generation) = 0;
   // This generation's hooks into the supervisor: publishing a failure here, hearing of one elsewhere.
   virtual void install(SupervisorConfig& cfg) = 0;
+  // After generation `generation` ended as `outcome`: whether another follows. nullopt: the
+  // --max_restart rule of run.cpp decides (a failure restarts while restarts are left); elastic
+  // membership decides itself (a node that joins re-forms the job without counting).
+  virtual std::optional<bool> another_generation(const JobOutcome& outcome, int generation, StopSignals& stops) {
+    (void)outcome, (void)generation, (void)stops;
+    return std::nullopt;
+  }
   // The generation ended with `exit_code`; `last`: no restart follows.
   virtual void finish(int exit_code, bool last) = 0;
 };
@@ -35,5 +44,6 @@ std::unique_ptr<JobMode> make_job_mode(const Plan& plan, StopSignals& stops);
 // The modes' own factories (in their folders).
 std::unique_ptr<JobMode> make_slurm_task_group(const Plan& plan, StopSignals& stops);
 std::unique_ptr<JobMode> make_multinode_job(const Plan& plan, StopSignals& stops);
+std::unique_ptr<JobMode> make_elastic_job(const Plan& plan, StopSignals& stops);
 
 }  // namespace launch

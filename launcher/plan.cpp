@@ -12,9 +12,11 @@
 #include "launcher/errors.h"
 #include "launcher/exit_policy.h"
 #include "launcher/multinode/multinode_job.h"
+#include "launcher/net_address.h"
 #include "launcher/ports.h"
 #include "launcher/program.h"
 #include "launcher/slurm/slurm_env.h"
+#include "proto/address.h"
 
 namespace launch {
 
@@ -38,21 +40,23 @@ std::string env_or(const EnvMap& env, const char* name, const std::string& fallb
   return it == env.end() || it->second.empty() ? fallback : it->second;
 }
 
-// --master HOST:PORT as "ip:port". A host name from Slurm's node list that resolves to a loopback
-// address (Debian maps a machine's own name to 127.0.1.1) is refused: node 0 would serve its
-// store where no other node can reach it.
+// --master HOST:PORT, checked. A name is resolved by the job mode, which retries while it does
+// not resolve yet (a Kubernetes service has no address before its pod runs) -- except a host
+// from Slurm's node list, resolved now: one that resolves to a loopback address (Debian maps a
+// machine's own name to 127.0.1.1) is refused, as node 0 would serve its store where no other
+// node can reach it.
 std::string check_master(const std::string& m, bool from_slurm) {
-  const size_t colon = m.rfind(':');
-  int port = 0;
-  if (colon != std::string::npos && colon > 0 && colon + 1 < m.size() &&
-      m.find_first_not_of("0123456789", colon + 1) == std::string::npos && m.size() - colon <= 6)
-    port = std::stoi(m.substr(colon + 1));
-  if (port < 1 || port > 65535) throw UsageError("--master '" + m + "' must be HOST:PORT, e.g. 10.0.0.1:29400");
-  const std::string ip = resolve_ipv4(m.substr(0, colon));
-  if (from_slurm && ip.rfind("127.", 0) == 0)
-    throw UsageError("the Slurm step's first host '" + m.substr(0, colon) + "' resolves to " + ip +
+  const std::optional<proto::HostPort> hp = proto::split_host_port(m);
+  if (!hp)
+    throw UsageError("--master '" + m + "' must be HOST:PORT, e.g. 10.0.0.1:29400 or [fd00::1]:29400");
+  if (!from_slurm) return m;
+  std::string why;
+  const std::optional<std::string> ip = resolve_host(hp->host, &why);
+  if (!ip) throw UsageError("cannot resolve host '" + hp->host + "' of --master: " + why);
+  if (ip->rfind("127.", 0) == 0 || *ip == "::1")
+    throw UsageError("the Slurm step's first host '" + hp->host + "' resolves to " + *ip +
                      ", which other nodes cannot reach (see /etc/hosts); give --master IP:PORT");
-  return ip + ":" + std::to_string(port);
+  return proto::join_host_port(*ip, hp->port);
 }
 
 // Per worker the launcher holds its output pipe and its log, plus one lock per reserved port
@@ -164,9 +168,14 @@ Plan make_plan(const Options& given, const EnvMap& parent) {
                                                   python_source),
                               opt.program_kind);
 
-  if (opt.framework_addr && !opt.host_given) opt.host = resolve_ipv4(*opt.framework_addr);
-  if (!is_ipv4_address(opt.host))
-    throw UsageError("--host '" + opt.host + "' is not an IPv4 address (e.g. 127.0.0.1)");
+  if (opt.framework_addr && !opt.host_given) {
+    std::string why;
+    const std::optional<std::string> ip = resolve_host(*opt.framework_addr, &why);
+    if (!ip) throw UsageError("cannot resolve --master-addr '" + *opt.framework_addr + "': " + why);
+    opt.host = *ip;
+  }
+  if (!proto::is_ip_literal(opt.host))
+    throw UsageError("--host '" + opt.host + "' is not an IP address (e.g. 127.0.0.1 or ::1)");
   if (opt.summary) {
     p.summary_path = absolute(*opt.summary);
     struct stat st;
@@ -177,8 +186,12 @@ Plan make_plan(const Options& given, const EnvMap& parent) {
 
   // --- multi-node: --master and the token are checked before anything starts
   p.multinode = opt.nnodes > 1;
+  p.elastic = opt.nnodes_min > 0;
   if (p.multinode) {
     if (p.task) throw UsageError("one Slurm task per worker works on one node only");
+    if (p.elastic && !p.slurm_notes.empty())
+      throw UsageError("--nnodes " + std::to_string(opt.nnodes_min) + ":" + std::to_string(opt.nnodes) +
+                       ": a Slurm step has a fixed number of nodes; give --nnodes N");
     const bool from_slurm = !given.master && opt.master;
     p.master = check_master(*opt.master, from_slurm);
     p.master_origin = from_slurm ? "--master, derived from " + std::string(proto::env::kSlurmStepNodelist)
@@ -205,6 +218,9 @@ Plan make_plan(const Options& given, const EnvMap& parent) {
   job.job_id = opt.job_id;
   job.log_dir = own_log_dir(opt, parent, &p.log_dir_note);
   job.max_restarts = opt.max_restart;
+  job.role = opt.role;
+  job.signals_to_handle = opt.signals_to_handle;
+  job.virtual_local_rank = opt.virtual_local_rank;
   if (opt.checkpoint_signal) job.checkpoint_signal = signal_name(*opt.checkpoint_signal);
   return p;
 }

@@ -23,6 +23,7 @@ struct Plan {
   // The job mode (job_mode.h): one Slurm task per worker, several nodes, or this node alone.
   std::optional<SlurmTaskForm> task;
   bool multinode = false;
+  bool elastic = false;       // --nnodes MIN:MAX with MIN < MAX (multinode too)
   std::string master;         // multi-node: "ip:port" of node 0's store (--master, resolved)
   std::string master_origin;  // "--master", or the Slurm variable it was derived from
   std::string token;          // multi-node: the job's shared token

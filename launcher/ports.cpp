@@ -12,33 +12,45 @@
 #include <utility>
 
 #include "launcher/errors.h"
+#include "proto/address.h"
 #include "launcher/private_dir.h"
 
 namespace launch {
 
 namespace {
 
-// A bound (not listening) socket on host:port; -1 with errno when the port is taken.
+// A bound (not listening) socket on host:port (IPv4 or IPv6); -1 with errno when the port is taken.
 int bind_port(const std::string& host, uint16_t port, uint16_t* bound) {
-  int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  sockaddr_storage ss{};
+  socklen_t len = 0;
+  if (proto::is_ipv6_literal(host)) {
+    auto* a = reinterpret_cast<sockaddr_in6*>(&ss);
+    a->sin6_family = AF_INET6;
+    a->sin6_port = htons(port);
+    inet_pton(AF_INET6, host.c_str(), &a->sin6_addr);
+    len = sizeof *a;
+  } else {
+    auto* a = reinterpret_cast<sockaddr_in*>(&ss);
+    a->sin_family = AF_INET;
+    a->sin_port = htons(port);
+    inet_pton(AF_INET, host.c_str(), &a->sin_addr);
+    len = sizeof *a;
+  }
+  int fd = socket(ss.ss_family, SOCK_STREAM | SOCK_CLOEXEC, 0);
   SYS_CHECK(fd);
   int one = 1;
   // Lets the worker rebind right after our close; a bound, never-listening socket leaves no
   // TIME_WAIT, but a port the kernel recently used for a connection might.
   setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
-  sockaddr_in a{};
-  a.sin_family = AF_INET;
-  a.sin_port = htons(port);
-  inet_pton(AF_INET, host.c_str(), &a.sin_addr);
-  if (bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) < 0) {
+  if (bind(fd, reinterpret_cast<sockaddr*>(&ss), len) < 0) {
     int err = errno;
     close(fd);
     errno = err;
     return -1;
   }
-  socklen_t len = sizeof a;
-  SYS_CHECK(getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len));
-  *bound = ntohs(a.sin_port);
+  SYS_CHECK(getsockname(fd, reinterpret_cast<sockaddr*>(&ss), &len));
+  *bound = ntohs(ss.ss_family == AF_INET6 ? reinterpret_cast<sockaddr_in6*>(&ss)->sin6_port
+                                          : reinterpret_cast<sockaddr_in*>(&ss)->sin_port);
   return fd;
 }
 
@@ -65,15 +77,10 @@ std::string port_lock_dir() {
   return private_dir(private_dir(base, way_out) + "/ports", way_out);
 }
 
-bool is_ipv4_address(const std::string& host) {
-  in_addr a;
-  return inet_pton(AF_INET, host.c_str(), &a) == 1;
-}
-
 PortReservation reserve_ports(const std::string& host, int count, std::optional<int> start_port,
                               const std::optional<std::string>& lock_dir) {
-  if (!is_ipv4_address(host))
-    throw UsageError("--host '" + host + "' is not an IPv4 address (e.g. 127.0.0.1)");
+  if (!proto::is_ip_literal(host))
+    throw UsageError("--host '" + host + "' is not an IP address (e.g. 127.0.0.1 or ::1)");
   PortReservation r;
   const std::string dir = !lock_dir ? port_lock_dir() : lock_dir->empty() ? "" : private_dir(*lock_dir, "");
 

@@ -46,15 +46,13 @@ class PortReservation {
   std::vector<int> locks_;
 };
 
-// `count` ports on IPv4 address `host`. With start_port: start_port .. start_port+count-1, each
-// checked free (UsageError if not). lock_dir: nullopt for port_lock_dir(), empty for no
+// `count` ports on address `host` (IPv4 or IPv6). With start_port: start_port .. start_port+count-1,
+// each checked free (UsageError if not). lock_dir: nullopt for port_lock_dir(), empty for no
 // cross-launch locks, else a folder checked as port_lock_dir() is.
 PortReservation reserve_ports(const std::string& host, int count, std::optional<int> start_port,
                               const std::optional<std::string>& lock_dir = std::nullopt);
 
 // $TMPDIR/launch-<uid>/ports, made or checked; UsageError saying what is wrong and what to do.
 std::string port_lock_dir();
-
-bool is_ipv4_address(const std::string& host);
 
 }  // namespace launch

@@ -48,8 +48,12 @@ std::vector<std::string> resolve_command(const std::vector<std::string>& command
     throw UsageError("no PROGRAM given: usage is launch [options] PROGRAM [ARGS...]");
   const std::string& prog = command.front();
   const bool has_slash = prog.find('/') != std::string::npos;
+  // torchrun runs any script under Python: a file that is no executable (no x bit, not in PATH)
+  // does here too, "train" as "train.py".
+  const bool plain_script = kind == ProgramKind::Auto && ctx.is_file(prog) &&
+                            (has_slash ? !ctx.is_executable(prog) : find_in(prog, ctx, ctx.is_executable).empty());
   const bool python = kind == ProgramKind::Module || kind == ProgramKind::PythonScript ||
-                      (kind == ProgramKind::Auto && ends_with(prog, ".py"));
+                      (kind == ProgramKind::Auto && (ends_with(prog, ".py") || plain_script));
   std::vector<std::string> argv;
 
   if (python) {

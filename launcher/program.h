@@ -1,5 +1,6 @@
 // PROGRAM lookup: PATH first, then beside the `launch` binary (so `build/bin/launch train_resnet`
-// finds build/bin/train_resnet). Python programs (a *.py PROGRAM, -m MODULE, --run-path) run
+// finds build/bin/train_resnet). Python programs (a *.py PROGRAM, a file that is not executable
+// and not found executable in PATH, as torchrun runs it, -m MODULE, --run-path) run
 // under `PYTHON -u`, PYTHON being --python, else PYTHON_EXEC (torchrun's override), else the
 // first python3 in PATH. Pure: the file system is reached only through the two predicates.
 #pragma once

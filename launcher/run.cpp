@@ -7,6 +7,7 @@
 #include <chrono>
 #include <cmath>
 #include <csignal>
+#include <cstdlib>
 #include <iostream>
 
 #include "launcher/cli.h"
@@ -16,6 +17,7 @@
 #include "launcher/exit_policy.h"
 #include "launcher/failure_report.h"
 #include "launcher/job_mode.h"
+#include "launcher/line_prefix.h"
 #include "launcher/log.h"
 #include "launcher/log_lock.h"
 #include "launcher/output.h"
@@ -47,6 +49,23 @@ void make_dirs(const std::string& dir) {
   if (access(dir.c_str(), W_OK) < 0) throw UsageError("--log_dir " + dir + " is not writable; choose another --log_dir");
 }
 
+// The log directory; the default one (./log) that cannot be made -- a read-only working
+// directory, as in many container images -- falls back to a fresh folder under the temporary
+// directory, as torchrun's does, named in a warning.
+void make_log_dir(Plan& p) {
+  try {
+    make_dirs(p.job.log_dir);
+  } catch (const UsageError& e) {
+    if (p.opt.log_dir_given || !p.log_dir_note.empty()) throw;
+    const char* tmp = std::getenv("TMPDIR");
+    std::string dir = std::string(tmp && *tmp ? tmp : "/tmp") + "/launch-log-XXXXXX";
+    if (!mkdtemp(dir.data())) throw;
+    log::warn(std::string(e.what()).substr(0, std::string(e.what()).find(';')) + ": the logs go to " + dir +
+              " instead (--log_dir to choose)");
+    p.job.log_dir = dir;
+  }
+}
+
 // This generation's workers. A stale error file of an earlier run must not be reported as this one's.
 std::vector<WorkerPlan> worker_plans(const Plan& p, const RankLayout& layout, int generation) {
   std::vector<WorkerPlan> plans;
@@ -58,7 +77,8 @@ std::vector<WorkerPlan> worker_plans(const Plan& p, const RankLayout& layout, in
                 " processes on this node); set it yourself to override");
     unlink(worker_error_file(p.job.log_dir, rank).c_str());
     plans.push_back({rank, p.job.devices[size_t(i)], p.command, merge_env(p.parent, env),
-                     worker_log_path(p.job.log_dir, rank)});
+                     worker_log_path(p.job.log_dir, rank),
+                     line_prefix(p.opt.line_prefix_template, rank, layout.first_local_rank + i, p.job.role)});
   }
   return plans;
 }
@@ -115,15 +135,15 @@ void repeat_last_words(const JobOutcome& o, const ConsoleStreams& console) {
 }
 
 // The job itself: the mode, the log directory, then one generation of workers per run.
-int run_job(const Plan& p, const ConsoleStreams& console) {
+int run_job(Plan& p, const ConsoleStreams& console) {
   // From here on signals are read from one signalfd only; blocked before any thread exists.
-  StopSignals stops(p.opt.checkpoint_signal.value_or(0));
+  StopSignals stops(p.opt.checkpoint_signal.value_or(0), p.opt.extra_stop_signals);
   // The store, the other nodes and the workers depend on us from here on: a stalled stderr must
   // not hold up a message, let alone the supervisor or the store's thread.
   log::never_block();
   std::signal(SIGPIPE, SIG_IGN);  // a closed console (launch | head) must not kill the launcher
   std::unique_ptr<JobMode> mode = make_job_mode(p, stops);  // a bad --start_port fails before the log dir
-  make_dirs(p.job.log_dir);
+  make_log_dir(p);
   // Cgroup, PID namespace or process groups (logged); makes us the subreaper of our orphans.
   const std::unique_ptr<Containment> containment = Containment::create();
 
@@ -147,22 +167,29 @@ int run_job(const Plan& p, const ConsoleStreams& console) {
     mode->install(cfg);
     // The first run truncates the logs if asked; a restart appends to what the failed run wrote.
     cfg.log_overwrite = p.opt.log_overwrite && gen == 0;
-    const std::vector<WorkerPlan> plans = worker_plans(p, layout, gen);
+    const int restart_count = layout.restart_count.value_or(gen);
+    const std::vector<WorkerPlan> plans = worker_plans(p, layout, restart_count);
     log::info("job " + p.job.job_id + ": " + std::to_string(p.n()) + " worker(s) of " +
               join_command(p.command, kLoggedCommandChars) + "; logs in " + p.job.log_dir +
               (layout.store_addr.empty() ? "" : "; store at " + layout.store_addr) +
-              (gen > 0 ? "; restart " + std::to_string(gen) + " of " + std::to_string(p.opt.max_restart) : ""));
+              (gen > 0 && !layout.restart_count ? "; restart " + std::to_string(gen) + " of " + std::to_string(p.opt.max_restart)
+                                                  : ""));
     const auto started = std::chrono::steady_clock::now();
     outcome = supervise(plans, cfg);
-    outcome.restart_count = gen;
+    outcome.restart_count = restart_count;
     std::string why_not;
-    bool again = restart_follows(outcome, gen, p.opt.max_restart, stops, why_not);
-    print_failure_report(outcome, p.job.log_dir, again ? NextStep{gen + 1, p.opt.max_restart} : NextStep{});
+    // The mode decides when it can (elastic membership re-forms), else --max_restart's rule.
+    const std::optional<bool> decided = mode->another_generation(outcome, gen, stops);
+    bool again = decided ? *decided : restart_follows(outcome, gen, p.opt.max_restart, stops, why_not);
+    // A re-forming around a node that joins is no failure: no report, no back-off.
+    const bool after_failure = again && !outcome.policy.reform();
+    print_failure_report(outcome, p.job.log_dir,
+                         after_failure ? NextStep{restart_count + 1, p.opt.max_restart} : NextStep{});
     repeat_last_words(outcome, console);
     if (!why_not.empty()) log::error(why_not);
-    if (again) {
+    if (after_failure) {
       const double ran = std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
-      again = wait_before_restart(backoff.next(ran), gen + 1, p, plans.size(), stops);
+      again = wait_before_restart(backoff.next(ran), restart_count + 1, p, plans.size(), stops);
     }
     mode->finish(outcome.policy.exit_code(), !again);
     if (!again) break;
@@ -200,7 +227,8 @@ int run_or_throw(int argc, char** argv, const ConsoleStreams& console) {
               "this launch's workers get their own");
   for (const auto& w : cli.warnings) log::warn(w);
   for (const auto& d : cli.debug) log::debug(d);
-  const Plan plan = make_plan(*cli.options, parent);
+  for (const auto& i : cli.infos) log::info(i);
+  Plan plan = make_plan(*cli.options, parent);
   if (!plan.log_dir_note.empty()) log::info(plan.log_dir_note);
   return plan.opt.dry_run ? dry_run(plan) : run_job(plan, console);
 }
@@ -218,6 +246,9 @@ int run(int argc, char** argv) {
   } catch (const UsageError& e) {
     last_words = std::string("launch: error: ") + e.what() + "\n";
     code = 2;
+  } catch (const JobOver& e) {
+    last_words = std::string("launch: ") + e.what() + "\n";
+    code = e.code();
   } catch (const StopRequested& e) {
     last_words = "launch: stopped by " + signal_name(e.sig()) + " while " + e.doing() + " (no worker was running)\n";
     code = exit_code_for_signal(e.sig());

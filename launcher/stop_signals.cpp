@@ -13,10 +13,12 @@
 
 namespace launch {
 
-StopSignals::StopSignals(int checkpoint_signal) : checkpoint_signal_(checkpoint_signal) {
+StopSignals::StopSignals(int checkpoint_signal, const std::vector<int>& extra_stop)
+    : checkpoint_signal_(checkpoint_signal) {
   sigset_t set;
   sigemptyset(&set);
   for (int sig : kStopSignals) sigaddset(&set, sig);
+  for (int sig : extra_stop) sigaddset(&set, sig);
   sigaddset(&set, SIGCHLD);
   if (checkpoint_signal) sigaddset(&set, checkpoint_signal);
   SYS_CHECK(pthread_sigmask(SIG_BLOCK, &set, &orig_mask_) == 0 ? 0 : -1);

@@ -8,6 +8,7 @@
 #include <signal.h>
 
 #include <optional>
+#include <vector>
 
 #include "proto/client.h"
 
@@ -16,8 +17,9 @@ namespace launch {
 class StopSignals {
  public:
   // Blocks the signals and opens the signalfd; call before any thread exists, so that every
-  // thread inherits the mask. `checkpoint_signal` 0: none.
-  explicit StopSignals(int checkpoint_signal);
+  // thread inherits the mask. `checkpoint_signal` 0: none. `extra_stop` (--signals-to-handle's
+  // SIGUSR1/SIGUSR2) stop the job as the four stop signals do.
+  explicit StopSignals(int checkpoint_signal, const std::vector<int>& extra_stop = {});
   ~StopSignals();
   StopSignals(const StopSignals&) = delete;
   StopSignals& operator=(const StopSignals&) = delete;

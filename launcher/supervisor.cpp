@@ -79,6 +79,7 @@ enum class Phase { Running, Stopping, Killing, Done };
 
 struct Worker {
   WorkerRecord rec;
+  std::string prefix;  // of its console lines under --stream all
   int pipe_fd = -1;
   LogFile log;
   bool reaped = false;
@@ -97,12 +98,13 @@ class Loop {
       workers_[i].rec.rank = plans[i].rank;
       workers_[i].rec.device = plans[i].device;
       workers_[i].rec.log_path = plans[i].log_path;
+      workers_[i].prefix = plans[i].console_prefix;
     }
   }
   ~Loop() {
     for (auto& w : workers_)
       if (w.pipe_fd >= 0) close(w.pipe_fd);
-    for (int fd : {timer_fd_, rescan_fd_, await_fd_, hold_fd_, epoll_fd_})
+    for (int fd : {timer_fd_, rescan_fd_, await_fd_, hold_fd_, save_fd_, epoll_fd_})
       if (fd >= 0) close(fd);
   }
 
@@ -132,6 +134,9 @@ class Loop {
   void on_remote();
   void on_await();
   void on_hold();
+  void on_reform();
+  void on_save_done();
+  int forward_checkpoint_signal();
   bool finished();
 
   const SupervisorConfig& cfg_;
@@ -145,6 +150,7 @@ class Loop {
   int rescan_fd_ = -1;  // while stopping: reach what the stop signal has not reached yet
   int await_fd_ = -1;   // a lost peer on another node: the wait for that node's report
   int hold_fd_ = -1;    // a worker lost a peer: the verdict waits kHoldS (settle)
+  int save_fd_ = -1;    // the job re-forms: the workers' time to save before they are stopped
   // The workers that failed while the verdict is held, in the order their ends arrived.
   std::vector<size_t> failed_;
   size_t live_ = 0;
@@ -161,7 +167,8 @@ class Loop {
 
 constexpr uint64_t kSignalTag = ~uint64_t{0}, kTimerTag = kSignalTag - 1, kRemoteTag = kSignalTag - 2,
                    kRescanTag = kSignalTag - 3, kAwaitTag = kSignalTag - 4, kConsoleTag = kSignalTag - 5,
-                   kLogConsoleTag = kSignalTag - 6, kHoldTag = kSignalTag - 7;
+                   kLogConsoleTag = kSignalTag - 6, kHoldTag = kSignalTag - 7, kReformTag = kSignalTag - 8,
+                   kSaveTag = kSignalTag - 9;
 
 // ---------------------------------------------------------------------------------------------
 // Setup
@@ -233,11 +240,7 @@ void Loop::on_signals() {
       }
       if (sig == cfg_.checkpoint_signal) {
         // Not a stop: the workers save at their next step boundary and go on.
-        // To the worker process alone, not its group: its helpers (data loaders, a shell's
-        // children) have no handler for it (they inherit it ignored, see spawn.h).
-        int sent = 0;
-        for (auto& w : workers_)
-          if (w.rec.pid > 0 && !w.reaped && kill(w.rec.pid, sig) == 0) ++sent;
+        const int sent = forward_checkpoint_signal();
         log::info("received " + signal_name(sig) + ": forwarded it to " + std::to_string(sent) +
                   " worker(s) (checkpoint; the job goes on)");
         continue;
@@ -409,7 +412,7 @@ void Loop::emit(Worker& w, const char* data, size_t n) {
   w.log.write(std::string_view(data, n));
   const bool to_console = cfg_.stream == StreamMode::All || (cfg_.stream == StreamMode::Rank0 && w.rec.rank == 0);
   if (to_console && cfg_.stream == StreamMode::Rank0) console_write(std::string_view(data, n));
-  const std::string prefix = "[rank " + std::to_string(w.rec.rank) + "] ";
+  const std::string& prefix = w.prefix;
   w.lines.feed(std::string_view(data, n), [&](std::string_view line) {
     w.tail.push(line);
     if (line.find(proto::kPeerLostMarker) != std::string_view::npos)
@@ -540,6 +543,41 @@ void Loop::on_hold() {
   if (consume(hold_fd_)) settle();
 }
 
+// To each worker process alone, not its group: its helpers (data loaders, a shell's children)
+// have no handler for it (they inherit it ignored, see spawn.h). Returns how many got it.
+int Loop::forward_checkpoint_signal() {
+  int sent = 0;
+  for (auto& w : workers_)
+    if (w.rec.pid > 0 && !w.reaped && kill(w.rec.pid, cfg_.checkpoint_signal) == 0) ++sent;
+  return sent;
+}
+
+void Loop::on_reform() {
+  uint64_t count;
+  if (read(cfg_.reform_fd, &count, sizeof count) < 0 || phase_ != Phase::Running) return;
+  settle();  // a failure held before it came first
+  const std::string why = cfg_.reform_reason ? cfg_.reform_reason() : "a node joins";
+  if (!policy_.on_reform(why)) return;
+  disarm(await_fd_);  // a lost peer awaiting another node's report: the re-forming explains it
+  if (cfg_.checkpoint_signal == 0 || cfg_.reform_save.count() == 0) {
+    log::warn("the job re-forms (" + why + "): stopping the workers (SIGTERM, SIGKILL after " +
+              seconds_text(cfg_.grace_s) + " s)");
+    begin_stop(SIGTERM);
+    return;
+  }
+  const int sent = forward_checkpoint_signal();
+  const double save_s = std::chrono::duration<double>(cfg_.reform_save).count();
+  log::warn("the job re-forms (" + why + "): " + signal_name(cfg_.checkpoint_signal) + " to " + std::to_string(sent) +
+            " worker(s) to save; they are stopped in " + seconds_text(save_s) + " s");
+  arm(save_fd_, save_s);
+}
+
+void Loop::on_save_done() {
+  if (!consume(save_fd_) || phase_ != Phase::Running) return;
+  log::info("stopping the workers for the new round (SIGTERM, SIGKILL after " + seconds_text(cfg_.grace_s) + " s)");
+  begin_stop(SIGTERM);
+}
+
 bool Loop::finished() {
   if (phase_ == Phase::Done) return true;
   if (live_ == 0) settle();  // nothing more can arrive to explain a lost peer
@@ -570,7 +608,7 @@ JobOutcome Loop::run(const std::vector<WorkerPlan>& plans) {
   open_logs();
   epoll_fd_ = epoll_create1(EPOLL_CLOEXEC);
   SYS_CHECK(epoll_fd_);
-  for (int* fd : {&timer_fd_, &rescan_fd_, &await_fd_, &hold_fd_}) {
+  for (int* fd : {&timer_fd_, &rescan_fd_, &await_fd_, &hold_fd_, &save_fd_}) {
     *fd = timerfd_create(CLOCK_MONOTONIC, TFD_CLOEXEC | TFD_NONBLOCK);
     SYS_CHECK(*fd);
   }
@@ -585,7 +623,9 @@ JobOutcome Loop::run(const std::vector<WorkerPlan>& plans) {
   watch(rescan_fd_, kRescanTag);
   watch(await_fd_, kAwaitTag);
   watch(hold_fd_, kHoldTag);
+  watch(save_fd_, kSaveTag);
   if (cfg_.remote_fd >= 0) watch(cfg_.remote_fd, kRemoteTag);
+  if (cfg_.reform_fd >= 0) watch(cfg_.reform_fd, kReformTag);
   watch_consoles();
 
   start_all(plans);
@@ -607,6 +647,8 @@ JobOutcome Loop::run(const std::vector<WorkerPlan>& plans) {
         case kRemoteTag: on_remote(); break;
         case kAwaitTag: on_await(); break;
         case kHoldTag: on_hold(); break;
+        case kReformTag: on_reform(); break;
+        case kSaveTag: on_save_done(); break;
         case kConsoleTag:
           console_->flush();
           console_->report();
@@ -625,7 +667,7 @@ JobOutcome Loop::run(const std::vector<WorkerPlan>& plans) {
     Worker& w = workers_[i];
     drain(i);
     const bool to_console = cfg_.stream == StreamMode::All;
-    const std::string prefix = "[rank " + std::to_string(w.rec.rank) + "] ";
+    const std::string& prefix = w.prefix;
     w.lines.finish([&](std::string_view line) {
       w.tail.push(line);
       if (to_console) console_->write(prefix + std::string(line) + "\n");

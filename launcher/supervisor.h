@@ -32,6 +32,7 @@ struct WorkerPlan {
   std::vector<std::string> argv;
   std::vector<std::string> env;  // "K=V", complete
   std::string log_path;
+  std::string console_prefix = "[rank 0] ";  // of its lines under --stream all (line_prefix.h)
 };
 
 struct WorkerRecord {
@@ -77,6 +78,13 @@ struct SupervisorConfig {
   // of another node, before the wait above: that evidence lets the job monitor name a dead
   // launcher at once (remote_fd fires) instead of after the heartbeat timeout.
   std::function<void(int rank, const std::string& what)> remote_peer_lost;
+  // Elastic membership: readable (an eventfd) when the job re-forms around a node that joins;
+  // reform_reason() says why. The workers get the checkpoint signal (when there is one) and
+  // `reform_save` to save, then they are stopped as at a failure, and the generation ends as a
+  // re-forming (ExitPolicy::reform), not as a failure.
+  int reform_fd = -1;
+  std::function<std::string()> reform_reason;
+  std::chrono::milliseconds reform_save{0};
 };
 
 struct JobOutcome {

@@ -2,6 +2,8 @@
 
 #include <cstdint>
 
+#include "proto/address.h"
+
 namespace launch {
 
 namespace {
@@ -18,6 +20,25 @@ std::string pod_name(const std::string& job_id, int node_rank) {
   return name;
 }
 
+// Entry `index` of the launcher's CUDA_VISIBLE_DEVICES (an id or a UUID), or `index` itself
+// when it is not set: the device a worker keeps under --virtual-local-rank.
+std::string visible_device(const EnvMap& parent, int index) {
+  auto it = parent.find(kCudaVisibleDevices);
+  if (it == parent.end()) return std::to_string(index);
+  std::vector<std::string> entries;
+  size_t start = 0;
+  for (;;) {
+    const size_t comma = it->second.find(',', start);
+    std::string entry = it->second.substr(start, comma == std::string::npos ? std::string::npos : comma - start);
+    while (!entry.empty() && entry.front() == ' ') entry.erase(entry.begin());
+    while (!entry.empty() && entry.back() == ' ') entry.pop_back();
+    entries.push_back(entry);
+    if (comma == std::string::npos) break;
+    start = comma + 1;
+  }
+  return size_t(index) < entries.size() ? entries[size_t(index)] : std::to_string(index);
+}
+
 }  // namespace
 
 WorkerEnv build_worker_env(const JobSpec& job, const RankLayout& l, int index, int restart_count,
@@ -25,12 +46,13 @@ WorkerEnv build_worker_env(const JobSpec& job, const RankLayout& l, int index, i
   const RankDevice& dev = job.devices.at(static_cast<size_t>(index));
   const bool gpu = dev.kind == DeviceKind::Gpu;
   const std::string rank = std::to_string(l.first_rank + index);
-  const std::string local_rank = std::to_string(l.first_local_rank + index);
+  const std::string local_rank = job.virtual_local_rank ? "0" : std::to_string(l.first_local_rank + index);
   const std::string world = std::to_string(l.world_size);
   const std::string local_size = std::to_string(l.local_size);
   std::string endpoints;
   for (size_t i = 0; i < l.endpoints.size(); ++i) endpoints += (i ? "," : "") + l.endpoints[i];
-  const size_t colon = l.master.rfind(':');
+  // "[::1]:29500" -> MASTER_ADDR=::1: torch takes the bare address.
+  const std::optional<proto::HostPort> master = proto::split_host_port(l.master, /*allow_zero=*/true);
   auto keep_or = [&](EnvMap& e, const char* name, const char* value) {
     if (!parent.count(name)) e[name] = value;
   };
@@ -49,7 +71,7 @@ WorkerEnv build_worker_env(const JobSpec& job, const RankLayout& l, int index, i
   e[kPaddleJobId] = job.job_id;
   e[kPaddleLogDir] = job.log_dir;
   e[kPaddleDistriBackend] = gpu ? "nccl" : "gloo";
-  if (gpu) e[kSelectedGpus] = std::to_string(dev.gpu);
+  if (gpu) e[kSelectedGpus] = job.virtual_local_rank ? "0" : std::to_string(dev.gpu);
   e[kPodName] = pod_name(job.job_id, l.node_rank);
   e[kPaddleAutoCluster] = "0";          // paddle launch's default (--auto_cluster_config 0)
   e[kPaddleTrainingRole] = "TRAINER";   // what fleet's role maker assumes in collective mode
@@ -60,14 +82,16 @@ WorkerEnv build_worker_env(const JobSpec& job, const RankLayout& l, int index, i
   e[kLocalWorldSize] = local_size;
   e[kGroupRank] = std::to_string(l.node_rank);
   e[kGroupWorldSize] = std::to_string(l.nnodes);
-  e[kRoleName] = "default";
-  e[kMasterAddr] = l.master.substr(0, colon);
-  e[kMasterPort] = l.master.substr(colon + 1);
+  e[kRoleName] = job.role;
+  e[kMasterAddr] = master ? master->host : l.master;
+  e[kMasterPort] = master ? std::to_string(master->port) : "";
   e[kTorchRunId] = job.job_id;
   e[kTorchMaxRestarts] = std::to_string(job.max_restarts);
   e[kTorchUseAgentStore] = "False";
   e[kTorchErrorFile] = worker_error_file(job.log_dir, l.first_rank + index);
-  if (gpu) keep_or(e, kTorchNcclAsyncErrorHandling, "1");
+  e[kTorchSignalsToHandle] = job.signals_to_handle;
+  keep_or(e, kTorchNcclAsyncErrorHandling, "1");
+  if (gpu && job.virtual_local_rank) e[kCudaVisibleDevices] = visible_device(parent, dev.gpu);
   // Which run this is: the same value under both names.
   e[kPaddleRestartCount] = e[kTorchRestartCount] = std::to_string(restart_count);
   if (!job.checkpoint_signal.empty()) e[kCheckpointSignal] = job.checkpoint_signal;

@@ -24,6 +24,12 @@ struct JobSpec {
   // --checkpoint-signal as a name ("SIGUSR2"); empty: not exported.
   std::string checkpoint_signal;
   int max_restarts = 0;  // --max_restart (TORCHELASTIC_MAX_RESTARTS)
+  std::string role = "default";  // --role (ROLE_NAME)
+  std::string signals_to_handle = "SIGTERM,SIGINT,SIGHUP,SIGQUIT";  // TORCHELASTIC_SIGNALS_TO_HANDLE
+  // --virtual-local-rank: every worker's local rank is 0 (LOCAL_RANK, PADDLE_LOCAL_RANK,
+  // PADDLE_RANK_IN_NODE), and a GPU rank sees only its GPU (CUDA_VISIBLE_DEVICES narrowed to
+  // it, FLAGS_selected_gpus 0).
+  bool virtual_local_rank = false;
 };
 
 // Where this launcher's workers sit in the job: what a job mode (job_mode.h) answers once it
@@ -39,6 +45,9 @@ struct RankLayout {
   std::string master;                  // "ip:port": free for the framework's rank 0
   std::string store_addr;              // LAUNCH_STORE_ADDR; empty: no store
   std::string store_token;             // LAUNCH_STORE_TOKEN
+  // The job's generation (PADDLE_RESTART_COUNT), when the mode knows it better than this
+  // launcher's count of its own runs (elastic membership: a node that joins late).
+  std::optional<int> restart_count;
 };
 
 struct WorkerEnv {
@@ -48,7 +57,8 @@ struct WorkerEnv {
 
 // Worker `index` (into job.devices) of this launcher in generation `restart_count`. `parent`
 // is the launcher's environment, only read: variables the user set (OMP_NUM_THREADS,
-// PYTHONUNBUFFERED, TORCH_NCCL_ASYNC_ERROR_HANDLING) are left as they are.
+// PYTHONUNBUFFERED, TORCH_NCCL_ASYNC_ERROR_HANDLING) are left as they are, and so is
+// CUDA_VISIBLE_DEVICES, but under --virtual-local-rank.
 WorkerEnv build_worker_env(const JobSpec& job, const RankLayout& layout, int index, int restart_count,
                            const EnvMap& parent);
 

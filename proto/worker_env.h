@@ -49,7 +49,7 @@ inline constexpr const char* kLocalWorldSize = "LOCAL_WORLD_SIZE";  // processes
 inline constexpr const char* kGroupRank = "GROUP_RANK";           // node rank
 inline constexpr const char* kGroupWorldSize = "GROUP_WORLD_SIZE";  // nodes of the job
 inline constexpr const char* kRoleRank = "ROLE_RANK";             // rank among the role's workers (= RANK)
-inline constexpr const char* kRoleName = "ROLE_NAME";             // "default", as torchrun's --role
+inline constexpr const char* kRoleName = "ROLE_NAME";             // torchrun's --role ("default")
 inline constexpr const char* kRoleWorldSize = "ROLE_WORLD_SIZE";  // workers of the role (= WORLD_SIZE)
 inline constexpr const char* kMasterAddr = "MASTER_ADDR";         // host of PADDLE_MASTER
 inline constexpr const char* kMasterPort = "MASTER_PORT";         // port of PADDLE_MASTER
@@ -64,8 +64,12 @@ inline constexpr const char* kTorchUseAgentStore = "TORCHELASTIC_USE_AGENT_STORE
 // Where torch.distributed.elastic's @record writes a failing rank's exception (JSON, see
 // launcher/error_file.h); the failure report prints it.
 inline constexpr const char* kTorchErrorFile = "TORCHELASTIC_ERROR_FILE";
-// "1" for GPU ranks when unset, as torchrun: NCCL errors abort instead of hanging.
+// "1" when unset, as torchrun (on CPU ranks too: a program may still make NCCL communicators):
+// NCCL errors abort instead of hanging.
 inline constexpr const char* kTorchNcclAsyncErrorHandling = "TORCH_NCCL_ASYNC_ERROR_HANDLING";
+// torchrun's --signals-to-handle as it gives it to its workers ("SIGTERM,SIGINT,SIGHUP,SIGQUIT"
+// by default): the signals the launcher forwards to them.
+inline constexpr const char* kTorchSignalsToHandle = "TORCHELASTIC_SIGNALS_TO_HANDLE";
 // "1" when unset and more than one process runs on the node, as torchrun.
 inline constexpr const char* kOmpNumThreads = "OMP_NUM_THREADS";
 
@@ -89,7 +93,7 @@ inline constexpr const char* kWorkerContract[] = {
     kPodName, kPaddleAutoCluster, kPaddleTrainingRole,
     kRank, kWorldSize, kLocalRank, kLocalWorldSize, kGroupRank, kGroupWorldSize, kRoleRank, kRoleName,
     kRoleWorldSize, kMasterAddr, kMasterPort, kTorchRestartCount, kTorchMaxRestarts, kTorchRunId,
-    kTorchUseAgentStore, kTorchErrorFile,
+    kTorchUseAgentStore, kTorchErrorFile, kTorchSignalsToHandle,
     kStoreAddr, kStoreToken, kCheckpointSignal};
 // Variables only a launcher gives its workers (ours, torchrun's, paddle's; nobody sets them for
 // a launcher): in a launcher's own environment they mean it runs inside another's worker.

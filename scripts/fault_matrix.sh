@@ -6,9 +6,10 @@
 # state, a crash loop, two launches on one log folder, a store flood, a planted port-lock folder,
 # a restart's report, 100,000 arguments, a guessable token; strangers on a train_resnet rank's ring
 # port, a FIFO and sparse giants in a list file, a corrupt or NaN checkpoint, a store that never
-# answers, ranks with other options, --resume naming a folder. Prints one table row per case:
-# PASS/FAIL (SKIP where the machine cannot run it, e.g. FUSE without root) and its figure (time
-# to teardown, peak RSS, exit code).
+# answers, ranks with other options, --resume naming a folder; and rdzv's (issues 21, 22 item 11):
+# IPv6, the c10d form on one host, elastic membership losing and gaining a node. Prints one table
+# row per case: PASS/FAIL (SKIP where the machine cannot run it, e.g. FUSE without root) and its
+# figure (time to teardown, peak RSS, exit code).
 #
 #   scripts/fault_matrix.sh [BIN_DIR]        (default: build/bin; needs launch and train_resnet,
 #                                             and fuse_hold for the D-state case)
@@ -308,6 +309,69 @@ wait_exit $! 15; ms=$(( $(now_ms) - t0 ))
 result=FAIL; [ "$rc" != 0 ] && [ "$rc" != 255 ] && [ "$ms" -le 5000 ] && result=PASS
 row "Slurm task without task 0, --elastic_timeout 2 (h10-launcher)" "$result" \
     "$([ "$rc" = 255 ] && echo "still waiting after 15 s" || echo "exit $rc after $ms ms")"
+
+# --- (rdzv, issue 22 item 11) IPv6: --master [::1]:PORT, the store and the endpoints on ::1
+fresh
+v6port="$("$py" -c 'import socket; s=socket.socket(socket.AF_INET6); s.bind(("::1",0)); print(s.getsockname()[1])' 2>/dev/null)"
+if [ -n "$v6port" ]; then
+  export LAUNCH_STORE_TOKEN=0123456789abcdef0123456789abcdef-fault-matrix
+  t0=$(now_ms)
+  for n in 0 1; do
+    "$launch" --nnodes 2 --master "[::1]:$v6port" --devices cpu --nproc_per_node 1 --log_dir log.$n \
+      sh -c 'echo $PADDLE_CURRENT_ENDPOINT > ep.$RANK; '"$launch"' kv barrier all --timeout 10' >out.$n 2>err.$n &
+    eval "v6_$n=\$!"
+  done
+  unset LAUNCH_STORE_TOKEN
+  wait_exit "$v6_0" 20; rc0=$rc; wait_exit "$v6_1" 20; ms=$(( $(now_ms) - t0 ))
+  result=FAIL
+  [ "$rc0" = 0 ] && [ "$rc" = 0 ] && grep -q '^\[::1\]:' ep.0 && grep -q '^\[::1\]:' ep.1 && result=PASS
+  row "IPv6: 2 launchers meet at [::1] (rdzv)" "$result" "both exit 0 after $ms ms, endpoints $(cat ep.0 2>/dev/null)"
+else
+  row "IPv6: 2 launchers meet at [::1] (rdzv)" "SKIP" "no IPv6 loopback here"
+fi
+
+# --- (rdzv, issue 21) torchrun's c10d form: three launches of one job on one host, no rank
+fresh
+master="127.0.0.1:$("$py" -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')"
+export LAUNCH_STORE_TOKEN=0123456789abcdef0123456789abcdef-fault-matrix
+t0=$(now_ms)
+for n in 0 1 2; do
+  "$launch" --nnodes 3 --rdzv-backend c10d --rdzv-endpoint "$master" --host 127.0.0.1 --devices cpu \
+    --nproc_per_node 1 --log_dir log.$n sh -c "$launch kv barrier all --timeout 10" >out.$n 2>err.$n &
+  eval "c10d_$n=\$!"
+done
+unset LAUNCH_STORE_TOKEN
+ok=0
+for n in 0 1 2; do eval "wait_exit \$c10d_$n 20"; [ "$rc" = 0 ] && ok=$((ok + 1)); done
+ms=$(( $(now_ms) - t0 ))
+result=FAIL; [ "$ok" = 3 ] && [ "$(grep -l "serving the job's store" err.* | wc -l)" = 1 ] && result=PASS
+row "c10d form, 3 launches on one host, no rank (rdzv)" "$result" "$ok of 3 exit 0 after $ms ms, one serves the store"
+
+# --- (rdzv, issue 21) --nnodes 2:3: a node's launcher killed, then a node joins
+fresh
+master="127.0.0.1:$("$py" -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')"
+export LAUNCH_STORE_TOKEN=0123456789abcdef0123456789abcdef-fault-matrix
+el_node() {
+  "$launch" --nnodes 2:3 --rdzv-endpoint "$master" --host 127.0.0.1 --max_restart 2 --checkpoint-signal USR2 \
+    --rdzv-conf last_call_timeout=1,keep_alive_interval=0.2,heartbeat_timeout=1,checkpoint_timeout=0.5 \
+    --devices cpu --nproc_per_node 1 --log_dir log.$1 sh -c 'exec sleep 30' >out.$1 2>err.$1 &
+  eval "el_$1=\$!"
+}
+el_node a; wait_for 'grep -q "serving the job" err.a 2>/dev/null' 10
+el_node b; el_node c
+wait_for 'grep -q "round 0: this is node" err.c 2>/dev/null' 10
+t0=$(now_ms); kill -KILL "$el_c"; wait "$el_c" 2>/dev/null
+wait_for 'grep -q "round 1: this is node 0 of 2" err.a 2>/dev/null' 15; loss=$(( $(now_ms) - t0 ))
+t1=$(now_ms); el_node d
+wait_for 'grep -q "round 2: this is node 0 of 3" err.a 2>/dev/null' 15; join=$(( $(now_ms) - t1 ))
+unset LAUNCH_STORE_TOKEN
+result=FAIL
+grep -q "round 1: this is node 0 of 2" err.a && grep -q "round 2: this is node 0 of 3" err.a &&
+  grep -q "SIGUSR2 to 1 worker(s) to save" err.a && result=PASS
+for n in a b d; do eval "kill -TERM \$el_$n"; eval "wait_exit \$el_$n 10"; done
+row "--nnodes 2:3: node lost, then a node joins (rdzv)" "$result" \
+    "re-formed at 2 nodes $loss ms after the kill, at 3 $join ms after the join (heartbeat 1 s, save 0.5 s)"
+
 
 # --- issue 22, item 2: strangers on rank 0's ring port while it waits for its left neighbour, rank 2
 # of 3 (rank 2's shell, which has the job's store, reads rank 0's address there first, as anyone who

@@ -60,6 +60,7 @@ test_packages=(
   python3 python3-numpy python3-torch python3-torchvision python3-venv python3-pip
   clang-14 libfuzzer-14-dev
   iproute2 procps
+  python3-yaml  # issue 21: tests/launcher/k8s_netns.py reads the examples/k8s manifests
   slurm-wlm munge
   python3-matplotlib python3-sklearn python3-pil
   etcd-server etcd-client  # issue 21: the real etcd the etcd client's tests start

@@ -8,6 +8,8 @@
 
 #include <nlohmann/json.hpp>
 
+#include "launcher/multinode/json_record.h"
+
 namespace launch::multinode {
 namespace {
 
@@ -28,7 +30,7 @@ std::string who(const NodeRegistration& r) {
 bool NodeRegistration::operator==(const NodeRegistration& o) const {
   return host == o.host && requested_rank == o.requested_rank && nproc == o.nproc &&
          devices == o.devices && endpoints == o.endpoints && master_endpoint == o.master_endpoint &&
-         hostname == o.hostname && id == o.id;
+         hostname == o.hostname && id == o.id && serves_store == o.serves_store;
 }
 
 std::string JobLayout::trainer_endpoints() const { return join(endpoints, ","); }
@@ -72,15 +74,18 @@ std::vector<NodeInfo> assign_node_ranks(const std::vector<NodeRegistration>& by_
                         ": give each node a distinct --rank (or -1 for arrival order)");
     rank_of[a] = want;
   }
-  // Nodes without --rank take the lowest free ranks, first come first served: deterministic,
-  // since every node reads the same arrival order from the store.
+  // Nodes without --rank take the lowest free ranks: the store's host first, then first come
+  // first served. Deterministic, since every node reads the same records in the same order.
   int next = 0;
-  for (size_t a = 0; a < by_arrival.size(); ++a) {
-    if (rank_of[a] >= 0) continue;
+  auto take_next = [&](size_t a) {
     while (claimed.count(next)) ++next;
     rank_of[a] = next;
     claimed.emplace(next, a);
-  }
+  };
+  for (size_t a = 0; a < by_arrival.size(); ++a)
+    if (rank_of[a] < 0 && by_arrival[a].serves_store) take_next(a);
+  for (size_t a = 0; a < by_arrival.size(); ++a)
+    if (rank_of[a] < 0) take_next(a);
 
   std::vector<NodeInfo> nodes(by_arrival.size());
   for (size_t a = 0; a < by_arrival.size(); ++a) {
@@ -92,6 +97,7 @@ std::vector<NodeInfo> assign_node_ranks(const std::vector<NodeRegistration>& by_
     n.hostname = r.hostname;
     n.nproc = r.nproc;
     n.devices = r.devices;
+    n.serves_store = r.serves_store;
   }
   int offset = 0;
   for (auto& n : nodes) {
@@ -201,27 +207,16 @@ std::string encode_registration(const NodeRegistration& r) {
   nlohmann::json j = {{"host", r.host},         {"hostname", r.hostname},
                       {"rank", r.requested_rank}, {"nproc", r.nproc},
                       {"devices", r.devices},   {"endpoints", r.endpoints},
-                      {"master", r.master_endpoint}, {"id", r.id}};
+                      {"master", r.master_endpoint}, {"id", r.id},
+                      {"store", r.serves_store}};
   return j.dump();
 }
 
 NodeRegistration decode_registration(const std::string& text) {
-  nlohmann::json j;
-  try {
-    j = nlohmann::json::parse(text);
-  } catch (const nlohmann::json::exception& e) {
-    throw LayoutError(std::string("malformed node record in the store (not JSON): ") + e.what());
-  }
+  const std::string what = "the node record in the store";
+  const nlohmann::json j = parse_record<LayoutError>(text, what);
   NodeRegistration r;
-  auto field = [&](const char* name, auto& out) {
-    try {
-      j.at(name).get_to(out);
-    } catch (const nlohmann::json::exception&) {
-      throw LayoutError(std::string("malformed node record in the store: field '") + name +
-                        "' missing or of the wrong type (is every node running the same launch version?)");
-    }
-  };
-  if (!j.is_object()) throw LayoutError("malformed node record in the store: not a JSON object");
+  auto field = [&](const char* name, auto& out) { record_field<LayoutError>(j, name, out, what); };
   field("host", r.host);
   field("hostname", r.hostname);
   field("rank", r.requested_rank);
@@ -230,6 +225,7 @@ NodeRegistration decode_registration(const std::string& text) {
   field("endpoints", r.endpoints);
   field("master", r.master_endpoint);
   field("id", r.id);
+  field("store", r.serves_store);
   return r;
 }
 

@@ -25,6 +25,7 @@ struct NodeRegistration {
   std::string master_endpoint;         // free "ip:port" for the framework's own store; node 0's is used
   std::string hostname;                // gethostname(), for messages and matching Slurm's hostlist
   std::string id;                      // unique per launcher run: a node recognises its own record
+  bool serves_store = false;           // its launcher serves the job's store (it won the bind on --master)
 
   bool operator==(const NodeRegistration& o) const;
 };
@@ -37,6 +38,7 @@ struct NodeInfo {
   int nproc = 0;
   int rank_offset = 0;  // global rank of its local rank 0
   std::vector<std::string> devices;
+  bool serves_store = false;  // its launcher serves the job's store
 };
 
 // This node's view of the job: what the environment builder needs for its workers.
@@ -59,7 +61,8 @@ struct JobLayout {
 };
 
 // Node ranks and rank offsets for `nnodes` registrations given in arrival order. Explicit ranks
-// are kept; the others take the lowest free ranks in arrival order. Throws LayoutError for a
+// are kept; then the node that serves the store takes the lowest free rank (node 0 unless a
+// node asked for 0), and the others the lowest free ranks in arrival order. Throws LayoutError for a
 // count other than nnodes, a rank outside [0, nnodes), two nodes asking for the same rank
 // (naming both hosts), or a record that is inconsistent (nproc vs endpoints/devices).
 std::vector<NodeInfo> assign_node_ranks(const std::vector<NodeRegistration>& by_arrival, int nnodes);

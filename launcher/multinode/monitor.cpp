@@ -295,7 +295,7 @@ void JobMonitor::run() {
       next_beat = std::max(next_beat + period, now);
 
       if (!fired) {
-        if (now - last_ok > cfg_.heartbeat_timeout) {
+        if (now - last_ok > cfg_.store_timeout.value_or(cfg_.heartbeat_timeout)) {
           fire(store_unreachable(last_error));
           fired = true;
         } else if (fresh) {

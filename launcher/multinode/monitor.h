@@ -38,6 +38,8 @@ struct MonitorConfig {
   JobLayout layout;            // this node and the generation whose nodes are watched
   std::chrono::milliseconds heartbeat_period = kDefaultHeartbeatPeriod;
   std::chrono::milliseconds heartbeat_timeout = kDefaultHeartbeatTimeout;
+  // The store unreachable this long: its node's launcher is taken for gone (unset: heartbeat_timeout).
+  std::optional<std::chrono::milliseconds> store_timeout;
   int store_node = 0;  // the node whose launcher serves the store: node 0 (multinode_job.cpp)
   // On the node that serves the store: the connections it sees (presence.h). Null elsewhere.
   std::shared_ptr<const Presence> presence;
@@ -85,7 +87,8 @@ class JobMonitor {
   // For the node that serves the store, before it closes the store (after finish(), or after a
   // failure once its workers are stopped): waits until every node has left this generation --
   // finished, or learnt the failure record -- so that the store outlives the others' last
-  // calls. Returns the node ranks still there when `timeout` passed (empty: all gone).
+  // calls. A node whose launcher the failure record names as gone is not waited for. Returns
+  // the node ranks still there when `timeout` passed (empty: all gone).
   std::vector<int> wait_all_finished(std::chrono::milliseconds timeout);
 
   const JobLayout& layout() const { return cfg_.layout; }

@@ -1,11 +1,5 @@
 #include "launcher/multinode/multinode_job.h"
 
-#include <arpa/inet.h>
-#include <netdb.h>
-#include <netinet/in.h>
-#include <sys/socket.h>
-#include <unistd.h>
-
 #include <optional>
 
 #include "launcher/errors.h"
@@ -14,44 +8,14 @@
 #include "launcher/store/job_store.h"
 #include "launcher/multinode/monitor.h"
 #include "launcher/multinode/rendezvous.h"
+#include "launcher/multinode/store_host.h"
 #include "launcher/multinode/token.h"
 #include "launcher/ports.h"
+#include "proto/address.h"
 
 namespace launch {
 
 namespace mn = launch::multinode;
-
-std::string route_source_address(const std::string& ip) {
-  int s = socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0);
-  SYS_CHECK(s);
-  sockaddr_in to{};
-  to.sin_family = AF_INET;
-  to.sin_port = htons(9);
-  inet_pton(AF_INET, ip.c_str(), &to.sin_addr);
-  sockaddr_in me{};
-  socklen_t len = sizeof me;
-  const bool ok = connect(s, reinterpret_cast<sockaddr*>(&to), sizeof to) == 0 &&
-                  getsockname(s, reinterpret_cast<sockaddr*>(&me), &len) == 0;
-  const int err = errno;
-  close(s);
-  if (!ok) throw UsageError("no route to --master " + ip + " (" + std::strerror(err) + "); give --host");
-  char buf[INET_ADDRSTRLEN];
-  inet_ntop(AF_INET, &me.sin_addr, buf, sizeof buf);
-  return buf;
-}
-
-std::string resolve_ipv4(const std::string& host) {
-  if (is_ipv4_address(host)) return host;
-  addrinfo hints{};
-  hints.ai_family = AF_INET;
-  addrinfo* res = nullptr;
-  int rc = getaddrinfo(host.c_str(), nullptr, &hints, &res);
-  if (rc != 0 || !res) throw UsageError("cannot resolve host '" + host + "' of --master: " + gai_strerror(rc));
-  char buf[INET_ADDRSTRLEN];
-  inet_ntop(AF_INET, &reinterpret_cast<sockaddr_in*>(res->ai_addr)->sin_addr, buf, sizeof buf);
-  freeaddrinfo(res);
-  return buf;
-}
 
 std::string resolve_multinode_token(const std::optional<std::string>& token_file, const proto::EnvMap& env) {
   std::optional<std::string> from_env;
@@ -63,59 +27,127 @@ std::string resolve_multinode_token(const std::optional<std::string>& token_file
   }
 }
 
+std::chrono::milliseconds seconds_or(const std::optional<double>& s, std::chrono::milliseconds fallback) {
+  return s ? std::chrono::milliseconds(static_cast<long long>(*s * 1000)) : fallback;
+}
+
+mn::MonitorConfig monitor_config(const RdzvConf& conf) {
+  mn::MonitorConfig mc;
+  mc.heartbeat_period = seconds_or(conf.heartbeat_period_s, mc.heartbeat_period);
+  mc.heartbeat_timeout = seconds_or(conf.heartbeat_timeout_s, mc.heartbeat_timeout);
+  if (conf.store_timeout_s) mc.store_timeout = seconds_or(conf.store_timeout_s, mc.heartbeat_timeout);
+  return mc;
+}
+
+std::chrono::milliseconds remote_wait(const mn::MonitorConfig& mc) {
+  // A lost peer on another node waits for that node's report: declared after the heartbeat
+  // timeout (or the store's), noticed within a period more, and a margin.
+  return std::max(mc.heartbeat_timeout, mc.store_timeout.value_or(mc.heartbeat_timeout)) + mc.heartbeat_period +
+         std::chrono::milliseconds(2000);
+}
+
+mn::NodeRegistration local_registration(const Plan& p, const std::string& host, const PortReservation& ports,
+                                        bool serves_store) {
+  mn::NodeRegistration self;
+  const int n = p.n();
+  self.host = host;
+  self.requested_rank = p.opt.rank;
+  self.serves_store = serves_store;
+  self.nproc = n;
+  for (int i = 0; i < n; ++i) {
+    const RankDevice& d = p.job.devices[size_t(i)];
+    if (d.kind == DeviceKind::Gpu) self.devices.push_back(std::to_string(d.gpu));
+    self.endpoints.push_back(proto::join_host_port(host, ports.ports()[size_t(i)]));
+  }
+  self.master_endpoint = proto::join_host_port(host, ports.ports()[size_t(n)]);
+  return self;
+}
+
+RankLayout rank_layout(const mn::JobLayout& layout, const std::string& store_token) {
+  RankLayout l;
+  l.world_size = layout.world_size;
+  l.nnodes = layout.nnodes;
+  l.node_rank = layout.node_rank;
+  l.local_size = layout.local_size;
+  l.first_rank = layout.rank_offset;
+  l.endpoints = layout.endpoints;
+  l.master = layout.framework_master;
+  l.store_addr = layout.store_address;
+  l.store_token = store_token;
+  return l;
+}
+
+int store_node(const mn::JobLayout& l) {
+  for (const auto& n : l.nodes)
+    if (n.serves_store) return n.node_rank;
+  return 0;
+}
+
+std::string placement(const mn::JobLayout& l) {
+  return "this is node " + std::to_string(l.node_rank) + " of " + std::to_string(l.nnodes) + ", global ranks " +
+         std::to_string(l.rank_offset) + ".." + std::to_string(l.rank_offset + l.local_size - 1) + " of " +
+         std::to_string(l.world_size);
+}
+
+void install_monitor(SupervisorConfig& cfg, mn::JobMonitor& monitor, const mn::MonitorConfig& mc,
+                     std::function<void(const mn::FailureRecord&)> published) {
+  if (!published) published = [](const mn::FailureRecord&) {};
+  cfg.on_failure = [&monitor, published](const RootCause& rc) {
+    // A rank that stopped responding never ended: the record carries the job's code for it.
+    const Termination t = rc.end.value_or(Termination{Termination::How::Exited, rc.exit_code});
+    const int sig = t.how == Termination::How::Signaled ? t.value : 0;
+    published(monitor.report_worker_exit(rc.rank, exit_code_of(t), sig));
+  };
+  cfg.remote_fd = monitor.event_fd();
+  cfg.remote_wait = remote_wait(mc);
+  cfg.remote_peer_lost = [&monitor](int rank, const std::string& what) { monitor.peer_lost(rank, what); };
+  cfg.remote_failure = [&monitor, published]() -> std::pair<int, std::string> {
+    auto f = monitor.failure();
+    if (!f) return {1, "unknown failure"};
+    published(*f);
+    return {f->exit_code, f->describe()};
+  };
+}
+
 namespace {
 
 class MultinodeJob final : public JobMode {
  public:
-  // Node 0 serves the store on exactly --master (the other nodes were told that address), and
-  // this node's endpoints and the framework's master port come from our own reservation.
+  // The launch that wins the bind on --master serves the store there (store_host.h); this node's
+  // endpoints and the framework's master port come from our own reservation.
   MultinodeJob(const Plan& p, StopSignals& stops) : stops_(stops) {
-    const size_t colon = p.master.rfind(':');
-    const std::string master_ip = p.master.substr(0, colon);
-    const int master_port = std::stoi(p.master.substr(colon + 1));
-    host_ = p.opt.host_given ? p.opt.host : route_source_address(master_ip);
-    serve_ = p.opt.rank == 0 || (p.opt.rank == -1 && host_ == master_ip);
-    if (serve_) {
-      presence_ = std::make_shared<mn::Presence>();
-      auto seen = [presence = presence_](const std::string& name, bool open) {
-        presence->on_client(name, open, mn::Presence::Clock::now());
-      };
-      try {
-        store_ = start_shared_job_store(master_ip, p.job.job_id, static_cast<uint16_t>(master_port), p.token, seen);
-      } catch (const std::runtime_error& e) {
-        throw std::runtime_error(std::string("node 0 cannot serve the job's store on --master ") + p.master + ": " +
-                                 e.what());
-      }
-    }
-    const int n = p.n();
-    ports_ = reserve_ports(host_, n + 1, std::nullopt);
-    mn::NodeRegistration self;
-    self.host = host_;
-    self.requested_rank = serve_ && p.opt.rank == -1 ? 0 : p.opt.rank;
-    self.nproc = n;
-    for (int i = 0; i < n; ++i) {
-      const RankDevice& d = p.job.devices[size_t(i)];
-      if (d.kind == DeviceKind::Gpu) self.devices.push_back(std::to_string(d.gpu));
-      self.endpoints.push_back(host_ + ":" + std::to_string(ports_.ports()[size_t(i)]));
-    }
-    self.master_endpoint = host_ + ":" + std::to_string(ports_.ports()[size_t(n)]);
+    const auto deadline = std::chrono::steady_clock::now() + p.elastic_timeout();
+    MeetingPoint mp = meet_at_master(p, stops, deadline);
+    host_ = mp.host;
+    serve_ = mp.serves;
+    store_ = std::move(mp.store);
+    presence_ = mp.presence;
+    ports_ = reserve_ports(host_, p.n() + 1, std::nullopt);
+    const mn::NodeRegistration self = local_registration(p, host_, ports_, serve_);
 
-    rc_.store.address = p.master;
+    rc_.store.address = mp.master;
     rc_.store.address_source = p.master_origin;
     rc_.store.job_id = p.job.job_id;
     rc_.store.token = p.token;
-    rc_.store.connect_timeout = p.elastic_timeout();
     rc_.store.client_name = "launcher on " + host_;
     rc_.nnodes = p.opt.nnodes;
     rc_.self = self;
-    rc_.timeout = p.elastic_timeout();
     rc_.expected_hosts = p.slurm_hosts;
+    timeout_ = p.elastic_timeout();
+    // The first meeting has what resolving the master left of --elastic_timeout.
+    first_timeout_ = std::max(std::chrono::duration_cast<std::chrono::milliseconds>(
+                                  deadline - std::chrono::steady_clock::now()),
+                              std::chrono::milliseconds(1000));
     max_restart_ = p.opt.max_restart;
+    monitor_cfg_ = monitor_config(p.opt.rdzv);
+    close_timeout_ = seconds_or(p.opt.rdzv.close_timeout_s, std::chrono::seconds(60));
   }
 
   RankLayout start(int generation) override {
     monitor_.reset();
     rc_.generation = generation;
+    rc_.timeout = generation == 0 ? first_timeout_ : timeout_;
+    rc_.store.connect_timeout = rc_.timeout;
     log::info("rendezvous: " + (generation > 0 ? "generation " + std::to_string(generation) + ", " : std::string()) +
               "waiting for " + std::to_string(rc_.nnodes) + " node(s) at " + rc_.store.address +
               (serve_ ? " (served here)" : ""));
@@ -130,48 +162,23 @@ class MultinodeJob final : public JobMode {
     } catch (const proto::StoreError& e) {
       stops_.rethrow(e, "waiting for the other nodes");
     }
-    log::info("rendezvous: this is node " + std::to_string(layout_.node_rank) + " of " +
-              std::to_string(layout_.nnodes) + ", global ranks " + std::to_string(layout_.rank_offset) + ".." +
-              std::to_string(layout_.rank_offset + layout_.local_size - 1) + " of " +
-              std::to_string(layout_.world_size));
-    mn::MonitorConfig mc;
+    log::info("rendezvous: " + placement(layout_));
+    mn::MonitorConfig mc = monitor_cfg_;
     mc.store = rc_.store;
     mc.layout = layout_;
-    mc.presence = presence_;  // null but on node 0, which serves the store
+    mc.presence = presence_;  // null but where this launcher serves the store
+    mc.store_node = store_node(layout_);
     monitor_ = std::make_unique<mn::JobMonitor>(mc);
     ports_.release_sockets();
 
-    RankLayout l;
-    l.world_size = layout_.world_size;
-    l.nnodes = layout_.nnodes;
-    l.node_rank = layout_.node_rank;
-    l.local_size = layout_.local_size;
-    l.first_rank = layout_.rank_offset;
-    l.endpoints = layout_.endpoints;
-    l.master = layout_.framework_master;
-    l.store_addr = layout_.store_address;
-    l.store_token = rc_.store.token;
-    return l;
+    return rank_layout(layout_, rc_.store.token);
   }
 
   void install(SupervisorConfig& cfg) override {
-    cfg.on_failure = [this](const RootCause& rc) {
-      // A rank that stopped responding never ended: the record carries the job's code for it.
-      const Termination t = rc.end.value_or(Termination{Termination::How::Exited, rc.exit_code});
-      const int sig = t.how == Termination::How::Signaled ? t.value : 0;
-      publish_in_store(monitor_->report_worker_exit(rc.rank, exit_code_of(t), sig));
-    };
-    cfg.remote_fd = monitor_->event_fd();
-    cfg.remote_peer_lost = [this](int rank, const std::string& what) { monitor_->peer_lost(rank, what); };
-    cfg.remote_failure = [this]() -> std::pair<int, std::string> {
-      auto f = monitor_->failure();
-      if (!f) return {1, "unknown failure"};
-      publish_in_store(*f);
-      return {f->exit_code, f->describe()};
-    };
+    install_monitor(cfg, *monitor_, monitor_cfg_, [this](const mn::FailureRecord& f) { publish_in_store(f); });
   }
 
-  // This generation is over here: tell the others; node 0 keeps its store up until they have
+  // This generation is over here: tell the others; the store's node keeps it up until they have
   // left it (bounded), so their last calls are answered. After a failure the others are parked
   // on its record and learn it within milliseconds; a node whose launcher died never leaves,
   // hence the short bound.
@@ -179,7 +186,7 @@ class MultinodeJob final : public JobMode {
     const bool success = exit_code == 0;
     if (success) monitor_->finish();
     if (!serve_) return;
-    auto left = monitor_->wait_all_finished(success ? std::chrono::seconds(60) : std::chrono::seconds(3));
+    auto left = monitor_->wait_all_finished(success ? close_timeout_ : std::chrono::milliseconds(3000));
     if (!left.empty()) {
       std::string list;
       for (int r : left) list += (list.empty() ? "" : ", ") + std::to_string(r);
@@ -188,7 +195,7 @@ class MultinodeJob final : public JobMode {
   }
 
  private:
-  // Node 0's store wakes its own workers' waiters too (JOB_FAILED), whoever failed -- but only
+  // The store's node wakes its own workers' waiters too (JOB_FAILED), whoever failed -- but only
   // when no restart follows: that record is final, and the next generation's rendezvous and
   // workers use the same store (the workers' own SIGTERM ends their waits meanwhile).
   void publish_in_store(const mn::FailureRecord& f) {
@@ -199,8 +206,10 @@ class MultinodeJob final : public JobMode {
   std::string host_;
   bool serve_ = false;
   int max_restart_ = 0;
+  std::chrono::milliseconds timeout_{0}, first_timeout_{0}, close_timeout_{0};
+  mn::MonitorConfig monitor_cfg_;
   mn::RendezvousConfig rc_;
-  std::shared_ptr<mn::Presence> presence_;  // node 0: who is connected to its store
+  std::shared_ptr<mn::Presence> presence_;  // where this launcher serves the store: who is connected to it
   std::optional<JobStore> store_;
   PortReservation ports_;
   mn::JobLayout layout_;

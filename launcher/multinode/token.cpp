@@ -105,8 +105,10 @@ std::string resolve_job_token(const std::optional<std::string>& token_file,
                               const std::optional<std::string>& env_token) {
   if (token_file) return read_token_file(*token_file);
   if (env_token) return check_token_text(*env_token, "LAUNCH_STORE_TOKEN");
-  throw TokenError(std::string("a multi-node job needs a token shared by all nodes: give --token-file PATH "
-                               "or set LAUNCH_STORE_TOKEN; make one with: ") + kMakeTokenCommand);
+  throw TokenError(std::string("a multi-node job needs a token shared by all nodes: give --token-file PATH (make "
+                               "one with: ") + kMakeTokenCommand + "), or set LAUNCH_STORE_TOKEN (on Kubernetes from a "
+                               "Secret: " + kKubernetesSecretCommand + ", and in the pod's env: LAUNCH_STORE_TOKEN "
+                               "valueFrom secretKeyRef name launch-token key token)");
 }
 
 }  // namespace launch::multinode

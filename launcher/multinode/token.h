@@ -18,6 +18,11 @@ class TokenError : public std::runtime_error {
 inline constexpr const char* kMakeTokenCommand =
     "head -c 32 /dev/urandom | od -An -tx1 | tr -d ' \\n' > ~/.launch_token && chmod 600 ~/.launch_token";
 
+// The same as a Kubernetes Secret the pods read into LAUNCH_STORE_TOKEN (examples/k8s/secret.sh).
+inline constexpr const char* kKubernetesSecretCommand =
+    "kubectl create secret generic launch-token --from-literal=token=\"$(head -c 32 /dev/urandom | od -An -tx1 | "
+    "tr -d ' \\n')\"";
+
 // Tokens shorter than this are refused: 16 random bytes as hex is the least we accept.
 inline constexpr size_t kMinTokenChars = 32;
 // The token travels in HELLO and in the environment; far below the store's key limit.

@@ -26,6 +26,7 @@
 #include <spdlog/spdlog.h>
 
 #include "launcher/store/log_throttle.h"
+#include "proto/address.h"
 #include "proto/codec.h"
 #include "proto/kv_state.h"
 
@@ -151,15 +152,15 @@ class EpollStore final : public StoreServer {
     hints.ai_socktype = SOCK_STREAM;
     hints.ai_flags = AI_PASSIVE | AI_NUMERICSERV;
     addrinfo* res = nullptr;
-    std::string where = host + ":" + std::to_string(port);
+    const std::string where = proto::join_host_port(host, port);
     int rc = ::getaddrinfo(host.c_str(), std::to_string(port).c_str(), &hints, &res);
     if (rc != 0)
       throw std::runtime_error("store: cannot resolve listen address " + where + ": " + ::gai_strerror(rc));
-    std::string err = "no address";
+    int err = EADDRNOTAVAIL;
     for (addrinfo* a = res; a && listen_fd_ < 0; a = a->ai_next) {
       int s = ::socket(a->ai_family, a->ai_socktype | SOCK_NONBLOCK | SOCK_CLOEXEC, a->ai_protocol);
       if (s < 0) {
-        err = errno_text();
+        err = errno;
         continue;
       }
       int one = 1;
@@ -168,13 +169,12 @@ class EpollStore final : public StoreServer {
         listen_fd_ = s;
         break;
       }
-      err = errno_text();
+      err = errno;
       ::close(s);
     }
     ::freeaddrinfo(res);
-    if (listen_fd_ < 0)
-      throw std::runtime_error("store: cannot listen on " + where + ": " + err +
-                               " (pick another --store_port, or 0 to let the kernel choose)");
+    // The caller knows which option named the address; the store does not.
+    if (listen_fd_ < 0) throw ListenError("store: cannot listen on " + where + ": " + std::strerror(err), err);
     sockaddr_storage ss{};
     socklen_t len = sizeof ss;
     ::getsockname(listen_fd_, reinterpret_cast<sockaddr*>(&ss), &len);

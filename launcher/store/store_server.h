@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <stdexcept>
 #include <string>
 
 #include "proto/protocol.h"
@@ -38,9 +39,22 @@ struct StoreServerConfig {
   std::function<void(const std::string& client_name, bool open)> on_client;
 };
 
+// The store could not listen on its address; errno_value tells a port another process holds
+// (EADDRINUSE) from an address this machine does not have (EADDRNOTAVAIL), so that a launcher
+// can join the store that is there instead of serving one.
+class ListenError : public std::runtime_error {
+ public:
+  ListenError(const std::string& what, int errno_value) : std::runtime_error(what), errno_(errno_value) {}
+  int errno_value() const { return errno_; }
+
+ private:
+  int errno_;
+};
+
 class StoreServer {
  public:
-  // Binds and starts serving. Throws std::runtime_error naming the address on failure.
+  // Binds and starts serving. Throws ListenError when it cannot listen, std::runtime_error for
+  // anything else, naming the address.
   static std::unique_ptr<StoreServer> start(const StoreServerConfig& cfg);
   virtual ~StoreServer() = default;  // stops the loop, closes every connection
 

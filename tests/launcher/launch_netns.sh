@@ -6,7 +6,8 @@
 #      on one machine;
 #   2. the worker of rank 2 SIGKILLed: every host's launcher exits within 2 s, naming the root cause;
 #   3. host 3 never arrives: hosts 1 and 2 time out, saying how many are missing and who arrived;
-#   4. --max_restart 1 after a trainer is killed mid-run: the same parameters as without the kill.
+#   4. --max_restart 1 after a trainer is killed mid-run: the same parameters as without the kill;
+#   5. torchrun's c10d form without ranks on two hosts (--rdzv-backend c10d --rdzv-endpoint).
 # Usage: tests/launcher/launch_netns.sh PATH/TO/launch PATH/TO/train_resnet
 # Needs root and `ip netns`; otherwise exits 77 (skipped) with the reason. Every wait is bounded.
 set -uo pipefail
@@ -132,6 +133,23 @@ done
 got=$(grep -o 'params checksum fnv1a64=[0-9a-f]*' "$dir/r1.out" | tail -1)
 [[ -n "$ref40" && "$got" == "$ref40" ]] || fail "restart: restarted job '$got', uninterrupted '$ref40'"
 [[ $failures == 0 ]] && echo "4. rank 2 killed mid-run, --max_restart 1: resumed to the uninterrupted parameters ($got)"
+
+# --- 5. torchrun's c10d form, no rank, two hosts: the host of the endpoint serves the store
+pids=()
+for i in 1 2; do
+  on "$i" "$launch" --nnodes 2 --rdzv-backend c10d --rdzv-endpoint "$master" --rdzv-id c10d-job --devices cpu \
+    --nproc_per_node 2 --log_dir "$dir/c$i" sh -c "echo \$RANK/\$WORLD_SIZE > $dir/c.\$RANK; $launch kv barrier all --timeout 20" \
+    >"$dir/c$i.out" 2>"$dir/c$i.err" &
+  pids+=($!)
+done
+for i in 1 2; do
+  wait "${pids[$((i - 1))]}"; rc=$?
+  [[ $rc == 0 ]] || fail "c10d: host $i exited with $rc: $(tail -3 "$dir/c$i.err")"
+done
+grep -q "this is node 0 of 2" "$dir/c1.err" && grep -q "serving the job's store" "$dir/c1.err" ||
+  fail "c10d: host 1 (the endpoint's) is not node 0 serving the store"
+for r in 0 1 2 3; do [[ $(cat "$dir/c.$r" 2>/dev/null) == "$r/4" ]] || fail "c10d: rank $r saw '$(cat "$dir/c.$r" 2>/dev/null)'"; done
+[[ $failures == 0 ]] && echo "5. torchrun's c10d form without ranks on 2 hosts: ranks 0-3 of 4, host 1 serves the store"
 
 [[ $failures == 0 ]] || exit 1
 echo "OK"

@@ -160,6 +160,13 @@ inline std::string free_loopback_address() {
   return "127.0.0.1:" + std::to_string(ntohs(a.sin_port));
 }
 
+// Whether files dir/<prefix>0 .. dir/<prefix>(n-1) each hold a whole line (the workers wrote them).
+inline bool all_written(const std::string& dir, const std::string& prefix, int n) {
+  for (int r = 0; r < n; ++r)
+    if (slurp(dir + "/" + prefix + std::to_string(r)).find('\n') == std::string::npos) return false;
+  return true;
+}
+
 inline std::vector<std::string> lines_of(const std::string& s) {
   std::vector<std::string> out;
   std::stringstream ss(s);

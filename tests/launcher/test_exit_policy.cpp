@@ -185,6 +185,29 @@ TEST_CASE("exit policy: a peer on another node waits for that node's report", "[
   CHECK(q.exit_code() == 86);
 }
 
+TEST_CASE("exit policy: re-forming around a joining node is no failure and explains a lost remote peer", "[launcher][exit][elastic]") {
+  ExitPolicy p;
+  CHECK(p.on_reform("1 node(s) ask to join: host-d"));
+  CHECK(p.stopping());
+  CHECK(p.reform() == std::optional<std::string>("1 node(s) ask to join: host-d"));
+  CHECK_FALSE(p.on_worker_end(0, code3));  // the workers' ends from here on are its consequence
+  CHECK_FALSE(p.on_remote_failure(3, "late"));
+  CHECK_FALSE(p.root());
+  CHECK(p.exit_code() == 0);
+  // A worker that lost a peer on another node (its node stopped first for the join): explained.
+  ExitPolicy q;
+  CHECK(q.on_peer_lost(lost(0, 2, LostPeerReport::Peer::Remote)) == ExitPolicy::Verdict::AwaitRemote);
+  CHECK(q.on_reform("a join"));
+  CHECK_FALSE(q.awaiting_remote());
+  CHECK(q.exit_code() == 0);
+  // A failure first stays a failure.
+  ExitPolicy f;
+  f.on_worker_end(1, segv);
+  CHECK_FALSE(f.on_reform("a join"));
+  CHECK_FALSE(f.reform());
+  CHECK(f.exit_code() == 139);
+}
+
 TEST_CASE("exit policy: while stopping, only SIGINT and SIGQUIT mean now", "[launcher][exit][signals]") {
   // Slurm repeats SIGTERM (time limit: SIGTERM, SIGCONT, SIGTERM); a terminal hangs up once per
   // process. A Ctrl-C or Ctrl-\ while the job stops is someone who will not wait.

@@ -33,12 +33,6 @@ std::vector<uint16_t> ports_of(const std::string& list) {
   return out;
 }
 
-bool all_files(const std::string& dir, const std::string& prefix, int n) {
-  for (int r = 0; r < n; ++r)
-    if (slurp(dir + "/" + prefix + std::to_string(r)).find('\n') == std::string::npos) return false;
-  return true;
-}
-
 }  // namespace
 
 // ---------------------------------------------------------------------------------------------
@@ -187,8 +181,8 @@ TEST_CASE("launch: SIGTERM to launch -> every descendant gone, grandchildren too
   Proc p = launch_sh(d, {"--devices", "cpu", "--nproc_per_node", "2", "--grace", "0.5"}, script);
   Reaper guard(p.pid);
   REQUIRE(wait_until([&] {
-    return all_files(d, "pid.", 2) && all_files(d, "gc_a.", 2) && all_files(d, "gc_b.", 2) &&
-           all_files(d, "gc_c.", 2);
+    return all_written(d, "pid.", 2) && all_written(d, "gc_a.", 2) && all_written(d, "gc_b.", 2) &&
+           all_written(d, "gc_c.", 2);
   }, 20));
   std::vector<pid_t> all;
   for (const char* f : {"pid.", "gc_a.", "gc_b.", "gc_c."})
@@ -222,7 +216,7 @@ TEST_CASE("launch: SIGTERM, SIGCONT, SIGTERM (Slurm's time limit) is one request
                          "/pid.$RANK; while [ $n = 0 ]; do sleep 0.05; done; sleep 1.5; echo saved > " + d +
                          "/saved.$RANK; exit 0");
   Reaper guard(p.pid);
-  REQUIRE(wait_until([&] { return all_files(d, "pid.", 2); }, 20));
+  REQUIRE(wait_until([&] { return all_written(d, "pid.", 2); }, 20));
   const double t0 = now_s();
   kill(p.pid, SIGTERM);
   // The second one after launch took the first (two pending SIGTERMs are one to the kernel).
@@ -248,7 +242,7 @@ TEST_CASE("launch: SIGINT is forwarded; a second SIGINT kills at once", "[launch
   Proc p = launch_sh(d, {"--devices", "cpu", "--nproc_per_node", "2", "--grace", "60"},
                      "trap '' INT TERM; echo $$ > " + d + "/pid.$RANK; while :; do sleep 1; done");
   Reaper guard(p.pid);
-  REQUIRE(wait_until([&] { return all_files(d, "pid.", 2); }, 20));
+  REQUIRE(wait_until([&] { return all_written(d, "pid.", 2); }, 20));
   kill(p.pid, SIGINT);
   REQUIRE(wait_until([&] { return p.err().find("received SIGINT") != std::string::npos; }, 5));
   kill(p.pid, SIGTERM);
@@ -266,7 +260,7 @@ TEST_CASE("launch: SIGKILL to launch -> workers gone within 1 s", "[launcher][in
   Proc p = launch_sh(d, {"--devices", "cpu", "--nproc_per_node", "3"},
                      "echo $$ > " + d + "/pid.$RANK; exec sleep 30");
   Reaper guard(p.pid);
-  REQUIRE(wait_until([&] { return all_files(d, "pid.", 3); }, 20));
+  REQUIRE(wait_until([&] { return all_written(d, "pid.", 3); }, 20));
   kill(p.pid, SIGKILL);
   REQUIRE(wait_exit(p.pid, 5) == 128 + SIGKILL);
   for (int r = 0; r < 3; ++r) {
@@ -600,4 +594,79 @@ TEST_CASE("launch inside launch: never the outer launcher's log directory", "[la
                         Catch::Contains("--log_dir " + d + "/log/inner.0"));
     CHECK_THAT(log, !Catch::Contains("worker(s) of /usr/bin/true"));  // the inner job never started
   }
+}
+
+// --- torchrun's remaining options, with their effect (issue 21, item 6) ---------------------------
+
+TEST_CASE("launch: --tee 3 with --log-line-prefix-template and --role prefixes every console line", "[launcher][integration][torchrun]") {
+  TempDir td;
+  Proc p = launch_sh(td.path, {"--devices", "cpu", "--nproc_per_node", "2", "-t", "3", "--role", "trainer",
+                               "--log-line-prefix-template", "[${role_name}${rank}/${local_rank}]:"},
+                     "echo role=$ROLE_NAME signals=$TORCHELASTIC_SIGNALS_TO_HANDLE nccl=$TORCH_NCCL_ASYNC_ERROR_HANDLING");
+  Reaper guard(p.pid);
+  REQUIRE(wait_exit(p.pid, 20) == 0);
+  const std::string out = p.out();
+  CHECK_THAT(out, Catch::Contains("[trainer0/0]:role=trainer signals=SIGTERM,SIGINT,SIGHUP,SIGQUIT nccl=1\n"));
+  CHECK_THAT(out, Catch::Contains("[trainer1/1]:role=trainer"));
+  CHECK_THAT(out, !Catch::Contains("[rank "));
+}
+
+TEST_CASE("launch: --signals-to-handle SIGUSR1 makes SIGUSR1 stop the job, forwarded to the workers", "[launcher][integration][torchrun]") {
+  TempDir td;
+  const std::string& d = td.path;
+  // The worker says which signal ended it (a trap, then exit 0 would be no failure: it exits 7).
+  Proc p = launch_sh(d, {"--devices", "cpu", "--nproc_per_node", "1", "--signals-to-handle", "SIGTERM,SIGINT,SIGUSR1"},
+                     "trap 'echo got USR1 > " + d + "/got; exit 7' USR1; echo up > " + d + "/up; "
+                     "while :; do sleep 0.05; done");
+  Reaper guard(p.pid);
+  REQUIRE(wait_until([&] { return exists(d + "/up"); }, 10));
+  kill(p.pid, SIGUSR1);
+  CHECK(wait_exit(p.pid, 10) == 128 + SIGUSR1);
+  CHECK_THAT(slurp(d + "/got"), Catch::Contains("got USR1"));
+  CHECK_THAT(p.err(), Catch::Contains("received SIGUSR1: forwarding it to every worker"));
+  CHECK_THAT(p.err(), Catch::Contains("launch handles SIGINT, SIGTERM, SIGHUP and SIGQUIT whether listed or not"));
+}
+
+TEST_CASE("launch: a script without .py that is not executable runs under python3, as torchrun does", "[launcher][integration][torchrun]") {
+  TempDir td;
+  const std::string& d = td.path;
+  {
+    std::ofstream f(d + "/train");
+    f << "import os, sys\nprint('python', os.environ['RANK'], sys.argv[1:])\n";
+  }
+  Proc p = start({kLaunch, "--log_dir", d + "/log", "--devices", "cpu", "--nproc_per_node", "1", "train", "--lr", "1"}, d);
+  Reaper guard(p.pid);
+  REQUIRE(wait_exit(p.pid, 30) == 0);
+  CHECK_THAT(p.out(), Catch::Contains("python 0 ['--lr', '1']"));
+}
+
+TEST_CASE("launch: a read-only working directory: the default ./log falls back to the temporary folder, named", "[launcher][integration][torchrun]") {
+  TempDir td;
+  const std::string ro = td.path + "/ro";
+  REQUIRE(mkdir(ro.c_str(), 0555) == 0);
+  const std::string tmp = td.path + "/tmp";
+  REQUIRE(mkdir(tmp.c_str(), 0700) == 0);
+  // Root writes anywhere a mode allows nothing: a read-only bind mount of its own then, in a
+  // mount namespace of its own (unshare), so nothing outside sees it.
+  std::vector<std::string> argv{kLaunch, "--devices", "cpu", "--nproc_per_node", "1", "sh", "-c", "echo hi"};
+  if (geteuid() == 0) {
+    std::string cmd = "mount --bind " + ro + " " + ro + " && mount -o remount,bind,ro " + ro + " && cd " + ro + " && exec";
+    for (const auto& a : argv) cmd += " '" + a + "'";
+    argv = {"/usr/bin/unshare", "-m", "--propagation", "private", "sh", "-c", cmd};
+  }
+  Proc p = start(argv, ro, {{"TMPDIR", tmp}}, "../ro-launch");
+  Reaper guard(p.pid);
+  const auto code = wait_exit(p.pid, 20);
+  INFO(p.err());
+  if (code == 1 && p.err().find("unshare") != std::string::npos) {
+    WARN("not checked: cannot make a private mount namespace here");
+    return;
+  }
+  REQUIRE(code == 0);
+  CHECK_THAT(p.err(), Catch::Contains("cannot create log directory " + ro + "/log") &&
+                          Catch::Contains("the logs go to " + tmp + "/launch-log-"));
+  bool found = false;
+  for (const auto& e : std::filesystem::directory_iterator(tmp))
+    found = found || slurp(e.path().string() + "/workerlog.0") == "hi\n";
+  CHECK(found);
 }

@@ -84,3 +84,13 @@ TEST_CASE("join_command quotes for the shell; the logged form caps 100,000 argum
   const std::string long_name(2000, 'p');
   CHECK(join_command({long_name, "a"}, kLoggedCommandChars) == long_name + " ... (1 more argument(s), 2 bytes, not shown)");
 }
+
+TEST_CASE("program lookup: a script that is not executable runs under python3, as torchrun runs it", "[launcher][program]") {
+  // "train" in the working directory without the x bit (torchrun: python -u train); "./tool.sh"
+  // likewise. An executable of that name in PATH still wins, and --no-python executes it as it is.
+  auto c = fake({"/usr/bin/python3", "/usr/bin/env"}, {"train", "./tool.sh", "env"});
+  CHECK(resolve_command({"train", "--lr", "1"}, c) == V{"/usr/bin/python3", "-u", "train", "--lr", "1"});
+  CHECK(resolve_command({"./tool.sh"}, c) == V{"/usr/bin/python3", "-u", "./tool.sh"});
+  CHECK(resolve_command({"env"}, c) == V{"/usr/bin/env"});
+  CHECK_THROWS_WITH(resolve_command({"train"}, c, ProgramKind::NoPython), Catch::Contains("'train' not found"));
+}

@@ -80,6 +80,7 @@ TEST_CASE("worker env: Paddle's and torchrun's names for every rank", "[launcher
       {"TORCHELASTIC_USE_AGENT_STORE", "False"},
       {"TORCHELASTIC_ERROR_FILE", "/tmp/logs/workererror.1.json"},
       {"TORCH_NCCL_ASYNC_ERROR_HANDLING", "1"},
+      {"TORCHELASTIC_SIGNALS_TO_HANDLE", "SIGTERM,SIGINT,SIGHUP,SIGQUIT"},
       {"LAUNCH_STORE_ADDR", "10.0.0.5:7000"},
       {"LAUNCH_STORE_TOKEN", "abcd"},
       {"OMP_NUM_THREADS", "1"},
@@ -97,18 +98,45 @@ TEST_CASE("worker env: Paddle's and torchrun's names for every rank", "[launcher
   CHECK(e0.set.at("PADDLE_TRAINER_ENDPOINTS") == e1.set.at("PADDLE_TRAINER_ENDPOINTS"));
 }
 
-TEST_CASE("worker env: CPU ranks use gloo, carry no FLAGS_selected_gpus nor NCCL settings", "[launcher][env]") {
+TEST_CASE("worker env: CPU ranks use gloo, carry no FLAGS_selected_gpus; NCCL's error handling as torchrun", "[launcher][env]") {
   JobSpec job = two_gpu_job();
   job.devices = {{DeviceKind::Cpu, -1}, {DeviceKind::Cpu, -1}};
   const WorkerEnv e = build_worker_env(job, one_node(2), 0, 0, {{"FLAGS_selected_gpus", "3"}});
   CHECK(e.set.at("PADDLE_DISTRI_BACKEND") == "gloo");
   CHECK(e.set.count("FLAGS_selected_gpus") == 0);
-  CHECK(e.set.count("TORCH_NCCL_ASYNC_ERROR_HANDLING") == 0);
+  CHECK(e.set.at("TORCH_NCCL_ASYNC_ERROR_HANDLING") == "1");  // torchrun sets it on CPU ranks too
   CHECK(e.unset == std::vector<std::string>{"FLAGS_selected_gpus"});
   const auto merged = merge_env({{"FLAGS_selected_gpus", "3"}, {"HOME", "/root"}}, e);
   CHECK(std::count(merged.begin(), merged.end(), "HOME=/root") == 1);
   CHECK(std::none_of(merged.begin(), merged.end(),
                      [](const std::string& kv) { return kv.rfind("FLAGS_selected_gpus=", 0) == 0; }));
+}
+
+TEST_CASE("worker env: --role, --signals-to-handle, --virtual-local-rank", "[launcher][env]") {
+  JobSpec job = two_gpu_job();  // GPUs 2 and 5 of the visible ones
+  job.role = "trainer";
+  job.signals_to_handle = "SIGTERM,SIGUSR1";
+  job.virtual_local_rank = true;
+  const EnvMap parent = {{"CUDA_VISIBLE_DEVICES", "0,1,4,5,6,GPU-77"}};
+  const WorkerEnv e = build_worker_env(job, one_node(2), 1, 0, parent);
+  CHECK(e.set.at("ROLE_NAME") == "trainer");
+  CHECK(e.set.at("TORCHELASTIC_SIGNALS_TO_HANDLE") == "SIGTERM,SIGUSR1");
+  CHECK(e.set.at("LOCAL_RANK") == "0");
+  CHECK(e.set.at("PADDLE_LOCAL_RANK") == "0");
+  CHECK(e.set.at("RANK") == "1");
+  CHECK(e.set.at("CUDA_VISIBLE_DEVICES") == "GPU-77");  // the 6th visible one: index 5
+  CHECK(e.set.at("FLAGS_selected_gpus") == "0");
+  // The worker reads its one GPU back as device 0 of the one it sees.
+  EnvMap merged;
+  for (const auto& kv : merge_env(parent, e)) merged[kv.substr(0, kv.find('='))] = kv.substr(kv.find('=') + 1);
+  const proto::WorkerEnv w = proto::read_worker_env(merged);
+  CHECK(w.gpu_ordinal == 0);
+  CHECK(w.local_rank == 0);
+  CHECK(w.rank == 1);
+  // Without CUDA_VISIBLE_DEVICES the index is the device.
+  CHECK(build_worker_env(job, one_node(2), 0, 0, {}).set.at("CUDA_VISIBLE_DEVICES") == "2");
+  job.virtual_local_rank = false;
+  CHECK(build_worker_env(job, one_node(2), 1, 0, parent).set.count("CUDA_VISIBLE_DEVICES") == 0);
 }
 
 TEST_CASE("worker env: what the user set stays (OMP_NUM_THREADS, PYTHONUNBUFFERED, NCCL error handling)", "[launcher][env]") {

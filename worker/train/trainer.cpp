@@ -10,6 +10,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "worker/core/knobs.h"
 #include "worker/train/agreement.h"
 #include "worker/train/architecture.h"
 #include "worker/train/recipes.h"
@@ -22,11 +23,6 @@ namespace {
 using Clock = std::chrono::steady_clock;
 
 double seconds_since(Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); }
-
-bool env_flag(const char* name) {
-  const char* v = std::getenv(name);
-  return v && *v && std::string(v) != "0";
-}
 
 std::unique_ptr<BatchSource> train_source(const TrainOptions& opt, const DataEnv& env, Ops& ops) {
   std::unique_ptr<BatchSource> s = make_batch_source(opt, env, Split::Train, ops);
@@ -135,7 +131,7 @@ TrainingSession::TrainingSession(const TrainOptions& opt, const DataEnv& data_en
                      missing_validation(opt));
   }
   schedule_ = lr_schedule(opt, global_batch_, steps_per_epoch_);
-  if (const char* d = std::getenv("WORKER_TEST_STEP_DELAY_MS"); d && *d) test_step_delay_ = std::chrono::milliseconds(std::atoll(d));
+  test_step_delay_ = process_knobs().test_step_delay;
   total_steps_ = int64_t(opt.epochs) * steps_per_epoch_;
   if (opt.max_steps > 0) total_steps_ = std::min(total_steps_, opt.max_steps);
   // fp16 needs loss scaling (GradScaler's semantics); bf16 and fp32 do not.
@@ -747,9 +743,7 @@ void TrainingSession::save(const Position& next) {
 // WORKER_TEST_SAVE_DELAY_MS (tests only) makes each write that much slower.
 void TrainingSession::lead_writes(const std::function<void()>& write) {
   if (lead_) {
-    if (const char* d = std::getenv("WORKER_TEST_SAVE_DELAY_MS"); d && *d) {
-      std::this_thread::sleep_for(std::chrono::milliseconds(std::atoll(d)));
-    }
+    if (process_knobs().test_save_delay.count() > 0) std::this_thread::sleep_for(process_knobs().test_save_delay);
     write();
   }
   if (world_ > 1) comm_.barrier_untimed();
@@ -830,7 +824,7 @@ void TrainingSession::report() {
            << " ms per step on the communication stream, " << strf("%.2f", ct.exposed_ms / double(ct.steps))
            << " ms of it after backward ended (not overlapped), " << ct.steps << " steps" << std::endl;
     }
-    if (env_flag("WORKER_MEM_REPORT")) memory_report(out_, model_, ops_, optimizer_.state_bytes());
+    if (process_knobs().mem_report) memory_report(out_, model_, ops_, optimizer_.state_bytes());
     nlohmann::json j = {{"final", true}, {"steps", result_.steps}, {"throughput_images_per_s", result_.images_per_s},
                         {"eval_s", eval_seconds_}, {"skipped_images", skipped_all},
                         {"peak_bytes", my_peak}, {"peak_bytes_max_rank", max_peak}, {"world", world_},

@@ -64,6 +64,24 @@ TEST_CASE("nodes without --rank take the lowest free ranks in arrival order", "[
   CHECK(nodes[3].host == "C");
 }
 
+TEST_CASE("the node that serves the store takes the lowest free rank, before the arrival order", "[multinode]") {
+  // torchrun's c10d form: nobody gives a rank; the launch that won the bind on --master is node
+  // 0 even when another node registered first (it can: the store listens before its own record).
+  std::vector<NodeRegistration> regs = {node("A", 1), node("B", 1), node("S", 1), node("C", 1)};
+  regs[2].serves_store = true;
+  auto nodes = assign_node_ranks(regs, 4);
+  CHECK(nodes[0].host == "S");
+  CHECK(nodes[1].host == "A");
+  CHECK(nodes[2].host == "B");
+  CHECK(nodes[3].host == "C");
+  // An explicit rank 0 is kept; the store's host then takes the lowest rank left.
+  regs[3].requested_rank = 0;
+  nodes = assign_node_ranks(regs, 4);
+  CHECK(nodes[0].host == "C");
+  CHECK(nodes[1].host == "S");
+  CHECK(nodes[2].host == "A");
+}
+
 TEST_CASE("every node computes the same node table", "[multinode]") {
   std::vector<NodeRegistration> regs = {node("A", 2, 1), node("B", 3), node("C", 1)};
   JobLayout first = compute_layout(regs, 3, 0);
@@ -174,6 +192,8 @@ TEST_CASE("timeout message: an arrived host is recognised by its address or its 
 TEST_CASE("registration records round-trip through JSON", "[multinode]") {
   auto r = node("10.0.0.7", 2, 1);
   r.devices = {"0", "3"};
+  CHECK(decode_registration(encode_registration(r)) == r);
+  r.serves_store = true;
   CHECK(decode_registration(encode_registration(r)) == r);
   REQUIRE_THROWS_WITH(decode_registration("{\"host\": 3}"), Catch::Contains("field 'host'"));
   REQUIRE_THROWS_WITH(decode_registration("not json"), Catch::Contains("not JSON"));

@@ -90,8 +90,9 @@ TEST_CASE("--token-file wins over LAUNCH_STORE_TOKEN; neither is an error that s
   REQUIRE_THROWS_WITH(resolve_job_token(std::nullopt, std::string("short")), Catch::Contains("LAUNCH_STORE_TOKEN holds 5"));
   REQUIRE_THROWS_WITH(resolve_job_token(std::nullopt, std::string()), Catch::Contains("LAUNCH_STORE_TOKEN is empty"));
   REQUIRE_THROWS_WITH(resolve_job_token(std::nullopt, std::nullopt),
-                      Catch::Contains("--token-file PATH or set LAUNCH_STORE_TOKEN") &&
-                          Catch::Contains(kMakeTokenCommand));
+                      Catch::Contains("give --token-file PATH") && Catch::Contains(kMakeTokenCommand) &&
+                          Catch::Contains("or set LAUNCH_STORE_TOKEN (on Kubernetes from a Secret: ") &&
+                          Catch::Contains(kKubernetesSecretCommand) && !Catch::Contains("\n"));
 }
 
 TEST_CASE("a token file of another user is refused", "[multinode][token]") {
