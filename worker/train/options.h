@@ -11,7 +11,7 @@
 #include <string>
 #include <vector>
 
-#include "worker/core/model.h"
+#include "worker/model/model.h"
 #include "worker/core/ops.h"
 #include "worker/data/loader_kind.h"
 #include "worker/train/lr_schedule.h"
@@ -123,7 +123,7 @@ struct TrainOptions {
   CudaGraph cuda_graph = CudaGraph::Auto;  // auto: captured where the run allows (step_capture.h)
 
   // --- first contact and small images (issue 25)
-  Stem stem = Stem::ImageNet;          // cifar: 3x3/1 convolution, no max-pool (worker/core/model.h)
+  Stem stem = Stem::ImageNet;          // cifar: 3x3/1 convolution, no max-pool (worker/model/model.h)
   int crop_padding = 4;                // --augment pad-crop: RandomCrop's padding
   std::string recipe = "guide";        // --recipe: its options go before the command line's (recipes.h)
   std::set<std::string> given;         // the options on the command line ("--depth"), the recipe's not

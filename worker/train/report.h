@@ -7,7 +7,7 @@
 #include <string>
 
 #include "worker/core/comm.h"
-#include "worker/core/model.h"
+#include "worker/model/model.h"
 #include "worker/core/ops.h"
 
 namespace worker {

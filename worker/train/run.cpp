@@ -13,7 +13,7 @@
 #include "proto/peer_lost.h"
 #include "worker/core/backend.h"
 #include "worker/core/knobs.h"
-#include "worker/core/model.h"
+#include "worker/model/model.h"
 #include "worker/data/data_error.h"
 #include "worker/train/checkpoint.h"
 #include "worker/train/env.h"

@@ -14,7 +14,7 @@
 #include <vector>
 
 #include "worker/core/comm.h"
-#include "worker/core/model.h"
+#include "worker/model/model.h"
 #include "worker/core/ops.h"
 #include "worker/data/batch_source.h"
 #include "worker/train/checkpoint.h"

@@ -12,7 +12,7 @@
 #include <cuda_runtime.h>
 
 #include "tests/worker/gpu/gpu_test_util.h"
-#include "worker/core/model.h"
+#include "worker/model/model.h"
 #include "worker/gpu/check.h"
 #include "worker/gpu/gpu_ops.h"
 #include "worker/gpu/kernels.h"
