@@ -6,7 +6,7 @@
 #include <ostream>
 #include <string>
 
-#include "worker/core/comm.h"
+#include "worker/comm/comm.h"
 #include "worker/core/model.h"
 #include "worker/core/ops.h"
 

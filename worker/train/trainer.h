@@ -13,7 +13,7 @@
 #include <string>
 #include <vector>
 
-#include "worker/core/comm.h"
+#include "worker/comm/comm.h"
 #include "worker/core/model.h"
 #include "worker/core/ops.h"
 #include "worker/data/batch_source.h"
