@@ -10,7 +10,7 @@
 #include "worker/data/decode.h"
 #include "worker/data/image_source.h"
 #ifdef WORKER_HAVE_NVJPEG
-#include "worker/data/gpu_image_source.h"
+#include "worker/data/gpu/gpu_image_source.h"
 #endif
 
 namespace worker {

@@ -1,4 +1,4 @@
-// The GPU back end of the image pipeline (worker/data/gpu_image_source.h).
+// The GPU back end of the image pipeline (gpu_image_source.h).
 //
 // Three stages, each ahead of the next:
 //   1. reader threads (worker/data/prefetcher.h): read the files of a micro-batch into host
@@ -30,11 +30,11 @@
 
 #include "worker/data/data_error.h"
 #include "worker/data/decode.h"
-#include "worker/data/gpu_image_source.h"
+#include "worker/data/gpu/gpu_image_source.h"
+#include "worker/data/gpu/jpeg_resize.h"
 #include "worker/data/prefetcher.h"
 #include "worker/gpu/check.h"
 #include "worker/gpu/gpu_ops.h"
-#include "worker/gpu/jpeg_resize.h"
 
 namespace worker {
 
