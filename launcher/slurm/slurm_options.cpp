@@ -64,8 +64,7 @@ SlurmDerived apply_slurm(const Options& given, const slurm::SlurmLayout& l, int 
          "KillWait of 30 s: Slurm may SIGKILL the workers before they are done");
   }
 
-  const bool cpu = given.devices && (*given.devices == "cpu" || *given.devices == "CPU");
-  const bool devices_given = given.gpus || given.devices;
+  const bool devices_given = given.devices.has_value();
 
   // --- one launcher per node: it starts one worker per device, as outside Slurm
   if (!l.task_per_worker) {
@@ -74,7 +73,7 @@ SlurmDerived apply_slurm(const Options& given, const slurm::SlurmLayout& l, int 
       if (it != l.origin.end() && it->second.rfind("SLURM_STEP_GPUS=", 0) == 0 &&
           visible_gpus == 0) {
         // Slurm allocated GPUs but did not set CUDA_VISIBLE_DEVICES: its ids are the visible ones.
-        o.gpus = *l.devices;
+        o.devices = parse_devices(*l.devices, it->second.substr(0, it->second.find('=')));
         note("devices = " + *l.devices + " (from " + it->second + ")");
       } else if (visible_gpus > 0) {
         note("devices = the " + std::to_string(visible_gpus) + " visible GPU(s) (" +
@@ -113,22 +112,21 @@ SlurmDerived apply_slurm(const Options& given, const slurm::SlurmLayout& l, int 
   note("store = " + given.host + ":" + std::to_string(t.store_port) + ", served by task 0 (port from "
        "SLURM_JOB_ID and SLURM_STEP_ID)");
 
-  if (cpu) {
+  if (devices_given && given.devices->cpu) {
     note("device = cpu (--devices cpu)");
   } else if (devices_given) {
-    const std::string list = given.gpus ? *given.gpus : *given.devices;
-    if (parse_device_list(list, given.gpus ? "--gpus" : "--devices").size() != 1)
+    if (given.devices->gpus.size() != 1)
       throw UsageError("one Slurm task per worker: give one device per task (e.g. --gpus 0), not '" +
-                       list + "'");
+                       describe(*given.devices) + "'");
   } else if (visible_gpus == 0) {
-    o.devices = "cpu";
+    o.devices = DeviceList::cpu_processes("Slurm");
     note("device = cpu (no GPU visible to this task)");
   } else if (visible_gpus == 1) {
-    o.gpus = "0";
+    o.devices = DeviceList::gpu_ids({0}, "Slurm");
     note("device = gpu 0, the task's only visible GPU (" + from(l, "devices") + ")");
   } else if (visible_gpus >= t.local_size) {
-    o.gpus = std::to_string(t.local_rank);
-    note("device = gpu " + *o.gpus + ", the local rank's among " + std::to_string(visible_gpus) +
+    o.devices = DeviceList::gpu_ids({t.local_rank}, "Slurm");
+    note("device = gpu " + std::to_string(t.local_rank) + ", the local rank's among " + std::to_string(visible_gpus) +
          " visible GPUs (" + from(l, "devices") + ")");
   } else {
     throw UsageError(std::to_string(t.local_size) + " Slurm tasks on this node share " +
