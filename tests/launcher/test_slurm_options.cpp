@@ -106,10 +106,12 @@ TEST_CASE("slurm: the step's GPUs", "[launcher][slurm]") {
 TEST_CASE("slurm: one task per worker takes rank, world and local rank from Slurm", "[launcher][slurm]") {
   const SlurmDerived d = derive(two_task_step_task1(), opts({}));
   REQUIRE(d.task);
-  CHECK(d.task->global_rank == 1);
-  CHECK(d.task->local_rank == 1);
-  CHECK(d.task->world_size == 2);
-  CHECK(d.task->local_size == 2);
+  CHECK(d.task->rank() == 1);
+  CHECK(d.task->ranks.first_rank == 1);
+  CHECK(d.task->ranks.first_local_rank == 1);
+  CHECK(d.task->ranks.world_size == 2);
+  CHECK(d.task->ranks.local_size == 2);
+  CHECK(d.task->ranks.nnodes == 1);
   CHECK(d.task->step == "1.0");
   CHECK(d.task->store_port == slurm::derive_port("1", "0"));
   CHECK(d.options.nproc_per_node == 1);
