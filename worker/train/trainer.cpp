@@ -51,12 +51,6 @@ int64_t checked_steps_per_epoch(const Sampler& sampler, const TrainOptions& opt,
                    " samples per epoch, fewer than --batch-size " + std::to_string(opt.batch_size));
 }
 
-// ZeRO-1 shards the fp32 master weights where there are master weights apart from the working
-// ones (the GPU in bf16/fp16); elsewhere the fp32 weights are what the layers compute with.
-bool shards_master(const TrainOptions& opt, const Ops& ops, int world) {
-  return opt.zero == 1 && world > 1 && ops.keeps_working_copy();
-}
-
 ModelConfig model_config(const TrainOptions& opt, const BatchSource& data, bool whole_params) {
   ModelConfig mc;
   mc.whole_params = whole_params;
@@ -123,13 +117,14 @@ TrainingSession::TrainingSession(const TrainOptions& opt, const DataEnv& data_en
       val_data_(make_batch_source(opt, data_env, Split::Val, ops)),
       sampler_(sampler_config(opt, *train_data_, world_)), steps_per_epoch_(checked_steps_per_epoch(sampler_, opt, world_, train_data_->info().size)),
       global_batch_(int64_t(world_) * opt.batch_size * opt.accum_steps),
-      model_(model_config(opt, *train_data_, !shards_master(opt, ops, world_)), ops),
-      zero_(opt.zero == 1), shard_master_(!model_.config().whole_params),
-      layout_(make_shard_layout(model_.num_params(), bucket_floats(opt), rank_, world_)),
+      model_(model_config(opt, *train_data_,
+                          ParamSharding::whole_params(ParamSharding::decide(opt.zero, world_, ops.keeps_working_copy()))),
+             ops),
+      sharding_(opt.zero, bucket_floats(opt), model_, ops, comm),
       optimizer_(optimizer_config(opt), ops, model_.num_params(),
                  opt.no_wd_on_bn_bias ? decay_mask_without_bn_and_bias(model_) : std::vector<uint8_t>{},
-                 zero_ ? layout_.owned : std::vector<ParamView>{}),
-      reducer_(comm, model_.grads(), layout_, zero_ ? Reduction::ReduceScatter : Reduction::AllReduce) {
+                 sharding_.optimizer_ranges()),
+      reducer_(comm, model_.grads(), sharding_.layout(), sharding_.reduction()) {
   if (!val_data_ && (opt.eval_only || opt.save_best)) {
     throw UsageError(std::string(opt.eval_only ? "--eval-only" : "--save-best") + " needs validation data: " +
                      missing_validation(opt));
@@ -140,7 +135,7 @@ TrainingSession::TrainingSession(const TrainOptions& opt, const DataEnv& data_en
   if (opt.max_steps > 0) total_steps_ = std::min(total_steps_, opt.max_steps);
   // fp16 needs loss scaling (GradScaler's semantics); bf16 and fp32 do not.
   scaler_.enabled = ops.compute_dtype() == DType::F16;
-  if (shard_master_) ops.shard_master_weights(layout_.owned, model_.vector_params());
+  sharding_.bind_backend();  // after the optimizer's state: the backend's memory is carved in this order
   // Gradient all-reduce during backward only where the communicator overlaps with compute.
   overlap_ = world_ > 1 && comm.overlaps_compute();
   state_.seed = opt.seed;
@@ -211,7 +206,7 @@ StepStats TrainingSession::step(bool want_loss) {
   if (world_ > 1) comm_.broadcast(model_.buffers(), nb * sizeof(float), 0);
   comm_.wait();
   if (capture_.capture && (captured_ || capture_due(result_.steps, ops_.still_tuning()))) return replayed_step(want_loss);
-  ops_.zero(model_.grads(), np * sizeof(float));
+  sharding_.zero_grads();
   StepStats s;
   double loss_sum = 0.0;
   for (int k = 0; k < opt_.accum_steps; ++k) {
@@ -238,7 +233,10 @@ StepStats TrainingSession::step(bool want_loss) {
   // Average over ranks and undo the loss scale in one pass.
   if (world_ > 1 || scaler_.enabled) ops_.scale_grads(1.0f / (float(world_) * scaler_.multiplier()));
   s.lr = schedule_.lr(schedule_step());
-  if (scaler_.update(!scaler_.enabled || grads_finite_everywhere())) update(float(s.lr));
+  if (scaler_.update(!scaler_.enabled || sharding_.grads_finite_everywhere()))
+    sharding_.update(optimizer_, float(s.lr));
+  else
+    sharding_.discard_grads();
   count_step(s);
   return s;
 }
@@ -257,9 +255,9 @@ StepStats TrainingSession::replayed_step(bool want_loss) {
     optimizer_.count_replayed_step();
   } else {
     ops_.capture_step([&] {  // runs this step once, as the replays will
-      ops_.zero(model_.grads(), model_.num_params() * sizeof(float));
+      sharding_.zero_grads();
       model_.forward_backward(1.0f);
-      update(float(s.lr));
+      sharding_.update(optimizer_, float(s.lr));
     });
     captured_ = true;
     if (lead_) {
@@ -273,61 +271,6 @@ StepStats TrainingSession::replayed_step(bool want_loss) {
   return s;
 }
 
-void TrainingSession::update(float lr) {
-  if (!zero_) {
-    optimizer_.step(lr);
-    ops_.params_updated();
-    return;
-  }
-  // Each rank updates its block of every bucket; the bucket's all-gather starts as soon as that
-  // update is enqueued, overlapping the updates of the buckets after it. Sharded master weights
-  // put the updated block into the gradient buffer first (that block of gradients is spent).
-  float* whole = whole_weights();
-  optimizer_.step(lr, [this, whole](size_t k) {
-    const Bucket& b = layout_.buckets[k];
-    if (shard_master_ && layout_.owned[k].count > 0) ops_.export_master(whole, layout_.owned[k]);
-    comm_.allgather(whole + b.begin, b.size());
-  });
-  comm_.wait();
-  take_whole_weights();
-}
-
-// Where the whole fp32 weights are: the model's buffer, or under sharded master weights the
-// gradient buffer (free between steps: the next one zeroes it), where set_state() leaves them,
-// the all-gathers put them and Model::get_state() reads them.
-float* TrainingSession::whole_weights() { return shard_master_ ? model_.grads() : model_.params(); }
-
-// The backend's copies of the weights (working copy; sharded: masters and 1-D copies) from there.
-void TrainingSession::take_whole_weights() {
-  if (shard_master_)
-    ops_.import_master(model_.grads());
-  else
-    ops_.params_updated();
-}
-
-// Every bucket of `whole` all-gathered (each rank's blocks to everyone), waited for.
-void TrainingSession::allgather_buckets(float* whole) {
-  for (const Bucket& b : layout_.buckets) comm_.allgather(whole + b.begin, b.size());
-  comm_.wait();
-}
-
-// Sharded master weights: the whole parameters into the gradient buffer.
-void TrainingSession::gather_master() {
-  ops_.export_master(model_.grads());
-  allgather_buckets(model_.grads());
-}
-
-ModelState TrainingSession::model_state() {
-  if (shard_master_) gather_master();
-  return model_.get_state();
-}
-
-// What rank 0 writes; every rank takes part in the gather.
-ModelState TrainingSession::lead_model_state() {
-  if (shard_master_) gather_master();
-  return lead_ ? model_.get_state() : ModelState{};
-}
-
 void TrainingSession::count_step(const StepStats& s) {
   ++state_.step;
   ++result_.steps;
@@ -339,17 +282,6 @@ void TrainingSession::count_step(const StepStats& s) {
     window_steps_ = 0;
     window_wait_ms_ = 0.0;
   }
-}
-
-// An inf or NaN on any rank survives the all-reduce, so every rank reaches the same verdict.
-// Under ZeRO each rank holds the full sums of its own blocks only (elsewhere its own or partial
-// sums, which are non-finite only if some full sum is): the verdicts are combined.
-bool TrainingSession::grads_finite_everywhere() {
-  const uint8_t mine = ops_.grads_finite() ? 1 : 0;
-  if (!zero_ || world_ == 1) return mine != 0;
-  std::vector<uint8_t> all(static_cast<size_t>(world_));
-  comm_.allgather_host(&mine, all.data(), 1);
-  return std::all_of(all.begin(), all.end(), [](uint8_t v) { return v != 0; });
 }
 
 void TrainingSession::dump_first_batch(const std::vector<int64_t>& indices) {
@@ -397,13 +329,14 @@ void TrainingSession::resume() {
     total_steps_ = state_.step + left;
     if (opt_.max_steps > 0) total_steps_ = std::min(total_steps_, opt_.max_steps);
   }
+  sharding_.weights_loaded();
   check_same_run();  // the first collective: before it, nothing another rank does depends on this one
   // Every rank starts from rank 0's weights and buffers (as DDP does at construction).
   if (world_ > 1) {
-    comm_.broadcast(whole_weights(), model_.num_params() * sizeof(float), 0);
+    comm_.broadcast(sharding_.whole_weights(), model_.num_params() * sizeof(float), 0);
     comm_.broadcast(model_.buffers(), model_.num_buffers() * sizeof(float), 0);
     comm_.wait();
-    take_whole_weights();
+    sharding_.take_whole_weights();
   }
 }
 
@@ -417,7 +350,7 @@ void TrainingSession::continue_at_new_layout(const std::string& from, const Trai
   out_ << "Resuming from " << from << " at step " << state_.step << " on " << world_ << " rank(s) x batch "
        << opt_.batch_size << " x " << opt_.accum_steps << ", saved on " << saved.world << " rank(s): global batch "
        << global_batch_ << " (was " << saved.global_batch << "); kept the weights, the optimizer state ("
-       << (zero_ ? "ZeRO-1: re-partitioned over " + std::to_string(world_) + " ranks" : std::string("whole on every rank"))
+       << (sharding_.zero() ? "ZeRO-1: re-partitioned over " + std::to_string(world_) + " ranks" : std::string("whole on every rank"))
        << "), the step count and the data position: ";
   if (left > 0) {
     out_ << "epoch " << saved.epoch << " continues at its sample " << at << " of " << n << ", " << left
@@ -489,14 +422,14 @@ void TrainingSession::announce() {
   }
   if (opt_.eval_only) return;
   announce_recipe();
-  if (opt_.recompute != Recompute::None || zero_) {
+  if (opt_.recompute != Recompute::None || sharding_.zero()) {
     out_ << "Memory: recompute " << to_string(opt_.recompute);
-    if (zero_) {
+    if (sharding_.zero()) {
       out_ << ", ZeRO-1 over " << world_ << " rank(s): optimizer state " << strf("%.1f MB", double(optimizer_.state_bytes()) / 1e6)
-           << " on rank 0 (unsharded " << strf("%.1f MB", double(unsharded_optimizer_bytes()) / 1e6) << "), "
-           << layout_.buckets.size() << " bucket(s) of " << strf("%g", opt_.bucket_mb) << " MiB, fp32 ";
-      if (shard_master_)
-        out_ << "master weights " << strf("%.1f MB", double(master_bytes()) / 1e6) << " on rank 0 (whole "
+           << " on rank 0 (unsharded " << strf("%.1f MB", double(optimizer_.whole_state_bytes()) / 1e6) << "), "
+           << sharding_.layout().buckets.size() << " bucket(s) of " << strf("%g", opt_.bucket_mb) << " MiB, fp32 ";
+      if (sharding_.shards_master())
+        out_ << "master weights " << strf("%.1f MB", double(sharding_.master_bytes()) / 1e6) << " on rank 0 (whole "
              << strf("%.1f MB", double(model_.num_params() * sizeof(float)) / 1e6) << ")";
       else if (ops_.keeps_working_copy())
         out_ << "master weights whole (one rank)";
@@ -539,17 +472,6 @@ void TrainingSession::announce_recipe() {
   if (opt_.optimizer == OptimizerKind::Sgd) out_ << " momentum " << opt_.momentum << (opt_.nesterov ? " (Nesterov)" : "");
   out_ << ", weight decay " << opt_.weight_decay << (opt_.no_wd_on_bn_bias ? " (not on batch-norm and biases)" : "")
        << ", label smoothing " << opt_.label_smoothing << "; " << total_steps_ << " steps" << std::endl;
-}
-
-// The fp32 weights this rank keeps: its shard's under sharded master weights, else all.
-size_t TrainingSession::master_bytes() const {
-  return (shard_master_ ? layout_.owned_total : model_.num_params()) * sizeof(float);
-}
-
-// What the optimizer would keep on every rank without ZeRO: its buffers and decay mask whole.
-size_t TrainingSession::unsharded_optimizer_bytes() const {
-  const size_t np = model_.num_params();
-  return optimizer_buffer_names(opt_.optimizer).size() * np * sizeof(float) + (opt_.no_wd_on_bn_bias ? np : 0);
 }
 
 // --- Log: the loss averaged over ranks, throughput over the window since the last log
@@ -688,7 +610,7 @@ void TrainingSession::validate(int64_t epoch) {
                                        {"val/loss", float(c.mean_loss())}});
   }
   if (best && opt_.save_best) {  // the same verdict on every rank: the counts are summed everywhere
-    const ModelState ms = lead_model_state();
+    const ModelState ms = sharding_.lead_model_state();
     lead_writes([&] {
       std::map<std::string, std::string> meta = eval_transform_metadata(opt_.augment == Augment::PadCrop);
       meta.insert({{"top1", strf("%.4f", c.top1_percent())}, {"epoch", std::to_string(epoch)}});
@@ -724,8 +646,8 @@ void TrainingSession::save(const Position& next) {
       saved_.start == next.start && saved_.best_top1 == state_.best_top1) {
     return;
   }
-  std::map<std::string, std::vector<float>> optimizer_state = whole_optimizer_state();
-  const ModelState ms = lead_model_state();  // after the optimizer's: both gather in the gradient buffer
+  std::map<std::string, std::vector<float>> optimizer_state = sharding_.whole_optimizer_state(optimizer_);
+  const ModelState ms = sharding_.lead_model_state();  // after the optimizer's: both gather in the gradient buffer
   lead_writes([&] {
     TrainState s = state_;
     s.epoch = next.epoch;
@@ -753,31 +675,6 @@ void TrainingSession::lead_writes(const std::function<void()>& write) {
     write();
   }
   if (world_ > 1) comm_.barrier_untimed();
-}
-
-// Checkpoints hold the whole buffer's state whatever --zero was, so a run resumes with or without
-// it, on any number of ranks. Under ZeRO every rank puts its blocks in place in the gradient
-// buffer (free between steps: the next one zeroes it) and the buffer is all-gathered bucket by
-// bucket -- no device memory beyond what training uses.
-std::map<std::string, std::vector<float>> TrainingSession::whole_optimizer_state() {
-  if (!zero_ || world_ == 1) return lead_ ? optimizer_.state() : std::map<std::string, std::vector<float>>{};
-  std::map<std::string, std::vector<float>> whole;
-  float* scratch = model_.grads();
-  const size_t np = model_.num_params();
-  for (const auto& [name, kept] : optimizer_.state()) {
-    size_t o = 0;
-    for (const ParamView& r : layout_.owned) {
-      ops_.upload(scratch + r.offset, kept.data() + o, r.count * sizeof(float));
-      o += r.count;
-    }
-    allgather_buckets(scratch);
-    if (lead_) {
-      std::vector<float>& v = whole[name];
-      v.resize(np);
-      ops_.download(v.data(), scratch, np * sizeof(float));
-    }
-  }
-  return whole;
 }
 
 // --- Report: throughput, memory, the final checkpoint, whether the ranks agree
@@ -821,12 +718,12 @@ void TrainingSession::report() {
     out_ << "Peak device memory: " << strf("%.2f GB", double(my_peak) / 1e9) << " (rank 0, " << my_peak << " bytes)";
     if (world_ > 1) out_ << ", " << strf("%.2f GB", double(max_peak) / 1e9) << " (largest over " << world_ << " ranks)";
     out_ << std::endl;
-    if (zero_) {
+    if (sharding_.zero()) {
       out_ << "Optimizer state: " << strf("%.1f MB", double(max_opt) / 1e6) << " per rank (largest of " << world_
-           << "; unsharded " << strf("%.1f MB", double(unsharded_optimizer_bytes()) / 1e6) << ")" << std::endl;
+           << "; unsharded " << strf("%.1f MB", double(optimizer_.whole_state_bytes()) / 1e6) << ")" << std::endl;
     }
     if (have_ct) {
-      out_ << (zero_ ? "Reduce-scatter: " : "All-reduce: ") << strf("%.2f", ct.allreduce_ms / double(ct.steps))
+      out_ << (sharding_.zero() ? "Reduce-scatter: " : "All-reduce: ") << strf("%.2f", ct.allreduce_ms / double(ct.steps))
            << " ms per step on the communication stream, " << strf("%.2f", ct.exposed_ms / double(ct.steps))
            << " ms of it after backward ended (not overlapped), " << ct.steps << " steps" << std::endl;
     }
@@ -835,7 +732,7 @@ void TrainingSession::report() {
                         {"eval_s", eval_seconds_}, {"skipped_images", skipped_all},
                         {"peak_bytes", my_peak}, {"peak_bytes_max_rank", max_peak}, {"world", world_},
                         {"optimizer_state_bytes_max_rank", max_opt}, {"recompute", to_string(opt_.recompute)},
-                        {"zero", opt_.zero}, {"fp32_weight_bytes", master_bytes()},
+                        {"zero", opt_.zero}, {"fp32_weight_bytes", sharding_.master_bytes()},
                         {"time", run_time()}};
     if (have_ct) {
       j["allreduce_ms"] = ct.allreduce_ms / double(ct.steps);
@@ -853,7 +750,7 @@ void TrainingSession::report() {
     save(pos_);
     if (lead_) out_ << "Saved " << opt_.save << " (training state: " << train_state_path(opt_.save) << ")" << std::endl;
   }
-  result_.checksums_agree = report_checksums(model_state(), comm_, out_);
+  result_.checksums_agree = report_checksums(sharding_.model_state(), comm_, out_);
   if (!lead_) return;
   out_ << "Summary: " << result_.steps << " steps in " << hms(seconds_since(t_start_)) << ", "
        << strf("%.1f", result_.images_per_s) << " images/s";
