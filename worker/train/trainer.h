@@ -1,6 +1,8 @@
 // The data-parallel training loop, independent of the backend and of the communicator: a
-// training session whose named parts (resume, step, evaluate, log, save, report) run() strings
-// together.
+// training session whose named parts run() strings together, each in a file of its own:
+// trainer.cpp (set-up, the loop, stop), trainer_start.cpp (resume, the settings the ranks share,
+// announce), trainer_step.cpp (one optimizer step), trainer_log.cpp, trainer_evaluate.cpp,
+// trainer_save.cpp and trainer_report.cpp. ZeRO's partition and its rules: param_sharding.h.
 #pragma once
 
 #include <chrono>
@@ -72,6 +74,7 @@ class TrainingSession {
 
  private:
   using Clock = std::chrono::steady_clock;
+  static double seconds_since(Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); }
 
   void resume();                             // --init, --resume or fresh; rank 0's state for all
   void check_same_run();                     // every rank's settings are rank 0's (agreement.h)
