@@ -73,7 +73,7 @@ void TrainingSession::validate(int64_t epoch) {
   if (best && opt_.save_best) {  // the same verdict on every rank: the counts are summed everywhere
     const ModelState ms = sharding_.lead_model_state();
     lead_writes([&] {
-      std::map<std::string, std::string> meta = eval_transform_metadata(opt_.augment == Augment::PadCrop);
+      std::map<std::string, std::string> meta = eval_transform_metadata(opt_.images.tf.augment == Augment::PadCrop);
       meta.insert({{"top1", strf("%.4f", c.top1_percent())}, {"epoch", std::to_string(epoch)}});
       write_weights(best_weights_path(opt_.save), model_, ms, state_.step, meta);
       out_ << "Saved " << best_weights_path(opt_.save) << " (best top-1 so far)" << std::endl;

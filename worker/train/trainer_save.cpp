@@ -32,7 +32,7 @@ void TrainingSession::save(const Position& next) {
     s.loss_scale_growth_tracker = scaler_.growth_tracker;
     s.skipped_steps = scaler_.skipped;
     s.optimizer_state = std::move(optimizer_state);
-    save_checkpoint(opt_.save, model_, ms, s, eval_transform_metadata(opt_.augment == Augment::PadCrop));
+    save_checkpoint(opt_.save, model_, ms, s, eval_transform_metadata(opt_.images.tf.augment == Augment::PadCrop));
   });
   saved_ = {state_.step, next.epoch, next.batch, next.start, state_.best_top1};
 }
