@@ -24,6 +24,7 @@
 #include "proto/client.h"
 #include "proto/peer_lost.h"
 #include "proto/rendezvous.h"
+#include "worker/core/knobs.h"
 #include "worker/gpu/check.h"
 #include "worker/gpu/gpu_ops.h"
 
@@ -41,17 +42,6 @@ constexpr auto kGraceAfterAbort = milliseconds(2000);
 constexpr auto kPollInterval = milliseconds(100);
 constexpr auto kStorePollInterval = milliseconds(500);
 
-double env_seconds(const char* name, double def) {
-  const char* v = std::getenv(name);
-  if (!v || !*v) return def;
-  char* end = nullptr;
-  const double s = std::strtod(v, &end);
-  if (*end != '\0' || !(s > 0))
-    throw GpuError(GpuError::Kind::Invalid,
-                   std::string(name) + "='" + v + "' is not a positive number of seconds");
-  return s;
-}
-
 class NcclComm final : public Comm {
  public:
   NcclComm(GpuOps& ops, proto::Client* store, int rank, int size, const std::string& name,
@@ -68,7 +58,7 @@ class NcclComm final : public Comm {
 
     // --- The unique id, from rank 0 through the store.
     ncclUniqueId id;
-    const double init_timeout = env_seconds("WORKER_NCCL_INIT_TIMEOUT_S", 300);
+    const double init_timeout = process_knobs().nccl_init_timeout_s;
     if (rank == 0) NCCL_CHECK(ncclGetUniqueId(&id));
     if (size > 1) {
       if (!store)

@@ -6,7 +6,7 @@
 #include <cstring>
 #include <stdexcept>
 
-#include "worker/core/safetensors.h"
+#include "worker/model/safetensors.h"
 #include "worker/data/open_image_source.h"
 #include "worker/train/checkpoint.h"
 

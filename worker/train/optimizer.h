@@ -12,7 +12,7 @@
 #include <string>
 #include <vector>
 
-#include "worker/core/model.h"
+#include "worker/model/model.h"
 #include "worker/core/ops.h"
 #include "worker/train/options.h"
 

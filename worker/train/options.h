@@ -11,7 +11,7 @@
 #include <string>
 #include <vector>
 
-#include "worker/core/model.h"
+#include "worker/model/model.h"
 #include "worker/core/ops.h"
 #include "worker/data/open_image_source.h"
 #include "worker/train/lr_schedule.h"
@@ -116,7 +116,7 @@ struct TrainOptions {
   CudaGraph cuda_graph = CudaGraph::Auto;  // auto: captured where the run allows (step_capture.h)
 
   // --- first contact and small images (issue 25)
-  Stem stem = Stem::ImageNet;          // cifar: 3x3/1 convolution, no max-pool (worker/core/model.h)
+  Stem stem = Stem::ImageNet;          // cifar: 3x3/1 convolution, no max-pool (worker/model/model.h)
   std::string recipe = "guide";        // --recipe: its options go before the command line's (recipes.h)
   std::set<std::string> given;         // the options on the command line ("--depth"), the recipe's not
   bool given_or_recipe(const std::string& option) const;  // on the command line or in the recipe

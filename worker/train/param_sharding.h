@@ -29,7 +29,7 @@
 #include <vector>
 
 #include "worker/comm/comm.h"
-#include "worker/core/model.h"
+#include "worker/model/model.h"
 #include "worker/core/ops.h"
 #include "worker/train/grad_reducer.h"
 #include "worker/train/optimizer.h"

@@ -14,7 +14,8 @@
 #include "worker/comm/ring_comm.h"
 #include "worker/comm/staged_comm.h"
 #include "worker/core/backend.h"
-#include "worker/core/model.h"
+#include "worker/core/knobs.h"
+#include "worker/model/model.h"
 #include "worker/data/data_error.h"
 #include "worker/train/checkpoint.h"
 #include "worker/train/env.h"
@@ -203,6 +204,7 @@ int run_train(int argc, const char* const* argv) {
     opt = parse_options(argc, argv);
     if (!opt) return 0;  // --help
     env = read_worker_env(process_env());
+    process_knobs();  // a bad WORKER_* value is reported before any work
   } catch (const std::exception& e) {  // UsageError, EnvError
     std::cerr << "train_resnet: error: " << e.what() << std::endl;
     return 2;

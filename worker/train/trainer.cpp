@@ -5,10 +5,11 @@
 
 #include <algorithm>
 #include <cmath>
-#include <cstdlib>
 #include <stdexcept>
 #include <string>
 #include <thread>
+
+#include "worker/core/knobs.h"
 
 namespace worker {
 
@@ -107,7 +108,7 @@ TrainingSession::TrainingSession(const TrainOptions& opt, const DataEnv& data_en
                      missing_validation(opt));
   }
   schedule_ = lr_schedule(opt, global_batch_, steps_per_epoch_);
-  if (const char* d = std::getenv("WORKER_TEST_STEP_DELAY_MS"); d && *d) test_step_delay_ = std::chrono::milliseconds(std::atoll(d));
+  test_step_delay_ = process_knobs().test_step_delay;
   total_steps_ = int64_t(opt.epochs) * steps_per_epoch_;
   if (opt.max_steps > 0) total_steps_ = std::min(total_steps_, opt.max_steps);
   // fp16 needs loss scaling (GradScaler's semantics); bf16 and fp32 do not.

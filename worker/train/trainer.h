@@ -16,7 +16,7 @@
 #include <vector>
 
 #include "worker/comm/comm.h"
-#include "worker/core/model.h"
+#include "worker/model/model.h"
 #include "worker/core/ops.h"
 #include "worker/data/batch_source.h"
 #include "worker/train/checkpoint.h"

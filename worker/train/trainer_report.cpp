@@ -1,10 +1,10 @@
 // The session's report (trainer.h): the figures gathered over the ranks, the final checkpoint, the
 // checksums of every rank's parameters; report.h formats them.
 #include <algorithm>
-#include <cstdlib>
 #include <string>
 #include <vector>
 
+#include "worker/core/knobs.h"
 #include "worker/train/checksum.h"
 #include "worker/train/report.h"
 #include "worker/train/trainer.h"
@@ -12,11 +12,6 @@
 namespace worker {
 
 namespace {
-
-bool env_flag(const char* name) {
-  const char* v = std::getenv(name);
-  return v && *v && std::string(v) != "0";
-}
 
 // Every rank's `mine`, gathered.
 template <typename T>
@@ -63,7 +58,7 @@ void TrainingSession::report() {
   if (comm_.timing(&ct) && ct.steps > 0) f.comm = RunFigures::CommTime{ct.steps, ct.allreduce_ms, ct.exposed_ms};
   if (lead_) {
     print_run_figures(out_, f);
-    if (env_flag("WORKER_MEM_REPORT")) {
+    if (process_knobs().mem_report) {
       std::vector<std::pair<std::string, size_t>> items = model_.memory_breakdown();
       items.emplace_back("optimizer state", optimizer_.state_bytes());
       for (const auto& kv : ops_.memory_breakdown()) items.push_back(kv);

@@ -1,12 +1,12 @@
 // The session's checkpoints (trainer.h): rank 0 writes the weights and the training state, the others wait.
 #include "worker/train/trainer.h"
 
-#include <cstdlib>
 #include <map>
 #include <string>
 #include <thread>
 #include <vector>
 
+#include "worker/core/knobs.h"
 #include "worker/train/architecture.h"
 
 namespace worker {
@@ -44,9 +44,7 @@ void TrainingSession::save(const Position& next) {
 // WORKER_TEST_SAVE_DELAY_MS (tests only) makes each write that much slower.
 void TrainingSession::lead_writes(const std::function<void()>& write) {
   if (lead_) {
-    if (const char* d = std::getenv("WORKER_TEST_SAVE_DELAY_MS"); d && *d) {
-      std::this_thread::sleep_for(std::chrono::milliseconds(std::atoll(d)));
-    }
+    if (process_knobs().test_save_delay.count() > 0) std::this_thread::sleep_for(process_knobs().test_save_delay);
     write();
   }
   if (world_ > 1) comm_.barrier_untimed();

@@ -20,7 +20,7 @@
 #include <vector>
 
 #include "worker/core/backend.h"
-#include "worker/core/safetensors.h"
+#include "worker/model/safetensors.h"
 #include "worker/data/dataset_cache.h"
 #include "worker/data/decode.h"
 #include "worker/data/image_source.h"

@@ -24,7 +24,7 @@
 
 #include "tests/temp_dir.h"
 #include "worker/comm/comm.h"
-#include "worker/core/safetensors.h"
+#include "worker/model/safetensors.h"
 #include "worker/gpu/gpu_ops.h"
 #include "worker/train/checkpoint.h"
 #include "worker/train/trainer.h"

@@ -11,7 +11,7 @@
 
 #include "worker/comm/comm.h"
 #include "worker/core/backend.h"
-#include "worker/core/model.h"
+#include "worker/model/model.h"
 #include "worker/train/optimizer.h"
 #include "worker/train/param_sharding.h"
 

@@ -33,6 +33,7 @@
 #include "worker/data/gpu/gpu_image_source.h"
 #include "worker/data/gpu/jpeg_resize.h"
 #include "worker/data/prefetcher.h"
+#include "worker/core/knobs.h"
 #include "worker/gpu/check.h"
 #include "worker/gpu/gpu_ops.h"
 
@@ -149,12 +150,7 @@ class GpuImageSource final : public BatchSource {
       : index_(std::move(index)), info_(std::move(info)), cfg_(cfg), ops_(ops), bad_(cfg.read.strict, "unreadable image") {
     CUDA_CHECK(cudaSetDevice(ops_.device_ordinal()));
     CUDA_CHECK(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
-    // WORKER_NVJPEG_BACKEND=hybrid forces the GPU hybrid back end (for comparisons).
-    const char* forced = std::getenv("WORKER_NVJPEG_BACKEND");
-    const bool want_hw = !(forced && std::string(forced) == "hybrid");
-    if (forced && *forced && std::string(forced) != "hybrid" && std::string(forced) != "hardware") {
-      throw DataError(std::string("WORKER_NVJPEG_BACKEND must be hardware or hybrid, got '") + forced + "'");
-    }
+    const bool want_hw = process_knobs().nvjpeg_backend == NvjpegBackend::Hardware;
     nvjpegDevAllocatorV2_t dev_alloc{BufferCache::take_v2, BufferCache::give_v2, &device_cache_};
     nvjpegPinnedAllocatorV2_t pinned_alloc{BufferCache::take_v2, BufferCache::give_v2, &pinned_cache_};
     if (want_hw && nvjpegCreateExV2(NVJPEG_BACKEND_HARDWARE, &dev_alloc, &pinned_alloc, NVJPEG_FLAGS_DEFAULT,

@@ -7,8 +7,8 @@
 #include <cstring>
 
 #include "worker/core/backend.h"
-#include "worker/core/safetensors.h"
-#include "tests/worker/core/small_model.h"
+#include "worker/model/state_dict.h"
+#include "tests/worker/model/small_model.h"
 
 using namespace worker;
 

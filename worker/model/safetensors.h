@@ -1,14 +1,13 @@
 // safetensors files (8-byte little-endian header length, JSON header, raw little-endian data),
 // written and read with nlohmann_json alone. Files are written to a temporary name in the same
-// folder and renamed, so a crash never leaves a torn file.
+// folder and renamed, so a crash never leaves a torn file. The model's state as such tensors:
+// state_dict.h.
 #pragma once
 
 #include <cstdint>
 #include <map>
 #include <string>
 #include <vector>
-
-#include "worker/core/model.h"
 
 namespace worker {
 
@@ -33,15 +32,7 @@ std::vector<StTensor> read_safetensors(const std::string& path,
                                        std::map<std::string, std::string>* metadata = nullptr);
 inline constexpr const char* kChecksumPrefix = "xxh3_64.";
 
-// Throws std::runtime_error "<what>: tensor '<name>' holds NaN (...)" (or inf) when a value is
-// not finite: a checkpoint that would train into "loss is nan" is refused as what it is.
-void check_finite(const float* values, size_t count, const std::string& what, const std::string& name);
-
-// The model's state as torchvision's state_dict() (names, shapes, OIHW conv weights, int64
-// num_batches_tracked), and back. from_tensors checks names and shapes strictly: a missing,
-// unexpected or mis-shaped tensor is an error naming it and `what` (e.g. the file's path).
-std::vector<StTensor> model_state_to_tensors(const Model& model, const ModelState& state);
-ModelState model_state_from_tensors(const Model& model, const std::vector<StTensor>& tensors,
-                                    const std::string& what);
+// "[64, 3, 7, 7]": a shape as the error messages write it.
+std::string shape_string(const std::vector<int64_t>& shape);
 
 }  // namespace worker

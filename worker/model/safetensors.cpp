@@ -1,10 +1,10 @@
-// safetensors reading and writing, and the model state <-> torchvision state_dict mapping.
+// safetensors reading and writing.
 //
 // Format: u64 little-endian N, then N bytes of JSON {"name": {"dtype", "shape",
 // "data_offsets": [begin, end]}, "__metadata__": {str: str}}, then the data; offsets are
 // relative to the start of the data. The header is padded with spaces to a multiple of 8 bytes
 // so the data stays aligned (as the reference writer does).
-#include "worker/core/safetensors.h"
+#include "worker/model/safetensors.h"
 
 #include <fcntl.h>
 #include <sys/stat.h>
@@ -16,8 +16,6 @@
 #include <cstring>
 #include <fstream>
 #include <stdexcept>
-
-#include <cmath>
 
 #include <nlohmann/json.hpp>
 #define XXH_INLINE_ALL  // the implementation from the header: no library to link
@@ -40,12 +38,6 @@ size_t st_dtype_size(const std::string& d) {
   if (d == "F16" || d == "BF16" || d == "I16" || d == "U16") return 2;
   if (d == "I8" || d == "U8" || d == "BOOL" || d == "F8_E4M3" || d == "F8_E5M2") return 1;
   return 0;
-}
-
-std::string shape_str(const std::vector<int64_t>& s) {
-  std::string r = "[";
-  for (size_t i = 0; i < s.size(); ++i) r += (i ? ", " : "") + std::to_string(s[i]);
-  return r + "]";
 }
 
 uint64_t numel(const std::vector<int64_t>& shape) {
@@ -84,6 +76,12 @@ std::string dir_of(const std::string& path) {
 
 }  // namespace
 
+std::string shape_string(const std::vector<int64_t>& s) {
+  std::string r = "[";
+  for (size_t i = 0; i < s.size(); ++i) r += (i ? ", " : "") + std::to_string(s[i]);
+  return r + "]";
+}
+
 // --- Writing
 
 void write_safetensors(const std::string& path, const std::vector<StTensor>& tensors,
@@ -106,7 +104,7 @@ void write_safetensors(const std::string& path, const std::vector<StTensor>& ten
       if (s < 0) throw st_error(path, "tensor '" + t.name + "' has a negative dimension");
     if (numel(t.shape) * es != t.data.size())
       throw st_error(path, "tensor '" + t.name + "' has " + std::to_string(t.data.size()) +
-                               " bytes, its shape " + shape_str(t.shape) + " needs " +
+                               " bytes, its shape " + shape_string(t.shape) + " needs " +
                                std::to_string(numel(t.shape) * es));
     header[t.name] = {{"dtype", t.dtype},
                       {"shape", t.shape},
@@ -232,7 +230,7 @@ std::vector<StTensor> read_safetensors(const std::string& path,
                 "] out of range (data section is " + std::to_string(data_size) +
                 " bytes; truncated file?)");
     if (numel(p.t.shape) * es != p.end - p.begin)
-      throw bad("shape " + shape_str(p.t.shape) + " of " + p.t.dtype + " needs " +
+      throw bad("shape " + shape_string(p.t.shape) + " of " + p.t.dtype + " needs " +
                 std::to_string(numel(p.t.shape) * es) + " bytes, data_offsets span " +
                 std::to_string(p.end - p.begin));
     pend.push_back(std::move(p));
@@ -286,107 +284,6 @@ std::vector<StTensor> read_safetensors(const std::string& path,
     out.push_back(std::move(p.t));
   }
   return out;
-}
-
-void check_finite(const float* values, size_t count, const std::string& what, const std::string& name) {
-  size_t bad = 0, first = 0;
-  for (size_t i = 0; i < count; ++i) {
-    if (!std::isfinite(values[i])) {
-      if (bad++ == 0) first = i;
-    }
-  }
-  if (bad == 0) return;
-  const float v = values[first];
-  throw std::runtime_error(what + ": tensor '" + name + "' holds " + (std::isnan(v) ? "NaN" : v > 0 ? "inf" : "-inf") +
-                           " (element " + std::to_string(first) + " of " + std::to_string(count) + ", " +
-                           std::to_string(bad) + " non-finite value(s)): it was saved from a run that had diverged; "
-                           "resume from an earlier checkpoint (with a lower --lr)");
-}
-
-// --- Model state <-> tensors
-
-std::vector<StTensor> model_state_to_tensors(const Model& model, const ModelState& state) {
-  if (state.params.size() != model.num_params() || state.buffers.size() != model.num_buffers())
-    throw std::invalid_argument("model_state_to_tensors: state does not match the model");
-  std::vector<StTensor> out;
-  for (const StateEntry& e : model.state_entries()) {
-    StTensor t;
-    t.name = e.name;
-    t.shape = e.shape;
-    if (e.kind == StateKind::NumBatchesTracked) {
-      t.dtype = "I64";
-      t.data.resize(8);
-      const uint64_t v = uint64_t(state.num_batches_tracked);
-      for (int i = 0; i < 8; ++i) t.data[size_t(i)] = uint8_t(v >> (8 * i));
-    } else {
-      t.dtype = "F32";
-      t.data.resize(e.count * sizeof(float));
-      const float* src = (e.kind == StateKind::Param ? state.params.data() : state.buffers.data()) + e.offset;
-      if (e.conv_weight) {
-        ohwi_to_oihw(src, reinterpret_cast<float*>(t.data.data()), int(e.shape[0]), int(e.shape[1]),
-                     int(e.shape[2]), int(e.shape[3]));
-      } else {
-        std::memcpy(t.data.data(), src, t.data.size());
-      }
-    }
-    out.push_back(std::move(t));
-  }
-  return out;
-}
-
-ModelState model_state_from_tensors(const Model& model, const std::vector<StTensor>& tensors,
-                                    const std::string& what) {
-  std::map<std::string, const StTensor*> by_name;
-  for (const StTensor& t : tensors) by_name[t.name] = &t;
-  ModelState s;
-  s.params.assign(model.num_params(), 0.0f);
-  s.buffers.assign(model.num_buffers(), 0.0f);
-  bool have_nbt = false;
-  for (const StateEntry& e : model.state_entries()) {
-    auto it = by_name.find(e.name);
-    if (it == by_name.end())
-      throw std::runtime_error(what + ": missing tensor '" + e.name + "' (shape " + shape_str(e.shape) +
-                               "); was it saved from a ResNet of the same depth?");
-    const StTensor& t = *it->second;
-    if (t.shape != e.shape)
-      throw std::runtime_error(what + ": tensor '" + e.name + "' has shape " + shape_str(t.shape) +
-                               ", the model needs " + shape_str(e.shape) +
-                               " (check --depth, --width, --num-classes)");
-    if (e.kind == StateKind::NumBatchesTracked) {
-      if (t.dtype != "I64")
-        throw std::runtime_error(what + ": tensor '" + e.name + "' has dtype " + t.dtype + ", expected I64");
-      uint64_t v = 0;
-      for (int i = 0; i < 8; ++i) v |= uint64_t(t.data[size_t(i)]) << (8 * i);
-      // One counter for the whole model: every BN sees the same number of batches.
-      if (!have_nbt || int64_t(v) > s.num_batches_tracked) s.num_batches_tracked = int64_t(v);
-      have_nbt = true;
-      continue;
-    }
-    if (t.dtype != "F32")
-      throw std::runtime_error(what + ": tensor '" + e.name + "' has dtype " + t.dtype + ", expected F32");
-    float* dst = (e.kind == StateKind::Param ? s.params.data() : s.buffers.data()) + e.offset;
-    const float* src = reinterpret_cast<const float*>(t.data.data());
-    check_finite(src, e.count, what, e.name);
-    if (e.conv_weight) {
-      oihw_to_ohwi(src, dst, int(e.shape[0]), int(e.shape[1]), int(e.shape[2]), int(e.shape[3]));
-    } else {
-      std::memcpy(dst, src, e.count * sizeof(float));
-    }
-  }
-  if (by_name.size() != tensors.size()) {
-    for (size_t i = 0; i < tensors.size(); ++i)
-      for (size_t j = i + 1; j < tensors.size(); ++j)
-        if (tensors[i].name == tensors[j].name)
-          throw std::runtime_error(what + ": duplicate tensor '" + tensors[i].name + "'");
-  }
-  for (const StTensor& t : tensors) {
-    bool known = false;
-    for (const StateEntry& e : model.state_entries()) known = known || e.name == t.name;
-    if (!known)
-      throw std::runtime_error(what + ": unexpected tensor '" + t.name +
-                               "' (not part of this model; check --depth)");
-  }
-  return s;
 }
 
 }  // namespace worker
