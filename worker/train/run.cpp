@@ -11,6 +11,8 @@
 
 #include "proto/client.h"
 #include "proto/peer_lost.h"
+#include "worker/comm/ring_comm.h"
+#include "worker/comm/staged_comm.h"
 #include "worker/core/backend.h"
 #include "worker/core/knobs.h"
 #include "worker/model/model.h"
@@ -18,11 +20,13 @@
 #include "worker/train/checkpoint.h"
 #include "worker/train/env.h"
 #include "worker/train/options.h"
-#include "worker/train/ring_comm.h"
 #include "worker/train/settle.h"
-#include "worker/train/staged_comm.h"
 #include "worker/train/torchrun_store.h"
 #include "worker/train/trainer.h"
+
+#ifdef WORKER_HAVE_GPU
+#include "worker/comm/nccl_comm.h"
+#endif
 
 namespace worker {
 

@@ -1,17 +1,11 @@
-#include "worker/train/ring_comm.h"
+#include "worker/comm/ring_comm.h"
 
-#include <arpa/inet.h>
-#include <fcntl.h>
-#include <netdb.h>
 #include <netinet/in.h>
-#include <netinet/tcp.h>
 #include <poll.h>
 #include <sys/socket.h>
-#include <unistd.h>
 
 #include <algorithm>
 #include <cerrno>
-#include <cstdio>
 #include <cstring>
 #include <optional>
 #include <thread>
@@ -19,12 +13,13 @@
 
 #include "proto/client.h"
 #include "proto/ring_hello.h"
+#include "worker/comm/ring_socket.h"
 
 namespace worker {
 
 namespace {
 
-using Clock = std::chrono::steady_clock;
+using namespace ring_io;  // the socket layer: Fd, Peer, lost, wait_fd, send_all, read_message, ...
 using ms = std::chrono::milliseconds;
 
 namespace ring = proto::ring;
@@ -35,8 +30,6 @@ constexpr size_t kFrameHeader = 16;            // magic u32 | seq u32 | length u
 // beyond, the oldest is dropped.
 constexpr size_t kMaxCandidates = 64;
 constexpr int kMaxWarnings = 10;  // refused connections named one by one; the rest counted
-
-std::string errno_text(int err) { return std::strerror(err); }
 
 // --- Little-endian integers (explicit, whatever the host order)
 
@@ -55,165 +48,6 @@ uint64_t get_u64(const uint8_t* p) {
   uint64_t v = 0;
   for (int i = 0; i < 8; ++i) v |= uint64_t(p[i]) << (8 * i);
   return v;
-}
-
-// --- Sockets
-
-class Fd {
- public:
-  Fd() = default;
-  explicit Fd(int fd) : fd_(fd) {}
-  ~Fd() { reset(); }
-  Fd(Fd&& o) noexcept : fd_(o.fd_) { o.fd_ = -1; }
-  Fd& operator=(Fd&& o) noexcept {
-    if (this != &o) {
-      reset();
-      fd_ = o.fd_;
-      o.fd_ = -1;
-    }
-    return *this;
-  }
-  int get() const { return fd_; }
-  void reset() {
-    if (fd_ >= 0) ::close(fd_);
-    fd_ = -1;
-  }
-
- private:
-  int fd_ = -1;
-};
-
-void set_socket_options(int fd) {
-  const int one = 1;
-  ::setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
-  const int flags = ::fcntl(fd, F_GETFL, 0);
-  ::fcntl(fd, F_SETFL, flags | O_NONBLOCK);
-}
-
-sockaddr_in resolve(const std::string& host, uint16_t port, const std::string& what) {
-  addrinfo hints{};
-  hints.ai_family = AF_INET;
-  hints.ai_socktype = SOCK_STREAM;
-  addrinfo* res = nullptr;
-  const int rc = ::getaddrinfo(host.c_str(), nullptr, &hints, &res);
-  if (rc != 0 || res == nullptr) {
-    throw CommError(what + ": cannot resolve host '" + host + "': " + gai_strerror(rc));
-  }
-  sockaddr_in addr = *reinterpret_cast<sockaddr_in*>(res->ai_addr);
-  ::freeaddrinfo(res);
-  addr.sin_port = htons(port);
-  return addr;
-}
-
-std::string format_addr(const sockaddr_in& a) {
-  char buf[INET_ADDRSTRLEN] = {};
-  ::inet_ntop(AF_INET, &a.sin_addr, buf, sizeof buf);
-  return std::string(buf) + ":" + std::to_string(ntohs(a.sin_port));
-}
-
-std::pair<std::string, uint16_t> split_addr(const std::string& addr, const std::string& what) {
-  const size_t colon = addr.rfind(':');
-  if (colon == std::string::npos || colon == 0) throw CommError(what + ": bad address '" + addr + "'");
-  const std::string port = addr.substr(colon + 1);
-  bool ok = !port.empty() && port.size() <= 5;
-  for (char ch : port) ok = ok && ch >= '0' && ch <= '9';
-  if (!ok || std::stoi(port) > 65535) throw CommError(what + ": bad address '" + addr + "'");
-  return {addr.substr(0, colon), uint16_t(std::stoi(port))};
-}
-
-// Who is on the other side of a socket, for errors: a name and, for a ring peer, its rank.
-struct Peer {
-  std::string name;
-  int rank = -1;  // -1: not (yet) known to be a ring peer
-};
-
-// The peer vanished: what train_resnet reports to the launcher as the rank at fault.
-[[noreturn]] void lost(const Peer& peer, const std::string& msg) {
-  if (peer.rank < 0) throw CommError(msg);
-  throw CommError(msg, /*peer_lost=*/true, peer.rank);
-}
-
-int remaining_ms(Clock::time_point deadline) {
-  const auto left = std::chrono::duration_cast<ms>(deadline - Clock::now()).count();
-  return int(std::clamp<long long>(left, 0, 1 << 30));
-}
-
-// Waits for `events` on fd until the deadline; throws naming `peer` on timeout.
-void wait_fd(int fd, short events, Clock::time_point deadline, const Peer& peer, const std::string& what) {
-  while (true) {
-    pollfd p{fd, events, 0};
-    const int rc = ::poll(&p, 1, remaining_ms(deadline));
-    if (rc > 0) return;
-    if (rc < 0 && errno == EINTR) continue;
-    if (rc < 0) throw CommError(what + ": poll: " + errno_text(errno));
-    lost(peer, what + ": timed out waiting for " + peer.name);
-  }
-}
-
-void send_all(int fd, const uint8_t* p, size_t n, Clock::time_point deadline, const Peer& peer,
-              const std::string& what) {
-  while (n > 0) {
-    const ssize_t k = ::send(fd, p, n, MSG_NOSIGNAL);
-    if (k > 0) {
-      p += k;
-      n -= size_t(k);
-    } else if (k < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
-      wait_fd(fd, POLLOUT, deadline, peer, what);
-    } else if (k < 0 && errno != EINTR) {
-      lost(peer, what + ": sending to " + peer.name + ": " + errno_text(errno));
-    }
-  }
-}
-
-// --- Set-up (proto/ring_hello.h): reading one message, never a byte past it
-
-// A job id or other text a stranger sent, fit for one log line.
-std::string printable(const std::string& s) {
-  std::string out;
-  for (size_t i = 0; i < s.size() && i < 64; ++i) {
-    const unsigned char ch = static_cast<unsigned char>(s[i]);
-    if (ch >= 0x20 && ch < 0x7f) {
-      out.push_back(char(ch));
-    } else {
-      char buf[8];
-      std::snprintf(buf, sizeof buf, "\\x%02x", ch);
-      out += buf;
-    }
-  }
-  return s.size() > 64 ? out + "..." : out;
-}
-
-// Reads into `in` what completes the message it starts (ring::bytes_wanted), as far as the socket
-// has it. Returns "" (complete, or more to come) or why the connection is over.
-std::string read_message(int fd, std::string& in) {
-  char buf[ring::kHeaderSize + 44 + ring::kMaxJobId];
-  for (size_t want; (want = ring::bytes_wanted(in)) > 0;) {
-    const ssize_t k = ::recv(fd, buf, std::min(want, sizeof buf), 0);
-    if (k > 0) {
-      in.append(buf, size_t(k));
-    } else if (k == 0) {
-      return "closed the connection";
-    } else if (errno == EAGAIN || errno == EWOULDBLOCK) {
-      return "";
-    } else if (errno != EINTR) {
-      return errno_text(errno);
-    }
-  }
-  return "";
-}
-
-// A set-up message to a connection that has not proved itself: sent at once or not at all (it
-// is at most 80 bytes into an empty socket buffer; a peer that cannot take them is dropped).
-bool send_now(int fd, const std::string& msg) {
-  const ssize_t k = ::send(fd, msg.data(), msg.size(), MSG_NOSIGNAL | MSG_DONTWAIT);
-  return k == ssize_t(msg.size());
-}
-
-std::string peer_address(int fd) {
-  sockaddr_in a{};
-  socklen_t len = sizeof a;
-  if (::getpeername(fd, reinterpret_cast<sockaddr*>(&a), &len) != 0) return "an unknown address";
-  return format_addr(a);
 }
 
 // A connection to this rank's port that has not proved it is the left neighbour yet.
@@ -717,48 +551,7 @@ class RingComm final : public Comm {
   std::vector<float> tmp_;
 };
 
-class StoreRendezvous final : public Rendezvous {
- public:
-  StoreRendezvous(proto::Client& c, ms timeout) : client_(c), timeout_(timeout) {}
-  void publish(const std::string& key, const std::string& value) override { client_.set(key, value, timeout_); }
-  std::string lookup(const std::string& key, ms timeout, const std::string& writer) override {
-    return client_.get(key, timeout, writer);
-  }
-
- private:
-  proto::Client& client_;
-  ms timeout_;
-};
-
-// Fixed endpoints (PADDLE_TRAINER_ENDPOINTS): nothing to publish, every address is known.
-class EndpointRendezvous final : public Rendezvous {
- public:
-  EndpointRendezvous(std::vector<std::string> endpoints, std::string prefix)
-      : endpoints_(std::move(endpoints)), prefix_(std::move(prefix) + "/addr/") {}
-  void publish(const std::string&, const std::string&) override {}
-  std::string lookup(const std::string& key, ms, const std::string& writer) override {
-    if (key.compare(0, prefix_.size(), prefix_) == 0) {
-      const size_t r = size_t(std::stoul(key.substr(prefix_.size())));
-      if (r < endpoints_.size()) return endpoints_[r];
-    }
-    throw CommError("no endpoint for " + writer);
-  }
-
- private:
-  std::vector<std::string> endpoints_;
-  std::string prefix_;
-};
-
 }  // namespace
-
-std::unique_ptr<Rendezvous> make_endpoint_rendezvous(const std::vector<std::string>& endpoints,
-                                                     const std::string& key_prefix) {
-  return std::make_unique<EndpointRendezvous>(endpoints, key_prefix);
-}
-
-std::unique_ptr<Rendezvous> make_store_rendezvous(proto::Client& client, std::chrono::milliseconds timeout) {
-  return std::make_unique<StoreRendezvous>(client, timeout);
-}
 
 std::unique_ptr<Comm> make_ring_comm(const RingConfig& cfg, Rendezvous& rendezvous) {
   if (cfg.world < 1 || cfg.rank < 0 || cfg.rank >= cfg.world) {

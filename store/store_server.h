@@ -1,6 +1,7 @@
-// The rendezvous store served by `launch` for the workers of its job (proto/PROTOCOL.md).
-// Runs its own single-threaded epoll loop on a background thread; the supervisor talks to it
-// only through the thread-safe calls below.
+// The rendezvous store (proto/PROTOCOL.md): served by `launch` for the workers of its job, and
+// by train_resnet's rank 0 under torchrun's contract (worker/train/torchrun_store.h), so it sits
+// below both, on launch_proto and spdlog alone. Runs its own single-threaded epoll loop on a
+// background thread; its owner talks to it only through the thread-safe calls below.
 #pragma once
 
 #include <chrono>
@@ -12,7 +13,7 @@
 
 #include "proto/protocol.h"
 
-namespace launch {
+namespace store {
 
 struct StoreServerConfig {
   std::string host = "127.0.0.1";  // address to listen on; never 0.0.0.0 unless asked
@@ -70,4 +71,4 @@ class StoreServer {
   virtual size_t parked_waiters() const = 0;
 };
 
-}  // namespace launch
+}  // namespace store

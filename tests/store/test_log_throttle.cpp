@@ -1,9 +1,9 @@
 // The rate limit of the store's per-connection warnings (pure: time passed in).
 #include <catch2/catch.hpp>
 
-#include "launcher/store/log_throttle.h"
+#include "store/log_throttle.h"
 
-using launch::LogThrottle;
+using store::LogThrottle;
 using namespace std::chrono_literals;
 
 TEST_CASE("log throttle: a burst, then one line per interval, the rest counted", "[store][throttle]") {

@@ -1,7 +1,7 @@
 // The single-process communicator: with one rank every collective is the identity.
 #include <cstring>
 
-#include "worker/core/comm.h"
+#include "worker/comm/comm.h"
 
 namespace worker {
 

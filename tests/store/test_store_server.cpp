@@ -18,7 +18,7 @@ using Kind = proto::StoreError::Kind;
 namespace {
 
 // Waits (bounded) until the server reports `n` parked requests.
-bool wait_parked(const launch::StoreServer& s, size_t n, std::chrono::milliseconds limit = 10s) {
+bool wait_parked(const store::StoreServer& s, size_t n, std::chrono::milliseconds limit = 10s) {
   auto deadline = std::chrono::steady_clock::now() + limit;
   while (s.parked_waiters() != n) {
     if (std::chrono::steady_clock::now() > deadline) return false;
@@ -248,7 +248,7 @@ TEST_CASE("garbage and a 2^63 length prefix close that connection only, without 
 }
 
 TEST_CASE("a client that stalls mid-frame or never says HELLO is closed; others go on", "[store]") {
-  launch::StoreServerConfig cfg;
+  store::StoreServerConfig cfg;
   cfg.stall_timeout = 300ms;
   cfg.hello_timeout = 300ms;
   cfg.sweep_interval = 50ms;
@@ -349,10 +349,10 @@ TEST_CASE("an unreachable store is a Connection error naming the address", "[sto
 }
 
 TEST_CASE("a bad listen address is an error naming it", "[store]") {
-  launch::StoreServerConfig cfg;
+  store::StoreServerConfig cfg;
   cfg.host = "203.0.113.7";  // TEST-NET-3: not ours
   cfg.token = "t";
-  CHECK_THROWS_WITH(launch::StoreServer::start(cfg), Catch::Contains("203.0.113.7"));
+  CHECK_THROWS_WITH(store::StoreServer::start(cfg), Catch::Contains("203.0.113.7"));
 }
 
 TEST_CASE("identical MULTI_GETs share one answer until a value changes", "[store]") {

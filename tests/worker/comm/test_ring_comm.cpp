@@ -21,9 +21,9 @@
 
 #include "proto/ring_hello.h"
 
+#include "worker/comm/ring_comm.h"
+#include "worker/comm/staged_comm.h"
 #include "worker/core/backend.h"
-#include "worker/train/ring_comm.h"
-#include "worker/train/staged_comm.h"
 
 using namespace worker;
 using namespace std::chrono_literals;

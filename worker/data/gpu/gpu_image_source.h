@@ -1,4 +1,4 @@
-// The GPU back end's factory (worker/gpu/jpeg_source.cpp, built when nvJPEG is found): nvJPEG
+// The GPU back end's factory (jpeg_source.cpp, built when nvJPEG is found): nvJPEG
 // batched decode on the hardware engine (hybrid where there is none), our crop/resize/flip/
 // normalise kernel writing the backend's input; files nvJPEG cannot take (PNG, CMYK,
 // progressive on the hardware engine) are decoded by the CPU path of image_source.h.

@@ -9,7 +9,7 @@
 #include <optional>
 #include <string>
 
-namespace launch {
+namespace store {
 
 class LogThrottle {
  public:
@@ -74,4 +74,4 @@ class LogThrottle {
   Clock::time_point last_refill_{};
 };
 
-}  // namespace launch
+}  // namespace store

@@ -8,7 +8,7 @@
 
 #include <memory>
 
-#include "worker/core/comm.h"
+#include "worker/comm/comm.h"
 #include "worker/core/ops.h"
 
 namespace worker {

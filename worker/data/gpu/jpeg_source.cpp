@@ -1,4 +1,4 @@
-// The GPU back end of the image pipeline (worker/data/gpu_image_source.h).
+// The GPU back end of the image pipeline (gpu_image_source.h).
 //
 // Three stages, each ahead of the next:
 //   1. reader threads (worker/data/prefetcher.h): read the files of a micro-batch into host
@@ -30,12 +30,12 @@
 
 #include "worker/data/data_error.h"
 #include "worker/data/decode.h"
-#include "worker/data/gpu_image_source.h"
+#include "worker/data/gpu/gpu_image_source.h"
+#include "worker/data/gpu/jpeg_resize.h"
 #include "worker/data/prefetcher.h"
 #include "worker/core/knobs.h"
 #include "worker/gpu/check.h"
 #include "worker/gpu/gpu_ops.h"
-#include "worker/gpu/jpeg_resize.h"
 
 namespace worker {
 
@@ -147,7 +147,7 @@ class GpuImageSource final : public BatchSource {
  public:
   GpuImageSource(std::shared_ptr<const DatasetIndex> index, SplitInfo info, const LoaderConfig& cfg, gpu::GpuOps& ops,
                  std::string describe)
-      : index_(std::move(index)), info_(std::move(info)), cfg_(cfg), ops_(ops), bad_(cfg.strict, "unreadable image") {
+      : index_(std::move(index)), info_(std::move(info)), cfg_(cfg), ops_(ops), bad_(cfg.read.strict, "unreadable image") {
     CUDA_CHECK(cudaSetDevice(ops_.device_ordinal()));
     CUDA_CHECK(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
     const bool want_hw = process_knobs().nvjpeg_backend == NvjpegBackend::Hardware;
@@ -181,11 +181,11 @@ class GpuImageSource final : public BatchSource {
       norm_.scale[c] = 1.0f / (255.0f * cfg.tf.std[c]);
       norm_.shift[c] = -cfg.tf.mean[c] / cfg.tf.std[c];
     }
-    host_.resize(size_t(cfg.prefetch));
+    host_.resize(size_t(cfg.read.prefetch));
     for (auto& h : host_) h.resize(size_t(cfg.batch));
-    streams_.resize(size_t(cfg.threads), nullptr);
+    streams_.resize(size_t(cfg.read.threads), nullptr);
     for (auto& s : streams_) NVJPEG_CHECK(nvjpegJpegStreamCreate(handle_, &s));
-    pool_ = std::make_unique<Prefetcher>(cfg.threads, cfg.prefetch,
+    pool_ = std::make_unique<Prefetcher>(cfg.read.threads, cfg.read.prefetch,
                                          [this](int slot, int pos, int64_t sample, int64_t epoch, int thread) {
                                            read(slot, pos, sample, epoch, thread);
                                          });
@@ -277,7 +277,7 @@ class GpuImageSource final : public BatchSource {
     h.on_gpu = false;
     std::string err;
     try {
-      if (!read_image_file(path, cfg_.max_image_bytes, &h.file, &err)) throw DecodeError("cannot read: " + err);
+      if (!read_image_file(path, cfg_.read.max_image_bytes, &h.file, &err)) throw DecodeError("cannot read: " + err);
       h.header = read_header(h.file.data(), h.file.size());
       h.plan = cfg_.split == Split::Train ? plan_train(h.header.width, h.header.height, cfg_.tf, cfg_.seed, epoch, sample)
                                           : plan_eval(h.header.width, h.header.height, cfg_.tf);

@@ -14,7 +14,7 @@
 #include <memory>
 #include <string>
 
-#include "launcher/store/store_server.h"
+#include "store/store_server.h"
 #include "proto/client.h"
 #include "proto/codec.h"
 #include "proto/token.h"
@@ -24,13 +24,13 @@ namespace store_test {
 using namespace std::chrono_literals;
 
 struct TestStore {
-  launch::StoreServerConfig cfg;
-  std::unique_ptr<launch::StoreServer> server;
+  store::StoreServerConfig cfg;
+  std::unique_ptr<store::StoreServer> server;
 
-  explicit TestStore(launch::StoreServerConfig c = {}) : cfg(std::move(c)) {
+  explicit TestStore(store::StoreServerConfig c = {}) : cfg(std::move(c)) {
     if (cfg.job_id == "default") cfg.job_id = "test-job";
     if (cfg.token.empty()) cfg.token = proto::generate_token();
-    server = launch::StoreServer::start(cfg);
+    server = store::StoreServer::start(cfg);
   }
   proto::ClientOptions options(const std::string& name = "test") const {
     proto::ClientOptions o;

@@ -1,4 +1,4 @@
-#include "worker/gpu/jpeg_resize.h"
+#include "worker/data/gpu/jpeg_resize.h"
 
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>

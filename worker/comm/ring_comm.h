@@ -29,7 +29,7 @@
 #include <string>
 #include <vector>
 
-#include "worker/core/comm.h"
+#include "worker/comm/comm.h"
 
 namespace proto {
 class Client;

@@ -1,6 +1,6 @@
 // The store's I/O shell: one epoll loop on one thread around proto::KvState. Everything here
 // is sockets and buffers; every decision about keys is the state machine's.
-#include "launcher/store/store_server.h"
+#include "store/store_server.h"
 
 #include <arpa/inet.h>
 #include <fcntl.h>
@@ -25,12 +25,12 @@
 
 #include <spdlog/spdlog.h>
 
-#include "launcher/store/log_throttle.h"
+#include "store/log_throttle.h"
 #include "proto/address.h"
 #include "proto/codec.h"
 #include "proto/kv_state.h"
 
-namespace launch {
+namespace store {
 
 namespace {
 
@@ -686,4 +686,4 @@ std::unique_ptr<StoreServer> StoreServer::start(const StoreServerConfig& cfg) {
   return std::make_unique<EpollStore>(cfg);
 }
 
-}  // namespace launch
+}  // namespace store

@@ -2,6 +2,8 @@
 // communicator is created non-blocking so that start-up and every later wait can be abandoned;
 // collectives run on a communication stream ordered against the compute stream by events (no
 // host synchronisation); a watchdog thread turns a dead peer into an abort within seconds.
+#include "worker/comm/nccl_comm.h"
+
 #include <array>
 #include <atomic>
 #include <deque>
@@ -22,7 +24,6 @@
 #include "proto/client.h"
 #include "proto/peer_lost.h"
 #include "proto/rendezvous.h"
-#include "worker/core/backend.h"
 #include "worker/core/knobs.h"
 #include "worker/gpu/check.h"
 #include "worker/gpu/gpu_ops.h"

@@ -1,4 +1,4 @@
-#include "worker/train/staged_comm.h"
+#include "worker/comm/staged_comm.h"
 
 #include <cstddef>
 #include <utility>

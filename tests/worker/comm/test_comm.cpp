@@ -1,23 +1,11 @@
-// dtype helpers and the single-process communicator.
+// The communicator interface's shared parts: the single-process communicator.
 #include <catch2/catch.hpp>
 
 #include <cstring>
-#include <string>
 
-#include "worker/core/comm.h"
-#include "worker/core/ops.h"
+#include "worker/comm/comm.h"
 
 using namespace worker;
-
-TEST_CASE("dtype sizes and names", "[ops]") {
-  CHECK(dtype_size(DType::F32) == 4);
-  CHECK(dtype_size(DType::BF16) == 2);
-  CHECK(dtype_size(DType::F16) == 2);
-  CHECK(std::string(dtype_name(DType::BF16)) == "bf16");
-  Act a{nullptr, DType::BF16, 2, 3, 4, 5};
-  CHECK(a.numel() == 120);
-  CHECK(a.bytes() == 240);
-}
 
 TEST_CASE("single-process comm: one rank, collectives leave data as it is", "[comm]") {
   auto c = make_single_process_comm();
