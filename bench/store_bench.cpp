@@ -29,7 +29,7 @@
 
 #include <spdlog/spdlog.h>
 
-#include "launcher/store/store_server.h"
+#include "store/store_server.h"
 #include "proto/client.h"
 #include "proto/codec.h"
 #include "proto/token.h"
@@ -61,12 +61,12 @@ class StartGate {
 };
 
 struct Store {
-  launch::StoreServerConfig cfg;
-  std::unique_ptr<launch::StoreServer> server;
+  store::StoreServerConfig cfg;
+  std::unique_ptr<store::StoreServer> server;
   Store() {
     cfg.job_id = "bench";
     cfg.token = proto::generate_token();
-    server = launch::StoreServer::start(cfg);
+    server = store::StoreServer::start(cfg);
   }
   proto::ClientOptions options(int i) const {
     proto::ClientOptions o;

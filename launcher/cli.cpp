@@ -274,7 +274,7 @@ Parsed parse_args(const std::vector<std::string>& args) {
 void apply_nproc(const std::string& v, Options& o) {
   const std::string w = lower(v);
   if (w == "gpu" || w == "cpu" || w == "auto") {
-    o.nproc_word = w;
+    o.nproc_word = w == "gpu" ? NprocWord::Gpu : w == "cpu" ? NprocWord::Cpu : NprocWord::Auto;
     return;
   }
   if (!all_digits(v) || std::stoi(v) < 1 || std::stoi(v) > 4096)
@@ -602,7 +602,7 @@ const std::vector<PaddleVar>& paddle_vars() {
   static const std::vector<PaddleVar> v = {
       {"POD_IP", "--host", [](Options& o, const std::string& s) { o.host = s, o.host_given = true; }},
       {proto::env::kPaddleMaster, "--master", [](Options& o, const std::string& s) { o.master = s; }},
-      {"PADDLE_DEVICES", "--devices", [](Options& o, const std::string& s) { o.devices = s, o.gpus.reset(); }},
+      {"PADDLE_DEVICES", "--devices", [](Options& o, const std::string& s) { o.devices = parse_devices(s, "PADDLE_DEVICES"); }},
       {proto::env::kPaddleNnodes, "--nnodes", [](Options& o, const std::string& s) { apply_nnodes(s, o), o.nnodes_given = true; }},
       {"PADDLE_LOG_LEVEL", "--log_level", [](Options& o, const std::string& s) { o.log_level = lower(s); }},
       {"PADDLE_LOG_OVERWRITE", "--log_overwrite",
@@ -679,8 +679,9 @@ CliResult parse_cli(int argc, const char* const* argv, const proto::EnvMap& env)
   const Raw& r = p.raw;
 
   Options o;
-  o.gpus = r.given.at("--gpus") ? std::optional<std::string>(r.gpus) : std::nullopt;
-  o.devices = r.given.at("--devices") ? std::optional<std::string>(r.devices) : std::nullopt;
+  if (r.given.at("--gpus") && r.given.at("--devices")) throw UsageError("give either --gpus or --devices, not both");
+  if (r.given.at("--gpus")) o.devices = parse_gpus(r.gpus);
+  if (r.given.at("--devices")) o.devices = parse_devices(r.devices);
   if (r.given.at("--nproc_per_node")) apply_nproc(r.nproc, o);
   apply_nnodes(r.nnodes, o);
   o.nnodes_given = r.given.at("--nnodes");

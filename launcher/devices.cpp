@@ -71,9 +71,17 @@ std::vector<int> parse_device_list(std::string_view list, std::string_view optio
   return ids;
 }
 
+DeviceList parse_devices(std::string_view value, std::string_view option) {
+  if (is_cpu(value)) return DeviceList::cpu_processes(std::string(option));
+  return DeviceList::gpu_ids(parse_device_list(value, option), std::string(option));
+}
+
+DeviceList parse_gpus(std::string_view value) {
+  if (is_cpu(value)) throw UsageError("--gpus takes GPU ids; use --devices cpu for CPU processes");
+  return DeviceList::gpu_ids(parse_device_list(value, "--gpus"), "--gpus");
+}
+
 std::vector<RankDevice> plan_devices(const DeviceRequest& req, int visible) {
-  if (req.gpus && req.devices)
-    throw UsageError("give either --gpus or --devices, not both");
   const std::optional<int>& nproc = req.nproc_per_node;
   if (nproc && *nproc < 1)
     throw UsageError("--nproc_per_node " + std::to_string(*nproc) + " must be at least 1");
@@ -84,13 +92,11 @@ std::vector<RankDevice> plan_devices(const DeviceRequest& req, int visible) {
     return out;
   };
 
-  if (req.devices && is_cpu(*req.devices)) return cpus(nproc.value_or(1));
-  if (req.gpus && is_cpu(*req.gpus))
-    throw UsageError("--gpus takes GPU ids; use --devices cpu for CPU processes");
+  if (req.devices && req.devices->cpu) return cpus(nproc.value_or(1));
 
-  if (req.gpus || req.devices) {
-    const std::string opt = req.gpus ? "--gpus" : "--devices";
-    std::vector<int> ids = parse_device_list(req.gpus ? *req.gpus : *req.devices, opt);
+  if (req.devices) {
+    const std::string& opt = req.devices->option;
+    const std::vector<int>& ids = req.devices->gpus;
     for (int id : ids) {
       if (visible == 0)
         throw UsageError("GPU " + std::to_string(id) + " in " + opt +
@@ -134,6 +140,13 @@ int detect_visible_gpus(const proto::EnvMap& env) {
 
 std::string describe(const RankDevice& d) {
   return d.kind == DeviceKind::Gpu ? "gpu:" + std::to_string(d.gpu) : "cpu";
+}
+
+std::string describe(const DeviceList& d) {
+  if (d.cpu) return "cpu";
+  std::string s;
+  for (int id : d.gpus) s += (s.empty() ? "" : ",") + std::to_string(id);
+  return s;
 }
 
 }  // namespace launch

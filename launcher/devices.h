@@ -5,6 +5,7 @@
 #include <optional>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 #include "proto/worker_env.h"
@@ -23,10 +24,26 @@ struct RankDevice {
 // duplicate, empty) and `option` (e.g. "--gpus").
 std::vector<int> parse_device_list(std::string_view list, std::string_view option);
 
+// The devices asked for (--gpus, --devices, PADDLE_DEVICES, or what Slurm derived), parsed once at
+// option parsing: CPU processes, or GPU ids among the visible GPUs.
+struct DeviceList {
+  bool cpu = false;      // --devices cpu
+  std::vector<int> gpus;  // the ids, in the order given (empty when cpu)
+  std::string option;     // where the list came from, for messages ("--gpus", "SLURM_STEP_GPUS")
+
+  static DeviceList cpu_processes(std::string option) { return {true, {}, std::move(option)}; }
+  static DeviceList gpu_ids(std::vector<int> ids, std::string option) { return {false, std::move(ids), std::move(option)}; }
+  bool operator==(const DeviceList& o) const { return cpu == o.cpu && gpus == o.gpus; }
+};
+
+// --devices (and its other sources: PADDLE_DEVICES, SLURM_STEP_GPUS): "cpu" in any case, or ids as
+// parse_device_list reads them. --gpus: ids only, "cpu" refused naming --devices cpu. Both throw
+// UsageError naming the option and how to fix it.
+DeviceList parse_devices(std::string_view value, std::string_view option = "--devices");
+DeviceList parse_gpus(std::string_view value);
 
 struct DeviceRequest {
-  std::optional<std::string> gpus;
-  std::optional<std::string> devices;
+  std::optional<DeviceList> devices;  // none: every visible GPU, else one CPU process
   std::optional<int> nproc_per_node;
 };
 
@@ -39,5 +56,6 @@ std::vector<RankDevice> plan_devices(const DeviceRequest& req, int visible_gpus)
 int detect_visible_gpus(const proto::EnvMap& env);
 
 std::string describe(const RankDevice& d);  // "gpu:1" or "cpu"
+std::string describe(const DeviceList& d);  // "0,1,3" or "cpu"
 
 }  // namespace launch

@@ -34,11 +34,8 @@ Preview preview(const Plan& p) {
   if (p.task) {
     // One Slurm task per worker: Slurm numbers the ranks; the ports are exchanged at the meeting.
     const SlurmTaskForm& f = *p.task;
-    l.world_size = f.world_size;
-    l.local_size = f.local_size;
-    l.first_rank = f.global_rank;
-    l.first_local_rank = f.local_rank;
-    l.endpoints.assign(static_cast<size_t>(f.world_size), opt.host + ":0");
+    l = f.ranks;
+    l.endpoints.assign(static_cast<size_t>(l.world_size), opt.host + ":0");
     l.master = opt.host + ":0";
     l.store_addr = opt.host + ":" + std::to_string(f.store_port) + " (served by task 0)";
     v.undecided = {kPaddleTrainerEndpoints, kPaddleCurrentEndpoint, kPaddleMaster, kMasterPort};

@@ -6,11 +6,15 @@
 #include <string>
 #include <vector>
 
+#include "launcher/devices.h"
 #include "launcher/restart_backoff.h"
 
 namespace launch {
 
 enum class StreamMode { Rank0, All, None };
+
+// torchrun's --nproc-per-node words: one process per visible GPU, per CPU core, or GPUs if any.
+enum class NprocWord { Gpu, Cpu, Auto };
 
 // How PROGRAM is started (program.h).
 enum class ProgramKind {
@@ -38,10 +42,9 @@ struct RdzvConf {
 };
 
 struct Options {
-  std::optional<std::string> gpus;     // --gpus 0,1,3
-  std::optional<std::string> devices;  // --devices 0,1 | cpu
-  std::optional<int> nproc_per_node;   // N; "gpu"/"cpu"/"auto" are resolved in make_plan
-  std::optional<std::string> nproc_word;  // --nproc-per-node gpu|cpu|auto (torchrun's)
+  std::optional<DeviceList> devices;   // --gpus 0,1,3 | --devices 0,1 | --devices cpu
+  std::optional<int> nproc_per_node;   // N; gpu/cpu/auto are resolved in make_plan
+  std::optional<NprocWord> nproc_word; // --nproc-per-node gpu|cpu|auto (torchrun's)
   int nnodes = 1;      // --nnodes N, or MAX of --nnodes MIN:MAX
   int nnodes_min = 0;  // MIN of --nnodes MIN:MAX (elastic membership); 0: a fixed number of nodes
   std::string job_id = "default";

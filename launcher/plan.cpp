@@ -79,13 +79,13 @@ void ensure_open_files(int n) {
 void resolve_nproc_word(Options& o, int visible) {
   if (!o.nproc_word) return;
   const long cores = sysconf(_SC_NPROCESSORS_ONLN);
-  const bool gpu = *o.nproc_word == "gpu" || (*o.nproc_word == "auto" && visible > 0);
+  const bool gpu = *o.nproc_word == NprocWord::Gpu || (*o.nproc_word == NprocWord::Auto && visible > 0);
   if (gpu) {
     if (visible == 0) throw UsageError("--nproc_per_node gpu: no GPU is visible (check CUDA_VISIBLE_DEVICES)");
     o.nproc_per_node = visible;
   } else {
     o.nproc_per_node = static_cast<int>(cores > 0 ? cores : 1);
-    if (!o.gpus && !o.devices) o.devices = "cpu";
+    if (!o.devices) o.devices = DeviceList::cpu_processes("--nproc_per_node cpu");
   }
 }
 
@@ -138,8 +138,7 @@ Plan make_plan(const Options& given, const EnvMap& parent) {
   const EnvMap env = launcher_env(parent).env;
 
   // --- Slurm fills in what the user did not say
-  const bool cpu_asked = opt.devices && (*opt.devices == "cpu" || *opt.devices == "CPU");
-  int visible = cpu_asked ? 0 : detect_visible_gpus(env);
+  int visible = opt.devices && opt.devices->cpu ? 0 : detect_visible_gpus(env);
   std::optional<slurm::SlurmLayout> layout;
   try {
     layout = slurm::derive_slurm_layout(env);
@@ -155,9 +154,8 @@ Plan make_plan(const Options& given, const EnvMap& parent) {
   }
   resolve_nproc_word(opt, visible);
 
-  const bool cpu_only = opt.devices && (*opt.devices == "cpu" || *opt.devices == "CPU");
-  if (cpu_only) visible = 0;
-  p.job.devices = plan_devices(DeviceRequest{opt.gpus, opt.devices, opt.nproc_per_node}, visible);
+  if (opt.devices && opt.devices->cpu) visible = 0;
+  p.job.devices = plan_devices(DeviceRequest{opt.devices, opt.nproc_per_node}, visible);
   ensure_open_files(p.n());
 
   // --- the program and its interpreter: --python, else PYTHON_EXEC (torchrun's), else python3

@@ -109,7 +109,10 @@ fi
 # The CUDA toolkit matters where the GPU backend is built: run mode where a GPU is visible (or the
 # folder has the backend already), test mode wherever the toolkit is.
 nvcc_bin="$(command -v nvcc || echo /usr/local/cuda/bin/nvcc)"
-configured_gpu="$(sed -n 's/^LAUNCH_ENABLE_GPU:[A-Z]*=//p' "$build_dir/CMakeCache.txt" 2>/dev/null)"
+configured_gpu=""  # a fresh clone has no build folder yet
+if [ -f "$build_dir/CMakeCache.txt" ]; then
+  configured_gpu="$(sed -n 's/^LAUNCH_ENABLE_GPU:[A-Z]*=//p' "$build_dir/CMakeCache.txt")"
+fi
 want_cuda=0
 if [ -x "$nvcc_bin" ]; then
   case "$mode" in

@@ -226,7 +226,7 @@ std::vector<int> JobMonitor::wait_all_finished(ms timeout) {
     writer_->wait(keys, timeout);
     return running;
   } catch (const proto::StoreError& e) {
-    // JOB_FAILED: the store was failed (StoreServer::report_failure) and from then on answers
+    // JOB_FAILED: the store was failed (store::StoreServer::report_failure) and from then on answers
     // every request that would park at once, so the only way left to wait is to look again.
     // TIMEOUT: the loop below looks once, to name who is still there.
     if (e.kind() != Kind::JobFailed && e.kind() != Kind::Timeout) return waited;

@@ -6,7 +6,7 @@
 // of its death instead of 8.5 s (issue 22). A launcher that is stopped or cut off keeps its
 // connection, and is found by the heartbeat as before.
 //
-// Fed by the store's thread (StoreServerConfig::on_client) with the client names the monitors
+// Fed by the store's thread (store::StoreServerConfig::on_client) with the client names the monitors
 // give (keys.h: monitor_client_name); read by the monitor's thread. Pure but for a mutex: the
 // caller passes the time.
 #pragma once

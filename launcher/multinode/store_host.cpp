@@ -9,7 +9,7 @@
 #include "launcher/log.h"
 #include "launcher/net_address.h"
 #include "launcher/seconds.h"
-#include "launcher/store/store_server.h"
+#include "store/store_server.h"
 #include "proto/address.h"
 
 namespace launch {
@@ -79,7 +79,7 @@ MeetingPoint meet_at_master(const Plan& p, StopSignals& stops, Clock::time_point
     mp.serves = true;
     log::info("rendezvous: serving the job's store on " + mp.master);
     return mp;
-  } catch (const ListenError& e) {
+  } catch (const store::ListenError& e) {
     const int err = e.errno_value();
     const bool elsewhere = err == EADDRNOTAVAIL;
     if (role == Role::Auto && err == EADDRINUSE) {

@@ -64,8 +64,7 @@ SlurmDerived apply_slurm(const Options& given, const slurm::SlurmLayout& l, int 
          "KillWait of 30 s: Slurm may SIGKILL the workers before they are done");
   }
 
-  const bool cpu = given.devices && (*given.devices == "cpu" || *given.devices == "CPU");
-  const bool devices_given = given.gpus || given.devices;
+  const bool devices_given = given.devices.has_value();
 
   // --- one launcher per node: it starts one worker per device, as outside Slurm
   if (!l.task_per_worker) {
@@ -74,7 +73,7 @@ SlurmDerived apply_slurm(const Options& given, const slurm::SlurmLayout& l, int 
       if (it != l.origin.end() && it->second.rfind("SLURM_STEP_GPUS=", 0) == 0 &&
           visible_gpus == 0) {
         // Slurm allocated GPUs but did not set CUDA_VISIBLE_DEVICES: its ids are the visible ones.
-        o.gpus = *l.devices;
+        o.devices = parse_devices(*l.devices, it->second.substr(0, it->second.find('=')));
         note("devices = " + *l.devices + " (from " + it->second + ")");
       } else if (visible_gpus > 0) {
         note("devices = the " + std::to_string(visible_gpus) + " visible GPU(s) (" +
@@ -96,42 +95,41 @@ SlurmDerived apply_slurm(const Options& given, const slurm::SlurmLayout& l, int 
     throw UsageError("--max_restart with one Slurm task per worker: the tasks' launchers cannot restart "
                      "together yet; start one launcher per node (srun --ntasks-per-node=1 launch ...)");
   SlurmTaskForm t;
-  t.global_rank = l.global_rank;
-  t.local_rank = l.local_rank;
-  t.local_size = l.tasks_per_node;
-  t.world_size = l.world_size;
+  t.ranks.world_size = l.world_size;
+  t.ranks.local_size = l.tasks_per_node;
+  t.ranks.first_rank = l.global_rank;
+  t.ranks.first_local_rank = l.local_rank;
   t.store_port = l.master_port;
   t.step = step;
   d.task = t;
   o.nproc_per_node = 1;
   note("one worker per Slurm task (" + std::to_string(l.world_size) + " tasks on " +
        std::to_string(l.nnodes) + " node)");
-  note("rank = " + std::to_string(t.global_rank) + " (" + from(l, "global_rank") + ")");
-  note("local rank = " + std::to_string(t.local_rank) + " (" + from(l, "local_rank") + ")");
-  note("world size = " + std::to_string(t.world_size) + " (" + from(l, "world_size") + ")");
-  note("local size = " + std::to_string(t.local_size) + " (" + from(l, "tasks_per_node") + ")");
+  note("rank = " + std::to_string(l.global_rank) + " (" + from(l, "global_rank") + ")");
+  note("local rank = " + std::to_string(l.local_rank) + " (" + from(l, "local_rank") + ")");
+  note("world size = " + std::to_string(l.world_size) + " (" + from(l, "world_size") + ")");
+  note("local size = " + std::to_string(l.tasks_per_node) + " (" + from(l, "tasks_per_node") + ")");
   note("store = " + given.host + ":" + std::to_string(t.store_port) + ", served by task 0 (port from "
        "SLURM_JOB_ID and SLURM_STEP_ID)");
 
-  if (cpu) {
+  if (devices_given && given.devices->cpu) {
     note("device = cpu (--devices cpu)");
   } else if (devices_given) {
-    const std::string list = given.gpus ? *given.gpus : *given.devices;
-    if (parse_device_list(list, given.gpus ? "--gpus" : "--devices").size() != 1)
+    if (given.devices->gpus.size() != 1)
       throw UsageError("one Slurm task per worker: give one device per task (e.g. --gpus 0), not '" +
-                       list + "'");
+                       describe(*given.devices) + "'");
   } else if (visible_gpus == 0) {
-    o.devices = "cpu";
+    o.devices = DeviceList::cpu_processes("Slurm");
     note("device = cpu (no GPU visible to this task)");
   } else if (visible_gpus == 1) {
-    o.gpus = "0";
+    o.devices = DeviceList::gpu_ids({0}, "Slurm");
     note("device = gpu 0, the task's only visible GPU (" + from(l, "devices") + ")");
-  } else if (visible_gpus >= t.local_size) {
-    o.gpus = std::to_string(t.local_rank);
-    note("device = gpu " + *o.gpus + ", the local rank's among " + std::to_string(visible_gpus) +
+  } else if (visible_gpus >= l.tasks_per_node) {
+    o.devices = DeviceList::gpu_ids({l.local_rank}, "Slurm");
+    note("device = gpu " + std::to_string(l.local_rank) + ", the local rank's among " + std::to_string(visible_gpus) +
          " visible GPUs (" + from(l, "devices") + ")");
   } else {
-    throw UsageError(std::to_string(t.local_size) + " Slurm tasks on this node share " +
+    throw UsageError(std::to_string(l.tasks_per_node) + " Slurm tasks on this node share " +
                      std::to_string(visible_gpus) + " visible GPUs (" + from(l, "devices") +
                      "): ask for one GPU per task (srun --gpus-per-task=1) or give --gpus");
   }

@@ -10,6 +10,7 @@
 
 #include "launcher/options.h"
 #include "launcher/slurm/slurm_env.h"
+#include "launcher/worker_env.h"
 
 namespace launch {
 
@@ -21,12 +22,14 @@ inline constexpr double kSlurmDefaultKillWait = 30.0;
 // launcher runs one worker; they meet in the store that task 0's launcher serves on
 // 127.0.0.1:store_port (derived from the job and step id, the same for every task).
 struct SlurmTaskForm {
-  int global_rank = 0;  // SLURM_PROCID
-  int local_rank = 0;   // SLURM_LOCALID
-  int local_size = 1;   // tasks on this node
-  int world_size = 1;   // SLURM_NTASKS
+  // This task's worker in the job, as Slurm numbers it: world_size SLURM_NTASKS, local_size the
+  // tasks on this node, first_rank SLURM_PROCID, first_local_rank SLURM_LOCALID. The endpoints, the
+  // master and the store are the meeting's (slurm_tasks.h); --dry-run shows them as undecided.
+  RankLayout ranks;
   uint16_t store_port = 0;
   std::string step;     // "<job id>.<step id>": names the step in messages and the token file
+
+  int rank() const { return ranks.first_rank; }
 };
 
 struct SlurmDerived {

@@ -142,7 +142,7 @@ class TaskGroup final : public JobMode {
   RankLayout start(int) override {
     const auto deadline = Clock::now() + timeout_;
     std::string addr, token;
-    if (form_.global_rank == 0) {
+    if (form_.rank() == 0) {
       store_ = start_job_store(host_, job_id_, form_.store_port);
       if (store_->address != host_ + ":" + std::to_string(form_.store_port))
         log::warn("port " + std::to_string(form_.store_port) + " (derived from the Slurm step) is taken: store at " +
@@ -152,7 +152,7 @@ class TaskGroup final : public JobMode {
       // After the store listens: whoever reads the file can connect at once.
       lock_ = write_locked_token_file(path_, addr, token);
     } else {
-      log::info("Slurm task " + std::to_string(form_.global_rank) + ": waiting for task 0 of step " + form_.step +
+      log::info("Slurm task " + std::to_string(form_.rank()) + ": waiting for task 0 of step " + form_.step +
                 " to serve the store (" + path_ + ")");
       std::tie(addr, token) = wait_for_token_file(deadline);
     }
@@ -163,25 +163,21 @@ class TaskGroup final : public JobMode {
     co.job_id = job_id_;
     co.token = token;
     co.connect_timeout = timeout_;
-    co.client_name = "launcher of Slurm task " + std::to_string(form_.global_rank);
+    co.client_name = "launcher of Slurm task " + std::to_string(form_.rank());
     stops_.attach(co);
     client_.emplace(co);
 
-    RankLayout l;
-    l.world_size = form_.world_size;
-    l.local_size = form_.local_size;
-    l.first_rank = form_.global_rank;
-    l.first_local_rank = form_.local_rank;
+    RankLayout l = form_.ranks;
     l.store_addr = addr;
     l.store_token = token;
     const char* doing = "waiting for the other Slurm tasks";
     try {
-      ports_ = reserve_ports(host_, form_.global_rank == 0 ? 2 : 1, std::nullopt);
-      client_->set(key_endpoint(form_.global_rank), std::to_string(ports_.ports()[0]), left_until(deadline));
-      if (form_.global_rank == 0) client_->set(kKeyMaster, std::to_string(ports_.ports()[1]), left_until(deadline));
+      ports_ = reserve_ports(host_, form_.rank() == 0 ? 2 : 1, std::nullopt);
+      client_->set(key_endpoint(form_.rank()), std::to_string(ports_.ports()[0]), left_until(deadline));
+      if (form_.rank() == 0) client_->set(kKeyMaster, std::to_string(ports_.ports()[1]), left_until(deadline));
       std::vector<std::string> keys;
       std::vector<int> ranks;
-      for (int r = 0; r < form_.world_size; ++r) keys.push_back(key_endpoint(r)), ranks.push_back(r);
+      for (int r = 0; r < form_.ranks.world_size; ++r) keys.push_back(key_endpoint(r)), ranks.push_back(r);
       keys.push_back(kKeyMaster);
       std::vector<std::string> values;
       try {
@@ -192,12 +188,12 @@ class TaskGroup final : public JobMode {
                                  "; missing task(s): " + missing_ranks(*client_, keys, ranks) +
                                  " (--elastic_timeout to wait longer)");
       }
-      for (int r = 0; r < form_.world_size; ++r) l.endpoints.push_back(host_ + ":" + values[size_t(r)]);
+      for (int r = 0; r < form_.ranks.world_size; ++r) l.endpoints.push_back(host_ + ":" + values[size_t(r)]);
       l.master = host_ + ":" + values.back();
     } catch (const proto::StoreError& e) {
       stops_.rethrow(e, doing);
     }
-    log::info("Slurm task " + std::to_string(form_.global_rank) + " of " + std::to_string(form_.world_size) +
+    log::info("Slurm task " + std::to_string(form_.rank()) + " of " + std::to_string(form_.ranks.world_size) +
               ": met the other tasks in the store at " + addr);
     ports_.release_sockets();
     return l;
@@ -212,11 +208,11 @@ class TaskGroup final : public JobMode {
   void finish(int exit_code, bool last) override {
     if (!last) return;
     try {
-      client_->set(key_done(form_.global_rank), std::to_string(exit_code), ms(5000));
+      client_->set(key_done(form_.rank()), std::to_string(exit_code), ms(5000));
     } catch (const proto::StoreError& e) {
       log::debug(std::string("could not tell task 0 that this task is done: ") + e.what());
     }
-    if (form_.global_rank == 0 && exit_code == 0) drain();
+    if (form_.rank() == 0 && exit_code == 0) drain();
     if (lock_.fd >= 0) {
       unlink(path_.c_str());
       lock_ = Fd();
@@ -250,7 +246,7 @@ class TaskGroup final : public JobMode {
   void drain() {
     std::vector<std::string> keys;
     std::vector<int> ranks;
-    for (int r = 1; r < form_.world_size; ++r) keys.push_back(key_done(r)), ranks.push_back(r);
+    for (int r = 1; r < form_.ranks.world_size; ++r) keys.push_back(key_done(r)), ranks.push_back(r);
     if (keys.empty()) return;
     log::info("keeping the store up until the other " + std::to_string(keys.size()) + " task(s) are done");
     try {

@@ -2,25 +2,25 @@
 
 #include <stdexcept>
 
-#include "launcher/store/store_server.h"
+#include "store/store_server.h"
 #include "proto/token.h"
 
 namespace launch {
 
 JobStore start_job_store(const std::string& host, const std::string& job_id, uint16_t port) {
-  StoreServerConfig cfg;
+  store::StoreServerConfig cfg;
   cfg.host = host;
   cfg.port = port;
   cfg.job_id = job_id;
   cfg.token = proto::generate_token();
-  std::shared_ptr<StoreServer> server;
+  std::shared_ptr<store::StoreServer> server;
   try {
-    server = StoreServer::start(cfg);
+    server = store::StoreServer::start(cfg);
   } catch (const std::runtime_error&) {
     // An unrelated program took the port in the moment since we let it go: any free one will do.
     if (port == 0) throw;
     cfg.port = 0;
-    server = StoreServer::start(cfg);
+    server = store::StoreServer::start(cfg);
   }
   JobStore js;
   js.address = server->address();
@@ -33,13 +33,13 @@ JobStore start_job_store(const std::string& host, const std::string& job_id, uin
 JobStore start_shared_job_store(const std::string& host, const std::string& job_id, uint16_t port,
                                 const std::string& token,
                                 std::function<void(const std::string& client_name, bool open)> on_client) {
-  StoreServerConfig cfg;
+  store::StoreServerConfig cfg;
   cfg.host = host;
   cfg.port = port;
   cfg.job_id = job_id;
   cfg.token = token;
   cfg.on_client = std::move(on_client);
-  std::shared_ptr<StoreServer> server = StoreServer::start(cfg);
+  std::shared_ptr<store::StoreServer> server = store::StoreServer::start(cfg);
   JobStore js;
   js.address = server->address();
   js.token = token;

@@ -1,4 +1,4 @@
-// The job's rendezvous store (launcher/store, served on a background thread) as the supervisor
+// The job's rendezvous store (store/store_server.h, served on a background thread) as the supervisor
 // sees it: an address and a token to export, and a way to publish the root-cause failure.
 // The only file of the launcher that knows the store's classes.
 #pragma once
@@ -23,7 +23,7 @@ struct JobStore {
 JobStore start_job_store(const std::string& host, const std::string& job_id, uint16_t port);
 
 // Multi-node: the store of node 0 on exactly host:port (the other nodes were told --master), with
-// the job's shared token; `on_client` as StoreServerConfig::on_client. Throws std::runtime_error
+// the job's shared token; `on_client` as store::StoreServerConfig::on_client. Throws std::runtime_error
 // naming the address when it cannot listen.
 JobStore start_shared_job_store(const std::string& host, const std::string& job_id, uint16_t port,
                                 const std::string& token,

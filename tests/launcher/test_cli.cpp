@@ -22,7 +22,7 @@ TEST_CASE("cli: options before PROGRAM, everything after it belongs to PROGRAM",
                   "train.py", "--gpus", "3", "-v"});
   REQUIRE(r.options);
   const Options& o = *r.options;
-  CHECK(o.gpus == "0,1");
+  CHECK(o.devices == parse_gpus("0,1"));
   CHECK(o.job_id == "j1");
   CHECK(o.log_dir == "/tmp/x");
   CHECK(o.stream == StreamMode::All);
@@ -41,7 +41,7 @@ TEST_CASE("cli: defaults", "[launcher][cli]") {
   CHECK(r.options->host == "127.0.0.1");
   CHECK(r.options->stream == StreamMode::Rank0);
   CHECK(r.options->grace_s == Approx(10.0));
-  CHECK_FALSE(r.options->gpus);
+  CHECK_FALSE(r.options->devices);
   CHECK_FALSE(r.options->nproc_per_node);
   CHECK_FALSE(r.options->dry_run);
 }
@@ -50,7 +50,7 @@ TEST_CASE("cli: paddle options are accepted", "[launcher][cli]") {
   auto r = parse({"--devices", "cpu", "--nproc_per_node", "4", "--nnodes", "1", "--max_restart", "3",
                   "--log_level", "DEBUG", "--host", "127.0.0.1", "--dry-run", "--", "env"});
   REQUIRE(r.options);
-  CHECK(r.options->devices == "cpu");
+  CHECK(r.options->devices == parse_devices("cpu"));
   CHECK(r.options->nproc_per_node == 4);
   CHECK(r.options->dry_run);
   CHECK(r.options->command == V{"env"});
@@ -84,6 +84,10 @@ TEST_CASE("cli: bad input is a one-line usage error", "[launcher][cli]") {
   CHECK_THAT(err({"--job_id", "a b", "env"}), Catch::Contains("--job_id"));
   CHECK_THAT(err({}), Catch::Contains("no PROGRAM"));
   CHECK_THAT(err({"--gpus"}), Catch::Contains("--gpus"));
+  // --gpus and --devices are parsed into one device list at option parsing.
+  CHECK_THAT(err({"--gpus", "0", "--devices", "1", "env"}), Catch::Contains("not both"));
+  CHECK_THAT(err({"--gpus", "cpu", "env"}), Catch::Contains("--devices cpu"));
+  CHECK_THAT(err({"--devices", "0,0", "env"}), Catch::Contains("duplicate device id '0' in --devices"));
   for (auto e : {err({"--nproc_per_node", "x", "env"}), err({"--stream", "x", "env"})})
     CHECK(e.find('\n') == std::string::npos);
 }

@@ -65,7 +65,7 @@ TEST_CASE("slurm: one launcher per node keeps the user's devices, names the step
   CHECK_FALSE(d.task);
   CHECK(d.options.nnodes == 1);
   CHECK(d.options.job_id == "slurm-8.0");
-  CHECK(d.options.devices == std::optional<std::string>("cpu"));
+  CHECK(d.options.devices == parse_devices("cpu"));
   CHECK(d.options.nproc_per_node == 2);
   CHECK(d.options.grace_s == Approx(10));  // below Slurm's default KillWait of 30 s
   // --dry-run says where every derived value came from.
@@ -89,30 +89,33 @@ TEST_CASE("slurm: the step's GPUs", "[launcher][slurm]") {
   env["SLURM_STEP_GPUS"] = "2,3";
   // Slurm set no CUDA_VISIBLE_DEVICES: its ids are the visible ones.
   auto d = derive(env, opts({}), 0);
-  CHECK(d.options.gpus == std::optional<std::string>("2,3"));
+  CHECK(d.options.devices == DeviceList::gpu_ids({2, 3}, "SLURM_STEP_GPUS"));
+  CHECK(d.options.devices->option == "SLURM_STEP_GPUS");
   CHECK(has_note(d, "devices = 2,3 (from SLURM_STEP_GPUS=2,3)"));
   // With CUDA_VISIBLE_DEVICES (what Slurm usually sets), every visible GPU, as outside Slurm.
   env.erase("SLURM_STEP_GPUS");
   env["CUDA_VISIBLE_DEVICES"] = "0,1";
   d = derive(env, opts({}), 2);
-  CHECK_FALSE(d.options.gpus);
+  CHECK_FALSE(d.options.devices);
   CHECK(has_note(d, "the 2 visible GPU(s) (from CUDA_VISIBLE_DEVICES=0,1)"));
   // An explicit list is the user's.
   d = derive(env, opts({"--gpus", "1"}), 2);
-  CHECK(d.options.gpus == std::optional<std::string>("1"));
+  CHECK(d.options.devices == parse_gpus("1"));
 }
 
 TEST_CASE("slurm: one task per worker takes rank, world and local rank from Slurm", "[launcher][slurm]") {
   const SlurmDerived d = derive(two_task_step_task1(), opts({}));
   REQUIRE(d.task);
-  CHECK(d.task->global_rank == 1);
-  CHECK(d.task->local_rank == 1);
-  CHECK(d.task->world_size == 2);
-  CHECK(d.task->local_size == 2);
+  CHECK(d.task->rank() == 1);
+  CHECK(d.task->ranks.first_rank == 1);
+  CHECK(d.task->ranks.first_local_rank == 1);
+  CHECK(d.task->ranks.world_size == 2);
+  CHECK(d.task->ranks.local_size == 2);
+  CHECK(d.task->ranks.nnodes == 1);
   CHECK(d.task->step == "1.0");
   CHECK(d.task->store_port == slurm::derive_port("1", "0"));
   CHECK(d.options.nproc_per_node == 1);
-  CHECK(d.options.devices == std::optional<std::string>("cpu"));  // no GPU visible
+  CHECK(d.options.devices == parse_devices("cpu"));  // no GPU visible
   CHECK(has_note(d, "rank = 1 (from SLURM_PROCID=1)"));
   CHECK(has_note(d, "local rank = 1 (from SLURM_LOCALID=1)"));
   CHECK(has_note(d, "world size = 2 (from SLURM_STEP_NUM_TASKS=2)"));
@@ -122,9 +125,9 @@ TEST_CASE("slurm: one task per worker takes rank, world and local rank from Slur
 TEST_CASE("slurm: one task per worker picks this task's GPU", "[launcher][slurm]") {
   EnvMap env = two_task_step_task1();
   env["CUDA_VISIBLE_DEVICES"] = "5";  // srun --gpus-per-task=1
-  CHECK(derive(env, opts({}), 1).options.gpus == std::optional<std::string>("0"));
+  CHECK(derive(env, opts({}), 1).options.devices == parse_gpus("0"));
   env["CUDA_VISIBLE_DEVICES"] = "0,1";  // every task sees the node's GPUs
-  CHECK(derive(env, opts({}), 2).options.gpus == std::optional<std::string>("1"));
+  CHECK(derive(env, opts({}), 2).options.devices == parse_gpus("1"));
   env["SLURM_STEP_NUM_TASKS"] = env["SLURM_STEP_TASKS_PER_NODE"] = "4";
   CHECK_THAT(usage_error(env, opts({}), 2), Catch::Contains("4 Slurm tasks on this node share 2 visible GPUs"));
 }
@@ -160,5 +163,5 @@ TEST_CASE("slurm: what cannot run here is a usage error saying what to do", "[la
   CHECK_THAT(usage_error(two_task_step_task1(), opts({"--max_restart", "1"})),
              Catch::Contains("--ntasks-per-node=1"));
   CHECK_THAT(usage_error(two_task_step_task1(), opts({"--gpus", "0,1"})),
-             Catch::Contains("one device per task"));
+             Catch::Contains("one device per task") && Catch::Contains("not '0,1'"));
 }

@@ -324,7 +324,7 @@ TEST_CASE("round trip: CPU ranks", "[launcher][env][roundtrip]") {
 TEST_CASE("round trip: CUDA_VISIBLE_DEVICES=1,2 and --gpus 0,1 give distinct ordinals 0 and 1", "[launcher][env][roundtrip]") {
   const EnvMap parent = {{"CUDA_VISIBLE_DEVICES", "1,2"}};
   JobSpec job = two_gpu_job();
-  job.devices = plan_devices(DeviceRequest{std::string("0,1"), std::nullopt, std::nullopt}, detect_visible_gpus(parent));
+  job.devices = plan_devices(DeviceRequest{parse_gpus("0,1"), std::nullopt}, detect_visible_gpus(parent));
   REQUIRE(job.devices.size() == 2);
   const auto w0 = worker_reads(build_worker_env(job, one_node(2), 0, 0, parent), parent);
   const auto w1 = worker_reads(build_worker_env(job, one_node(2), 1, 0, parent), parent);

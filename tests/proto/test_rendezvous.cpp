@@ -5,7 +5,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#include "launcher/store/store_server.h"
+#include "store/store_server.h"
 #include "proto/rendezvous.h"
 #include "proto/token.h"
 
@@ -13,7 +13,7 @@ using namespace std::chrono_literals;
 
 namespace {
 
-proto::ClientOptions options(const launch::StoreServer& server, const std::string& token, int rank) {
+proto::ClientOptions options(const store::StoreServer& server, const std::string& token, int rank) {
   proto::ClientOptions o;
   o.address = server.address();
   o.job_id = "rdv";
@@ -27,10 +27,10 @@ proto::ClientOptions options(const launch::StoreServer& server, const std::strin
 
 TEST_CASE("N processes receive rank 0's 128-byte blob", "[proto][rendezvous]") {
   const int n = 8;
-  launch::StoreServerConfig cfg;
+  store::StoreServerConfig cfg;
   cfg.job_id = "rdv";
   cfg.token = proto::generate_token();
-  auto server = launch::StoreServer::start(cfg);
+  auto server = store::StoreServer::start(cfg);
 
   std::string blob(128, '\0');
   for (int i = 0; i < 128; ++i) blob[i] = static_cast<char>((i * 37 + 11) & 0xff);  // has NULs
@@ -63,10 +63,10 @@ TEST_CASE("N processes receive rank 0's 128-byte blob", "[proto][rendezvous]") {
 }
 
 TEST_CASE("a rank waiting for rank 0's id gets an error naming the key and rank 0", "[proto][rendezvous]") {
-  launch::StoreServerConfig cfg;
+  store::StoreServerConfig cfg;
   cfg.job_id = "rdv";
   cfg.token = proto::generate_token();
-  auto server = launch::StoreServer::start(cfg);
+  auto server = store::StoreServer::start(cfg);
   proto::Client c(options(*server, cfg.token, 1));
   try {
     proto::share_unique_id(c, 1, "world", 3, "", 128, 200ms);

@@ -14,8 +14,8 @@
 #include <string>
 #include <vector>
 
-#include "worker/core/model.h"
-#include "worker/core/safetensors.h"
+#include "worker/model/model.h"
+#include "worker/model/state_dict.h"
 
 namespace worker::testing {
 

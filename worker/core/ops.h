@@ -1,6 +1,6 @@
 // The layer interface every backend implements (CPU: worker/cpu, GPU: worker/gpu).
 //
-// The model (worker/core/model.*) is written once against this interface; the backend is
+// The model (worker/model/) is written once against this interface; the backend is
 // chosen at start-up. Conventions shared by every backend:
 //   - Activations are NHWC tensors in the backend's compute dtype (fp32 on the CPU; fp32, bf16
 //     or fp16 on the GPU), living in the backend's memory.
@@ -151,7 +151,7 @@ class Ops {
   // residual input there; adds dgamma/dbeta into the gradient buffer.
   // In place allowed: dx may be x's memory and dresidual y's (every element of x and y is read
   // before the same element of dx or dresidual is written); the model keeps activation
-  // gradients in activations that backward is done with (worker/core/model.cpp).
+  // gradients in activations that backward is done with (worker/model/resnet.cpp).
   // dy2, when non-null (only with dresidual), is a second part of the output gradient: the
   // gradient is dy + dy2 (the model passes a block input's gradient in its two parts, the
   // identity's and the first convolution's, instead of adding them in the convolution).

@@ -175,21 +175,21 @@ class CpuImageSource final : public BatchSource {
         ops_(ops),
         dtype_(ops.compute_dtype()),
         describe_(std::move(describe)),
-        bad_(cfg.strict, "unreadable image") {
+        bad_(cfg.read.strict, "unreadable image") {
     if (dtype_ != DType::F32 && dtype_ != DType::BF16) {
       throw DataError("the CPU loader writes fp32 or bf16 input; this backend computes in " +
                       std::string(dtype_name(dtype_)) + " (use --loader gpu or --precision bf16)");
     }
     image_bytes_ = size_t(cfg.tf.size) * size_t(cfg.tf.size) * 3 * dtype_size(dtype_);
-    slots_.resize(size_t(cfg.prefetch));
+    slots_.resize(size_t(cfg.read.prefetch));
     for (auto& s : slots_) {
       s.images.resize(image_bytes_ * size_t(cfg.batch));
       s.labels.resize(size_t(cfg.batch));
       s.bad.resize(size_t(cfg.batch));
       s.errors.resize(size_t(cfg.batch));
     }
-    scratch_.resize(size_t(cfg.threads));
-    pool_ = std::make_unique<Prefetcher>(cfg.threads, cfg.prefetch,
+    scratch_.resize(size_t(cfg.read.threads));
+    pool_ = std::make_unique<Prefetcher>(cfg.read.threads, cfg.read.prefetch,
                                          [this](int slot, int pos, int64_t sample, int64_t epoch, int thread) {
                                            work(slot, pos, sample, epoch, thread);
                                          });
@@ -252,7 +252,7 @@ class CpuImageSource final : public BatchSource {
     s.errors[size_t(pos)].clear();
     std::string err;
     try {
-      if (!read_image_file(path, cfg_.max_image_bytes, &sc.file, &err)) throw DecodeError("cannot read: " + err);
+      if (!read_image_file(path, cfg_.read.max_image_bytes, &sc.file, &err)) throw DecodeError("cannot read: " + err);
       const ImageHeader h = read_header(sc.file.data(), sc.file.size());
       const SamplePlan p = cfg_.split == Split::Train ? plan_train(h.width, h.height, cfg_.tf, cfg_.seed, epoch, sample)
                                                       : plan_eval(h.width, h.height, cfg_.tf);

@@ -19,14 +19,20 @@
 
 namespace worker {
 
-struct LoaderConfig {
-  Split split = Split::Train;
-  int batch = 32;          // the model's micro-batch
-  int threads = 1;         // decode threads of this rank
+// How a rank reads its images (train_resnet's --data-threads, --data-prefetch, --strict-data,
+// --max-image-bytes): one struct from the command line to the back end that reads.
+struct ReadOptions {
+  int threads = 0;         // decode threads of this rank; 0: default_data_threads (resolved when a source opens)
   int prefetch = 3;        // micro-batches decoded ahead (host buffers)
   bool strict = false;     // a bad file is an error instead of a skipped sample
   uint64_t max_image_bytes = kDefaultMaxImageBytes;  // a larger file is a bad file, judged by its size
+};
+
+struct LoaderConfig {
+  Split split = Split::Train;
+  int batch = 32;          // the model's micro-batch
   uint64_t seed = 0;
+  ReadOptions read;        // read.threads > 0
   TransformConfig tf;
 };
 

@@ -10,7 +10,7 @@
 #include "worker/data/decode.h"
 #include "worker/data/image_source.h"
 #ifdef WORKER_HAVE_NVJPEG
-#include "worker/data/gpu_image_source.h"
+#include "worker/data/gpu/gpu_image_source.h"
 #endif
 
 namespace worker {
@@ -31,22 +31,22 @@ struct SplitFolder {
 
 // --val-data DIR, or the first of val/, validation/, test/ in an ImageFolder --data; else none.
 SplitFolder val_folder(const DataSourceOptions& o) {
-  if (!o.val_data.empty()) {
-    if (!is_dir(o.val_data)) return {};
-    std::string dir = o.val_data;
+  if (!o.images.val_data.empty()) {
+    if (!is_dir(o.images.val_data)) return {};
+    std::string dir = o.images.val_data;
     while (dir.size() > 1 && dir.back() == '/') dir.pop_back();
     const size_t slash = dir.rfind('/');
     if (slash == std::string::npos) return {".", dir};
     return {slash == 0 ? "/" : dir.substr(0, slash), dir.substr(slash + 1)};
   }
-  if (!is_dir(o.data)) return {};
+  if (!is_dir(o.images.data)) return {};
   for (const char* name : kValFolders)
-    if (is_dir(o.data + "/" + name)) return {o.data, name};
+    if (is_dir(o.images.data + "/" + name)) return {o.images.data, name};
   return {};
 }
 
 SplitFolder split_folder(const DataSourceOptions& o, Split split) {
-  return split == Split::Train ? (is_dir(o.data) ? SplitFolder{o.data, "train"} : SplitFolder{}) : val_folder(o);
+  return split == Split::Train ? (is_dir(o.images.data) ? SplitFolder{o.images.data, "train"} : SplitFolder{}) : val_folder(o);
 }
 
 // The classes of a split's folder (through its cached index: the first look pays for the scan).
@@ -87,30 +87,30 @@ bool nvjpeg_built() {
 
 bool has_split(const DataSourceOptions& o, Split split) {
   if (split == Split::Train) return true;
-  return !o.val_data.empty() || !val_folder(o).empty();
+  return !o.images.val_data.empty() || !val_folder(o).empty();
 }
 
 std::string val_split_name(const DataSourceOptions& o) {
   const SplitFolder f = val_folder(o);
   if (!f.empty()) return f.path();
-  return o.val_data;
+  return o.images.val_data;
 }
 
 std::unique_ptr<BatchSource> open_image_source(const DataSourceOptions& o, Split split, Ops& ops) {
   struct stat st{};
-  if (::stat(o.data.c_str(), &st) != 0) {
-    throw DataError("--data " + o.data + ": no such file or folder (give an ImageFolder folder with train/<class>/ "
+  if (::stat(o.images.data.c_str(), &st) != 0) {
+    throw DataError("--data " + o.images.data + ": no such file or folder (give an ImageFolder folder with train/<class>/ "
                     "inside, a list file of `path label` lines, random or learnable)");
   }
   auto index = std::make_shared<DatasetIndex>();
   std::ostringstream what;
   const SplitFolder folder = split_folder(o, split);
-  if (S_ISDIR(st.st_mode) && split == Split::Train && !is_dir(o.data + "/train")) {
-    throw DataError("--data " + o.data + " has no train/ folder (expected " + o.data +
+  if (S_ISDIR(st.st_mode) && split == Split::Train && !is_dir(o.images.data + "/train")) {
+    throw DataError("--data " + o.images.data + " has no train/ folder (expected " + o.images.data +
                     "/train/<class>/<image>, as torchvision's ImageFolder)");
   }
-  if (!o.val_data.empty() && split == Split::Val && ::stat(o.val_data.c_str(), &st) != 0) {
-    throw DataError("--val-data " + o.val_data + ": no such file or folder (give a folder of class folders, "
+  if (!o.images.val_data.empty() && split == Split::Val && ::stat(o.images.val_data.c_str(), &st) != 0) {
+    throw DataError("--val-data " + o.images.val_data + ": no such file or folder (give a folder of class folders, "
                     "<class>/<image>, or a list file of `path label` lines)");
   }
   if (!folder.empty()) {
@@ -121,8 +121,8 @@ std::unique_ptr<BatchSource> open_image_source(const DataSourceOptions& o, Split
     if (!other.empty()) {
       const std::vector<std::string> oc = classes_of(o, other);
       const std::string val_name = (split == Split::Train ? other : folder).name + "/";
-      if (split == Split::Train) check_same_classes(o.data, val_name, index->classes, oc);
-      else check_same_classes(o.data, val_name, oc, index->classes);
+      if (split == Split::Train) check_same_classes(o.images.data, val_name, index->classes, oc);
+      else check_same_classes(o.images.data, val_name, oc, index->classes);
     }
     what << "ImageFolder " << index->root << ": " << index->size() << " images, " << index->num_classes << " classes ("
          << (l.from_cache ? "index from " + l.cache_path : "scanned, " + (l.cache_path.empty() ? std::string("not cached") : "cached in " + l.cache_path))
@@ -130,8 +130,8 @@ std::unique_ptr<BatchSource> open_image_source(const DataSourceOptions& o, Split
     what.precision(2);
     what << l.seconds << " s)";
   } else {
-    const std::string list = split == Split::Train ? o.data : o.val_data;
-    if (list.empty()) throw DataError("--data " + o.data + " is a list file: the val split needs --val-data LISTFILE");
+    const std::string list = split == Split::Train ? o.images.data : o.images.val_data;
+    if (list.empty()) throw DataError("--data " + o.images.data + " is a list file: the val split needs --val-data LISTFILE");
     *index = read_list_file(list);
     what << "list " << list << ": " << index->size() << " images, " << index->num_classes << " classes";
   }
@@ -142,48 +142,42 @@ std::unique_ptr<BatchSource> open_image_source(const DataSourceOptions& o, Split
   if (o.num_classes > 0) {
     if (o.num_classes < index->num_classes) {
       throw DataError("--num-classes " + std::to_string(o.num_classes) + " is fewer than the " +
-                      std::to_string(index->num_classes) + " classes of --data " + o.data +
+                      std::to_string(index->num_classes) + " classes of --data " + o.images.data +
                       " (leave --num-classes out to use the data's)");
     }
     info.num_classes = o.num_classes;
   }
   info.class_names = index->classes;
 
-  LoaderConfig cfg;
-  cfg.split = split;
-  cfg.batch = o.batch;
-  cfg.threads = o.threads > 0 ? o.threads : default_data_threads(o.local_ranks);
-  cfg.prefetch = o.prefetch;
-  cfg.strict = o.strict;
-  cfg.max_image_bytes = o.max_image_bytes;
-  cfg.seed = o.seed;
-  cfg.tf = o.tf;
+  LoaderConfig cfg{split, o.batch, o.seed, o.images.read, o.images.tf};
+  if (cfg.read.threads <= 0) cfg.read.threads = default_data_threads(o.local_ranks);
+  cfg.tf.size = o.image_size;
 
   const bool gpu = ops.device() == DeviceKind::Gpu;
-  Loader loader = o.loader;
+  Loader loader = o.images.loader;
   if (loader == Loader::Auto) loader = gpu && nvjpeg_built() ? Loader::Gpu : Loader::Cpu;
   if (loader == Loader::Gpu) {
     if (!gpu) throw DataError("--loader gpu needs the GPU backend (this run computes on the CPU; use --loader cpu)");
 #ifdef WORKER_HAVE_NVJPEG
-    what << "; GPU decode (nvJPEG), " << plural(cfg.threads, "reader thread") << "; " << transform_description(cfg);
+    what << "; GPU decode (nvJPEG), " << plural(cfg.read.threads, "reader thread") << "; " << transform_description(cfg);
     return make_gpu_image_source(index, info, cfg, ops, what.str());
 #else
     throw DataError("--loader gpu: this train_resnet was built without nvJPEG (scripts/setup.sh fetches the "
                     "nvidia-nvjpeg wheel; reconfigure), use --loader cpu");
 #endif
   }
-  what << "; CPU decode (libjpeg-turbo, libpng), " << plural(cfg.threads, "thread");
-  if (o.tf.dct_scaling) what << ", DCT scaling";
+  what << "; CPU decode (libjpeg-turbo, libpng), " << plural(cfg.read.threads, "thread");
+  if (o.images.tf.dct_scaling) what << ", DCT scaling";
   what << "; " << transform_description(cfg);
-  if (gpu && !nvjpeg_built() && o.loader == Loader::Auto) what << " (nvJPEG not built in)";
+  if (gpu && !nvjpeg_built() && o.images.loader == Loader::Auto) what << " (nvJPEG not built in)";
   return make_cpu_image_source(index, info, cfg, ops, what.str());
 }
 
 ImageSizeSample sample_image_sizes(const DataSourceOptions& o, int count) {
   struct stat st{};
-  if (::stat(o.data.c_str(), &st) != 0) throw DataError("--data " + o.data + ": no such file or folder");
-  const DatasetIndex index = is_dir(o.data) ? load_image_folder(o.data, "train", default_cache_dirs(o.log_dir)).index
-                                            : read_list_file(o.data);
+  if (::stat(o.images.data.c_str(), &st) != 0) throw DataError("--data " + o.images.data + ": no such file or folder");
+  const DatasetIndex index = is_dir(o.images.data) ? load_image_folder(o.images.data, "train", default_cache_dirs(o.log_dir)).index
+                                            : read_list_file(o.images.data);
   std::vector<int> sides;
   const int64_t n = index.size();
   std::vector<uint8_t> head;
@@ -191,7 +185,7 @@ ImageSizeSample sample_image_sizes(const DataSourceOptions& o, int count) {
   for (int64_t k = 0; k < count && k < n; ++k) {
     // As the loader reads it (a FIFO, a device or a giant is passed over unread), its first 256 KiB:
     // a JPEG's frame header follows its EXIF data. Unreadable: the loader will say so when it meets it.
-    if (!read_image_file(index.path(k * n / std::min<int64_t>(count, n)), o.max_image_bytes, &head, &err,
+    if (!read_image_file(index.path(k * n / std::min<int64_t>(count, n)), o.images.read.max_image_bytes, &head, &err,
                          size_t(256) << 10)) {
       continue;
     }

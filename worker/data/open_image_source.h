@@ -8,6 +8,7 @@
 
 #include "worker/core/ops.h"
 #include "worker/data/batch_source.h"
+#include "worker/data/image_source.h"
 #include "worker/data/loader_kind.h"
 #include "worker/data/transform.h"
 
@@ -17,18 +18,26 @@ namespace worker {
 // that exists is the split; --val-data DIR names another).
 inline constexpr const char* kValFolders[] = {"val", "validation", "test"};
 
-struct DataSourceOptions {
+// The image data set as the command line names it, how it is read and how it is augmented
+// (train_resnet's --data DIR|LISTFILE, --val-data, --loader, --data-threads, ..., --crop-scale,
+// --augment, ...): TrainOptions holds one, and each layer below takes the part it needs whole.
+struct ImageSetOptions {
   std::string data;         // an ImageFolder DIR (DIR/train/<class>/..., DIR/val/<class>/...) or a list file
   std::string val_data;     // the val split: a folder of class folders or a list file (else DIR's val/ ...)
   Loader loader = Loader::Auto;
-  int threads = 0;          // decode threads per rank; 0: the node's cores / local_ranks
-  int prefetch = 3;         // micro-batches decoded ahead
-  bool strict = false;
-  uint64_t max_image_bytes = kDefaultMaxImageBytes;  // a larger file is skipped (or, strict, an error), unread
+  ReadOptions read;         // threads, prefetch, strict, the largest file
+  // Crop scale, flip, augment, padding, DCT scaling. Its size is not an option of its own: a source
+  // opens at the run's image size (DataSourceOptions::image_size, --image-size).
+  TransformConfig tf;
+};
+
+struct DataSourceOptions {
+  ImageSetOptions images;
+  // The run's:
+  int image_size = 224;
   int batch = 32;
   uint64_t seed = 0;
   int num_classes = 0;      // 0: the data's; else the model's classes (at least the data's)
-  TransformConfig tf;       // size, crop scale, flip, augment, DCT scaling
   // From the launcher's environment (proto::WorkerEnv, read once by the trainer):
   int local_ranks = 1;      // ranks sharing this node's cores (the default thread count divides them)
   std::string log_dir;      // the launcher's log folder, a fallback place for the index cache ("": none)

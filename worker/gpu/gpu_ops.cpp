@@ -1,50 +1,23 @@
-// worker::Ops on one GPU: cuDNN convolutions (NHWC; the legacy API's algorithms chosen once per
-// shape, then per shape and direction the fastest of them and a few graph-API engines, timed on
-// the first steps: conv_engines.h; the stem in space-to-depth form), cuBLAS for the fully
-// connected layer, the backend's kernels (kernels.h) for the rest.
+// worker::Ops on one GPU, layer by layer: cuDNN convolutions through their plans (conv_planner.h),
+// cuBLAS for the fully connected layer, the backend's kernels (kernels.h) for the rest. Each call
+// checks its tensors, makes the main stream wait for side-stream work over what it writes
+// (writes()), and enqueues its work.
 #include "worker/gpu/gpu_ops.h"
 
 #include <algorithm>
-#include <chrono>
 #include <cstdlib>
-#include <cstring>
 #include <string>
 #include <vector>
 
 #include "worker/core/backend.h"
+#include "worker/core/knobs.h"
 #include "worker/gpu/check.h"
-#include "worker/gpu/conv_engines.h"
 #include "worker/gpu/kernels.h"
-#include "worker/gpu/side_stream.h"
-#include "worker/gpu/step_graph.h"
 
 namespace worker {
 namespace gpu {
 
-// --- Options
-
 namespace {
-
-size_t env_mb(const char* name, size_t def) {
-  const char* v = std::getenv(name);
-  if (!v || !*v) return def;
-  char* end = nullptr;
-  const unsigned long long mb = std::strtoull(v, &end, 10);
-  if (*end != '\0' || mb == 0)
-    throw GpuError(GpuError::Kind::Invalid, std::string(name) + "='" + v +
-                                                "' is not a positive number of MiB; unset it or "
-                                                "give e.g. 512");
-  return size_t(mb) << 20;
-}
-
-cudnnDataType_t cudnn_type(DType t) {
-  switch (t) {
-    case DType::F32: return CUDNN_DATA_FLOAT;
-    case DType::BF16: return CUDNN_DATA_BFLOAT16;
-    case DType::F16: return CUDNN_DATA_HALF;
-  }
-  return CUDNN_DATA_FLOAT;
-}
 
 cudaDataType_t cuda_type(DType t) {
   switch (t) {
@@ -55,18 +28,9 @@ cudaDataType_t cuda_type(DType t) {
   return CUDA_R_32F;
 }
 
-double seconds_since(std::chrono::steady_clock::time_point t0) {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-}
-
 const float kOne = 1.f, kZero = 0.f;
 
-// Labels of the per-operation breakdown (OpTimer).
-std::string conv_label(const ConvDesc& d) {
-  return std::to_string(d.kh) + "x" + std::to_string(d.kw) + "/" + std::to_string(d.stride) + " " +
-         std::to_string(d.cin) + "->" + std::to_string(d.cout) + " " + std::to_string(d.h) + "x" +
-         std::to_string(d.w);
-}
+// Labels of the per-operation breakdown (OpTimer; conv_label is conv_planner.h's).
 std::string bn_label(const BnDesc& d, bool residual, bool relu) {
   return std::to_string(d.c) + " " + std::to_string(d.h) + "x" + std::to_string(d.w) +
          (residual ? " +res" : "") + (relu ? " relu" : "");
@@ -77,281 +41,83 @@ std::string act_label(const Act& a) {
 
 }  // namespace
 
-GpuOptions gpu_options_from_env(int device, DType precision) {
-  GpuOptions o;
-  o.device = device;
-  o.precision = precision;
-  if (const char* v = std::getenv("WORKER_GPU_TF32")) o.allow_tf32 = std::strcmp(v, "1") == 0;
-  if (const char* v = std::getenv("WORKER_CUDNN_SEARCH"); v && *v) {
-    if (std::strcmp(v, "find") == 0)
-      o.search = AlgoSearch::Find;
-    else if (std::strcmp(v, "heuristic") == 0)
-      o.search = AlgoSearch::Heuristic;
-    else
-      throw GpuError(GpuError::Kind::Invalid, std::string("WORKER_CUDNN_SEARCH='") + v +
-                                                  "' is not one of: find, heuristic");
-  }
-  o.workspace_limit = env_mb("WORKER_CUDNN_WORKSPACE_MB", o.workspace_limit);
-  o.pool_chunk = env_mb("WORKER_GPU_POOL_CHUNK_MB", o.pool_chunk);
-  if (const char* v = std::getenv("WORKER_CONV_S2D"); v && *v) {
-    if (std::strcmp(v, "0") != 0 && std::strcmp(v, "1") != 0)
-      throw GpuError(GpuError::Kind::Invalid,
-                     std::string("WORKER_CONV_S2D='") + v + "' is not 0 or 1 (the stem convolution in space-to-depth form)");
-    o.space_to_depth = v[0] == '1';
-  }
-  if (const char* v = std::getenv("WORKER_CONV_ENGINES"); v && *v) {
-    if (std::strcmp(v, "auto") != 0 && std::strcmp(v, "legacy") != 0)
-      throw GpuError(GpuError::Kind::Invalid, std::string("WORKER_CONV_ENGINES='") + v +
-                                                  "' is not one of: auto, legacy");
-    o.graph_engines = std::strcmp(v, "auto") == 0;
-  }
-  if (const char* v = std::getenv("WORKER_WGRAD_STREAM"); v && *v) {
-    if (std::strcmp(v, "0") != 0 && std::strcmp(v, "1") != 0)
-      throw GpuError(GpuError::Kind::Invalid, std::string("WORKER_WGRAD_STREAM='") + v +
-                                                  "' is not 0 or 1 (weight gradients on a second stream)");
-    o.wgrad_stream = v[0] == '1';
-  }
-  if (const char* v = std::getenv("WORKER_CUDNN_DETERMINISTIC"); v && *v) {
-    if (std::strcmp(v, "0") != 0 && std::strcmp(v, "1") != 0)
-      throw GpuError(GpuError::Kind::Invalid, std::string("WORKER_CUDNN_DETERMINISTIC='") + v +
-                                                  "' is not 0 or 1 (only cuDNN's deterministic algorithms)");
-    o.deterministic = v[0] == '1';
-  }
-  return o;
+// --- Set-up
+
+GpuOps::GpuOps(const GpuOptions& opt)
+    : opt_(opt),
+      pool_(opt.pool_chunk),
+      dev_(opt.device, pool_),
+      flag_(static_cast<int*>(pool_.alloc(sizeof(int)))),
+      side_(opt.wgrad_stream ? std::make_unique<SideStream>(dev_.stream) : nullptr),
+      ws_(pool_, side_.get()),
+      weights_(opt.precision, pool_, dev_, side_.get()),
+      convs_(opt, pool_, dev_, ws_, side_.get()),
+      capture_(pool_, dev_.stream) {
+  timer_ = std::make_unique<OpTimer>(dev_.stream);
 }
 
-// --- Convolution plans
-
-struct GpuOps::ConvPlan {
-  ConvDesc desc;
-  cudnnTensorDescriptor_t x = nullptr, y = nullptr;
-  cudnnFilterDescriptor_t w = nullptr;
-  // One descriptor per direction: each carries the math type of the algorithm chosen for it.
-  cudnnConvolutionDescriptor_t cf = nullptr, cd = nullptr, cw = nullptr;
-  cudnnConvolutionFwdAlgo_t fwd{};
-  cudnnConvolutionBwdDataAlgo_t bwd_data{};
-  cudnnConvolutionBwdFilterAlgo_t bwd_filter{};
-  size_t ws_fwd = 0, ws_data = 0, ws_filter = 0;
-  // Forward and weight gradient through the space-to-depth form (the stem), when it applies:
-  // its plan, and its input and filter buffers (the data gradient keeps the plain form).
-  ConvPlan* s2d = nullptr;
-  S2dDesc s2d_geom;
-  void* s2d_x = nullptr;
-  void* s2d_w = nullptr;
-  const void* s2d_x_of = nullptr;  // the x that s2d_x holds rearranged
-  // Engine choice per direction: fwd, dgrad, dgrad accumulating, wgrad (conv_engines.h).
-  std::unique_ptr<ConvTuner> tune[4];
-
-  ~ConvPlan() {
-    if (x) cudnnDestroyTensorDescriptor(x);
-    if (y) cudnnDestroyTensorDescriptor(y);
-    if (w) cudnnDestroyFilterDescriptor(w);
-    if (cf) cudnnDestroyConvolutionDescriptor(cf);
-    if (cd) cudnnDestroyConvolutionDescriptor(cd);
-    if (cw) cudnnDestroyConvolutionDescriptor(cw);
-  }
-};
-
-namespace {
-
-// Temporary device buffers for the timed search (setup only; freed right after).
-struct SearchBuffers {
-  void* x = nullptr;
-  void* y = nullptr;
-  void* w = nullptr;
-  void* ws = nullptr;
-  size_t ws_bytes = 0;
-  ~SearchBuffers() {
-    cudaFree(x);
-    cudaFree(y);
-    cudaFree(w);
-    cudaFree(ws);
-  }
-};
-
-// The fastest successful result within the workspace limit; results come sorted by time.
-// With `fma_only` (fp32 without TF32) tensor-core results are refused.
-template <typename Perf>
-const Perf* choose(const Perf* res, int n, size_t limit, bool fma_only, bool deterministic) {
-  for (int i = 0; i < n; ++i) {
-    if (res[i].status != CUDNN_STATUS_SUCCESS || res[i].memory > limit) continue;
-    if (deterministic && res[i].determinism != CUDNN_DETERMINISTIC) continue;
-    if (fma_only && res[i].mathType != CUDNN_FMA_MATH && res[i].mathType != CUDNN_DEFAULT_MATH)
-      continue;
-    return &res[i];
-  }
-  return nullptr;
+GpuOps::~GpuOps() {
+  side_.reset();  // waits for its work
+  cudaStreamSynchronize(dev_.stream);
+  timer_.reset();  // (dev_, which destroys the handles and the stream, goes last)
 }
 
-}  // namespace
-
-GpuOps::ConvPlan& GpuOps::plan(const ConvDesc& d) {
-  const ConvKey key{d.n, d.h, d.w, d.cin, d.cout, d.kh, d.kw, d.stride, d.pad};
-  auto it = plans_.find(key);
-  if (it != plans_.end()) return *it->second;
-
-  const auto t0 = std::chrono::steady_clock::now();
-  auto p = std::make_unique<ConvPlan>();
-  p->desc = d;
-  const cudnnDataType_t dt = cudnn_type(opt_.precision);
-  const bool fp32 = opt_.precision == DType::F32;
-  const bool fma_only = fp32 && !opt_.allow_tf32;
-  const cudnnMathType_t math =
-      fp32 ? (opt_.allow_tf32 ? CUDNN_DEFAULT_MATH : CUDNN_FMA_MATH) : CUDNN_TENSOR_OP_MATH;
-
-  CUDNN_CHECK(cudnnCreateTensorDescriptor(&p->x));
-  CUDNN_CHECK(cudnnCreateTensorDescriptor(&p->y));
-  CUDNN_CHECK(cudnnCreateFilterDescriptor(&p->w));
-  CUDNN_CHECK(cudnnSetTensor4dDescriptor(p->x, CUDNN_TENSOR_NHWC, dt, d.n, d.cin, d.h, d.w));
-  CUDNN_CHECK(cudnnSetTensor4dDescriptor(p->y, CUDNN_TENSOR_NHWC, dt, d.n, d.cout, d.ho, d.wo));
-  CUDNN_CHECK(cudnnSetFilter4dDescriptor(p->w, dt, CUDNN_TENSOR_NHWC, d.cout, d.cin, d.kh, d.kw));
-  for (cudnnConvolutionDescriptor_t* c : {&p->cf, &p->cd, &p->cw}) {
-    CUDNN_CHECK(cudnnCreateConvolutionDescriptor(c));
-    CUDNN_CHECK(cudnnSetConvolution2dDescriptor(*c, d.pad, d.pad, d.stride, d.stride, 1, 1,
-                                                CUDNN_CROSS_CORRELATION, CUDNN_DATA_FLOAT));
-    CUDNN_CHECK(cudnnSetConvolutionMathType(*c, math));
-  }
-  int on = 0, oc = 0, oh = 0, ow = 0;
-  CUDNN_CHECK(cudnnGetConvolution2dForwardOutputDim(p->cf, p->x, p->w, &on, &oc, &oh, &ow));
-  if (oh != d.ho || ow != d.wo || on != d.n || oc != d.cout)
-    throw GpuError(GpuError::Kind::Invalid,
-                   "convolution descriptor is inconsistent: output " + std::to_string(d.ho) + "x" +
-                       std::to_string(d.wo) + " declared, cuDNN computes " + std::to_string(oh) +
-                       "x" + std::to_string(ow) + " (" + where() + ")");
-
-  const size_t limit = opt_.workspace_limit;
-  cudnnConvolutionFwdAlgoPerf_t fr[CUDNN_CONVOLUTION_FWD_ALGO_COUNT];
-  cudnnConvolutionBwdDataAlgoPerf_t dr[CUDNN_CONVOLUTION_BWD_DATA_ALGO_COUNT];
-  cudnnConvolutionBwdFilterAlgoPerf_t wr[CUDNN_CONVOLUTION_BWD_FILTER_ALGO_COUNT];
-  int nf = 0, nd = 0, nw = 0;
-  if (opt_.search == AlgoSearch::Find) {
-    const size_t es = dtype_size(opt_.precision);
-    SearchBuffers b;
-    CUDA_CHECK(cudaMalloc(&b.x, size_t(d.n) * d.h * d.w * d.cin * es));
-    CUDA_CHECK(cudaMalloc(&b.y, size_t(d.n) * d.ho * d.wo * d.cout * es));
-    CUDA_CHECK(cudaMalloc(&b.w, size_t(d.cout) * d.kh * d.kw * d.cin * es));
-    // As large a workspace as the device allows, up to the limit.
-    for (b.ws_bytes = limit; b.ws_bytes >= (size_t(1) << 20); b.ws_bytes /= 2) {
-      if (cudaMalloc(&b.ws, b.ws_bytes) == cudaSuccess) break;
-      cudaGetLastError();
-      b.ws = nullptr;
-    }
-    if (!b.ws) b.ws_bytes = 0;
-    CUDNN_CHECK(cudnnFindConvolutionForwardAlgorithmEx(cudnn_, p->x, b.x, p->w, b.w, p->cf, p->y,
-                                                       b.y, CUDNN_CONVOLUTION_FWD_ALGO_COUNT, &nf,
-                                                       fr, b.ws, b.ws_bytes));
-    CUDNN_CHECK(cudnnFindConvolutionBackwardDataAlgorithmEx(
-        cudnn_, p->w, b.w, p->y, b.y, p->cd, p->x, b.x, CUDNN_CONVOLUTION_BWD_DATA_ALGO_COUNT, &nd,
-        dr, b.ws, b.ws_bytes));
-    CUDNN_CHECK(cudnnFindConvolutionBackwardFilterAlgorithmEx(
-        cudnn_, p->x, b.x, p->y, b.y, p->cw, p->w, b.w, CUDNN_CONVOLUTION_BWD_FILTER_ALGO_COUNT,
-        &nw, wr, b.ws, b.ws_bytes));
-    CUDA_CHECK(cudaStreamSynchronize(stream_));
-  } else {
-    CUDNN_CHECK(cudnnGetConvolutionForwardAlgorithm_v7(cudnn_, p->x, p->w, p->cf, p->y,
-                                                       CUDNN_CONVOLUTION_FWD_ALGO_COUNT, &nf, fr));
-    CUDNN_CHECK(cudnnGetConvolutionBackwardDataAlgorithm_v7(
-        cudnn_, p->w, p->y, p->cd, p->x, CUDNN_CONVOLUTION_BWD_DATA_ALGO_COUNT, &nd, dr));
-    CUDNN_CHECK(cudnnGetConvolutionBackwardFilterAlgorithm_v7(
-        cudnn_, p->x, p->y, p->cw, p->w, CUDNN_CONVOLUTION_BWD_FILTER_ALGO_COUNT, &nw, wr));
-  }
-  const auto* f = choose(fr, nf, limit, fma_only, opt_.deterministic);
-  const auto* bd = choose(dr, nd, limit, fma_only, opt_.deterministic);
-  const auto* bw = choose(wr, nw, limit, fma_only, opt_.deterministic);
-  if (!f || !bd || !bw)
-    throw GpuError(GpuError::Kind::Cudnn,
-                   "cuDNN offers no algorithm for convolution " + std::to_string(d.cin) + "->" +
-                       std::to_string(d.cout) + " " + std::to_string(d.kh) + "x" +
-                       std::to_string(d.kw) + "/" + std::to_string(d.stride) + " on " +
-                       std::to_string(d.h) + "x" + std::to_string(d.w) + " within a " +
-                       std::to_string(limit >> 20) + " MiB workspace (" + where() +
-                       "): raise WORKER_CUDNN_WORKSPACE_MB");
-  p->fwd = f->algo;
-  p->bwd_data = bd->algo;
-  p->bwd_filter = bw->algo;
-  if (!fma_only) {
-    CUDNN_CHECK(cudnnSetConvolutionMathType(p->cf, f->mathType));
-    CUDNN_CHECK(cudnnSetConvolutionMathType(p->cd, bd->mathType));
-    CUDNN_CHECK(cudnnSetConvolutionMathType(p->cw, bw->mathType));
-  }
-  // The exact sizes for the chosen algorithms and math types.
-  CUDNN_CHECK(cudnnGetConvolutionForwardWorkspaceSize(cudnn_, p->x, p->w, p->cf, p->y, p->fwd,
-                                                      &p->ws_fwd));
-  CUDNN_CHECK(cudnnGetConvolutionBackwardDataWorkspaceSize(cudnn_, p->w, p->y, p->cd, p->x,
-                                                           p->bwd_data, &p->ws_data));
-  CUDNN_CHECK(cudnnGetConvolutionBackwardFilterWorkspaceSize(cudnn_, p->x, p->y, p->cw, p->w,
-                                                             p->bwd_filter, &p->ws_filter));
-  search_seconds_ += seconds_since(t0);
-  ConvPlan& ref = *p;
-  plans_.emplace(key, std::move(p));
-  if (opt_.space_to_depth && s2d_applies(d)) {
-    ref.s2d_geom = s2d_desc(d);
-    ref.s2d = &plan(s2d_conv(d));  // map insertions keep references valid
-  }
-  return ref;
+std::string GpuOps::describe() const {
+  const size_t v = cudnnGetVersion();
+  const bool graph = opt_.graph_engines && opt_.precision != DType::F32;
+  return "gpu " + std::to_string(opt_.device) + " (" + dev_.name + ", " +
+         dtype_name(opt_.precision) +
+         (opt_.precision == DType::F32 ? (opt_.allow_tf32 ? ", TF32 on" : ", TF32 off") : "") +
+         ", cuDNN " + std::to_string(v / 10000) + "." + std::to_string(v / 100 % 100) + "." +
+         std::to_string(v % 100) + ", conv algorithms by " +
+         (opt_.search == AlgoSearch::Find ? "timed search" : "heuristics") +
+         (graph ? " + graph-API engines timed on the first calls" : "") + ")";
 }
 
-GpuOps::ConvPlan& GpuOps::s2d_prepare(ConvPlan& p, const Act& x, ParamView w, bool forward) {
-  const S2dDesc& g = p.s2d_geom;
-  const size_t es = dtype_size(opt_.precision);
-  if (!p.s2d_x) {
-    const size_t xb = size_t(g.n) * g.hs * g.ws * g.cs * es, wb = size_t(g.cout) * g.kp * g.kp * g.cs * es;
-    p.s2d_x = pool_.alloc(xb);
-    p.s2d_w = pool_.alloc(wb);
-    mem_s2d_ += xb + wb;
+// --- Memory
+
+void* GpuOps::alloc(size_t bytes) { return alloc_zeroed(pool_, bytes, dev_.stream); }
+
+std::vector<std::pair<std::string, size_t>> GpuOps::memory_breakdown() const {
+  std::vector<std::pair<std::string, size_t>> rows{
+      {std::string(dtype_name(opt_.precision)) + " weight shadow", weights_.shadow_bytes()},
+      {"cuDNN workspace", ws_.carved()},
+      {"side stream: half-precision dW", ws_.side_scratch_carved()},
+      {"cuBLAS workspace", Device::kCublasWorkspace},
+      {"backend scratch (BN sums, half dW, max-pool argmax)", mem_scratch_},
+      {"stem space-to-depth input", convs_.s2d_bytes()},
+      {"pool reserved, not handed out", pool_.reserved() - pool_.used()}};
+  if (weights_.sharded()) {
+    rows.insert(rows.begin() + 1, {{"fp32 master weights, this rank's shard (ZeRO-1)", weights_.master_bytes()},
+                                   {"fp32 copies of the 1-D parameters (ZeRO-1)", weights_.copies_bytes()}});
   }
-  // The backward reuses the forward's rearranged input of the same x (the model's input does
-  // not change between a forward and its backward).
-  if (forward || p.s2d_x_of != x.data) s2d_input(opt_.precision, x.data, p.s2d_x, g, stream_);
-  p.s2d_x_of = x.data;
-  if (forward) s2d_weight(opt_.precision, weight_ptr(w), p.s2d_w, g, stream_);
-  return *p.s2d;
+  return rows;
 }
 
-void GpuOps::grow_workspace(size_t bytes) {
-  if (bytes > ws_bytes_) {
-    // Size for every plan known so far at once, so the workspace is carved once.
-    size_t need = bytes;
-    for (const auto& kv : plans_) {
-      need = std::max({need, kv.second->ws_fwd, kv.second->ws_data, kv.second->ws_filter});
-    }
-    ws_ = pool_.alloc(need);
-    ws_bytes_ = need;
-    mem_ws_ += need;
-  }
+void GpuOps::upload(void* dst, const void* host_src, size_t bytes) {
+  writes(dst, bytes);
+  CUDA_CHECK(cudaMemcpyAsync(dst, host_src, bytes, cudaMemcpyHostToDevice, dev_.stream));
+  dev_.wait();  // the caller may free host_src on return
 }
 
-// The main stream takes the workspace from its start, the side stream from its end: a weight
-// gradient beside a data gradient shares the one buffer when their two needs fit in it. Where
-// they would overlap, the later one waits: the main stream for a pending side task (writes()),
-// and a weight gradient for the data gradient its conv_backward enqueued just before it, which
-// may still be running (side_workspace()).
-void* GpuOps::workspace(size_t bytes) {
-  if (bytes == 0) return nullptr;
-  grow_workspace(bytes);
-  writes(ws_, bytes);
-  if (forking_) {  // between a side task's fork and its end
-    if (main_ws_ != ws_) {  // the buffer grew: the data gradient has a new one
-      main_ws_ = ws_;
-      main_ws_used_ = 0;
-    }
-    main_ws_used_ = std::max(main_ws_used_, bytes);
-  }
-  return ws_;
+void GpuOps::download(void* host_dst, const void* src, size_t bytes) {
+  join_side_work();
+  CUDA_CHECK(cudaMemcpyAsync(host_dst, src, bytes, cudaMemcpyDeviceToHost, dev_.stream));
+  dev_.wait();
 }
 
-void* GpuOps::side_workspace(size_t bytes) {
-  if (bytes == 0) return nullptr;
-  grow_workspace(bytes);
-  const uintptr_t end = reinterpret_cast<uintptr_t>(ws_) + ws_bytes_;
-  char* p = reinterpret_cast<char*>((end - bytes) & ~uintptr_t(255));
-  // The main stream's work since this task's fork used [ws_, ws_ + main_ws_used_): on an
-  // overlap the task forks again, after it (so it waits for that data gradient).
-  if (forking_ && main_ws_ == ws_ && static_cast<char*>(ws_) + main_ws_used_ > p) side_->begin();
-  if (!side_ws_lo_ || p < side_ws_lo_) side_ws_lo_ = p;
-  side_ws_hi_ = reinterpret_cast<char*>(end);
-  return p;
+void GpuOps::zero(void* dst, size_t bytes) {
+  auto timed = timer_->scope("zero", [&] { return std::to_string(bytes >> 20) + " MiB"; });
+  writes(dst, bytes);
+  CUDA_CHECK(cudaMemsetAsync(dst, 0, bytes, dev_.stream));
 }
+
+void GpuOps::synchronize() {
+  join_side_work();
+  dev_.wait();
+}
+
+// --- Scratch, and the main stream's writes
 
 float* GpuOps::scratch_f32(size_t count) {
   if (count > f32_scratch_count_) {
@@ -367,7 +133,7 @@ BnSync GpuOps::bn_sync(int c) {
   if (c > bn_sync_c_) {
     const size_t bytes = bn_sync_bytes(c);
     bn_sync_ = pool_.alloc(bytes);
-    CUDA_CHECK(cudaMemsetAsync(bn_sync_, 0, bytes, stream_));  // the kernels keep it zeroed
+    CUDA_CHECK(cudaMemsetAsync(bn_sync_, 0, bytes, dev_.stream));  // the kernels keep it zeroed
     mem_scratch_ += bytes;
     bn_sync_c_ = c;
   }
@@ -384,21 +150,6 @@ void* GpuOps::scratch_half(size_t bytes) {
   return half_scratch_;
 }
 
-void* GpuOps::side_scratch(size_t bytes) {
-  if (bytes > side_half_bytes_) {
-    // The largest weight of the model at once (backward reaches the convolutions in reverse).
-    size_t b = bytes;
-    for (const auto& kv : plans_) {
-      const ConvDesc& d = kv.second->desc;
-      b = std::max(b, size_t(d.cout) * d.kh * d.kw * d.cin * dtype_size(opt_.precision));
-    }
-    side_half_ = pool_.alloc(b);
-    side_half_bytes_ = b;
-    mem_side_ += b;
-  }
-  return side_half_;
-}
-
 void GpuOps::writes(const void* p, size_t bytes) {
   if (side_) side_->guard_write(p, bytes);
 }
@@ -407,232 +158,30 @@ void GpuOps::join_side_work() {
   if (side_) side_->join();
 }
 
-// --- Set-up
-
-GpuOps::GpuOps(const GpuOptions& opt) : opt_(opt), pool_(opt.pool_chunk) {
-  int count = 0;
-  const cudaError_t e = cudaGetDeviceCount(&count);
-  if (e != cudaSuccess || count == 0)
-    throw GpuError(GpuError::Kind::Cuda,
-                   std::string("no usable GPU (") + (e == cudaSuccess ? "none visible" : cudaGetErrorString(e)) +
-                       ", " + where() + "): use --device cpu, or check CUDA_VISIBLE_DEVICES / FLAGS_selected_gpus");
-  if (opt.device < 0 || opt.device >= count)
-    throw GpuError(GpuError::Kind::Invalid, "GPU " + std::to_string(opt.device) +
-                                                " requested but this process sees " +
-                                                std::to_string(count) + " (" + where() + ")");
-  CUDA_CHECK(cudaSetDevice(opt.device));
-  cudaDeviceProp prop{};
-  CUDA_CHECK(cudaGetDeviceProperties(&prop, opt.device));
-  device_name_ = prop.name;
-  CUDA_CHECK(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
-  CUDNN_CHECK(cudnnCreate(&cudnn_));
-  CUDNN_CHECK(cudnnSetStream(cudnn_, stream_));
-  CUBLAS_CHECK(cublasCreate(&cublas_));
-  CUBLAS_CHECK(cublasSetStream(cublas_, stream_));
-  // cuBLAS's workspace from the pool: nothing allocated behind our back later.
-  constexpr size_t kCublasWs = size_t(32) << 20;
-  CUBLAS_CHECK(cublasSetWorkspace(cublas_, pool_.alloc(kCublasWs), kCublasWs));
-  mem_cublas_ = kCublasWs;
-  CUBLAS_CHECK(cublasSetMathMode(cublas_, CUBLAS_DEFAULT_MATH));
-  flag_ = static_cast<int*>(pool_.alloc(sizeof(int)));
-  opt_scalars_ = static_cast<OptScalars*>(pool_.alloc(sizeof(OptScalars)));
-  timer_ = std::make_unique<OpTimer>(stream_);
-  if (opt.wgrad_stream) side_ = std::make_unique<SideStream>(stream_);
-}
-
-GpuOps::~GpuOps() {
-  side_.reset();  // waits for its work
-  if (stream_) cudaStreamSynchronize(stream_);
-  step_graph_.reset();
-  timer_.reset();
-  plans_.clear();
-  if (cublas_) cublasDestroy(cublas_);
-  if (cudnn_) cudnnDestroy(cudnn_);
-  if (stream_) cudaStreamDestroy(stream_);
-}
-
-std::string GpuOps::describe() const {
-  const size_t v = cudnnGetVersion();
-  const bool graph = opt_.graph_engines && opt_.precision != DType::F32;
-  return "gpu " + std::to_string(opt_.device) + " (" + device_name_ + ", " +
-         dtype_name(opt_.precision) +
-         (opt_.precision == DType::F32 ? (opt_.allow_tf32 ? ", TF32 on" : ", TF32 off") : "") +
-         ", cuDNN " + std::to_string(v / 10000) + "." + std::to_string(v / 100 % 100) + "." +
-         std::to_string(v % 100) + ", conv algorithms by " +
-         (opt_.search == AlgoSearch::Find ? "timed search" : "heuristics") +
-         (graph ? " + graph-API engines timed on the first calls" : "") + ")";
-}
-
-// --- Memory
-
-void* GpuOps::alloc(size_t bytes) {
-  void* p = pool_.alloc(bytes);
-  CUDA_CHECK(cudaMemsetAsync(p, 0, bytes, stream_));
-  return p;
-}
-
-std::vector<std::pair<std::string, size_t>> GpuOps::memory_breakdown() const {
-  std::vector<std::pair<std::string, size_t>> rows{
-      {std::string(dtype_name(opt_.precision)) + " weight shadow", mem_shadow_},
-      {"cuDNN workspace", mem_ws_},
-      {"side stream: half-precision dW", mem_side_},
-      {"cuBLAS workspace", mem_cublas_},
-      {"backend scratch (BN sums, half dW, max-pool argmax)", mem_scratch_},
-      {"stem space-to-depth input", mem_s2d_},
-      {"pool reserved, not handed out", pool_.reserved() - pool_.used()}};
-  if (master_) {
-    rows.insert(rows.begin() + 1, {{"fp32 master weights, this rank's shard (ZeRO-1)", mem_master_},
-                                   {"fp32 copies of the 1-D parameters (ZeRO-1)", mem_vec_}});
-  }
-  return rows;
-}
-
-void GpuOps::upload(void* dst, const void* host_src, size_t bytes) {
-  writes(dst, bytes);
-  CUDA_CHECK(cudaMemcpyAsync(dst, host_src, bytes, cudaMemcpyHostToDevice, stream_));
-  CUDA_CHECK(cudaStreamSynchronize(stream_));  // the caller may free host_src on return
-  ++host_waits_;
-}
-
-void GpuOps::download(void* host_dst, const void* src, size_t bytes) {
-  join_side_work();
-  CUDA_CHECK(cudaMemcpyAsync(host_dst, src, bytes, cudaMemcpyDeviceToHost, stream_));
-  CUDA_CHECK(cudaStreamSynchronize(stream_));
-  ++host_waits_;
-}
-
-void GpuOps::zero(void* dst, size_t bytes) {
-  auto timed = timer_->scope("zero", [&] { return std::to_string(bytes >> 20) + " MiB"; });
-  writes(dst, bytes);
-  CUDA_CHECK(cudaMemsetAsync(dst, 0, bytes, stream_));
-}
-
-void GpuOps::synchronize() {
-  join_side_work();
-  CUDA_CHECK(cudaStreamSynchronize(stream_));
-  ++host_waits_;
-}
-
 // --- Parameters
 
 void GpuOps::bind_params(float* params, float* grads, size_t count) {
-  if (!params && opt_.precision == DType::F32)
-    throw GpuError(GpuError::Kind::Invalid, "fp32 weights are the working weights: they cannot be left unbound (" +
-                                                where() + ")");
-  params_ = params;
+  weights_.bind(params, count);
   grads_ = grads;
-  count_ = count;
-  if (opt_.precision != DType::F32) {
-    shadow_ = pool_.alloc(count * dtype_size(opt_.precision));
-    mem_shadow_ = count * dtype_size(opt_.precision);
-    if (params_) params_updated();  // else import_master() fills it
-  }
+  if (weights_.has_shadow() && params) params_updated();  // else import_master() fills the shadow
 }
 
-void GpuOps::register_conv(const ConvDesc& d, ParamView) { plan(d); }
+void GpuOps::register_conv(const ConvDesc& d, ParamView) { convs_.plan(d); }
 
 void GpuOps::params_updated() {
-  if (!params_)
-    throw GpuError(GpuError::Kind::Invalid,
-                   "params_updated() with sharded master weights: import_master() brings updates in (" + where() + ")");
   auto timed = timer_->scope("optimizer", [] { return std::string("bf16/fp16 weight shadow"); });
-  join_side_work();
-  if (shadow_) cast_from_f32(opt_.precision, params_, shadow_, count_, stream_);
+  weights_.params_updated();
 }
-
-// --- ZeRO-1's sharded master weights
 
 void GpuOps::shard_master_weights(const std::vector<ParamView>& owned, const std::vector<ParamView>& fp32_views) {
-  if (params_ || !shadow_ || master_)
-    throw GpuError(GpuError::Kind::Invalid,
-                   "shard_master_weights needs bind_params(nullptr, ...) in bf16/fp16, once (" + where() + ")");
-  auto inside = [&](const ParamView& v) {
-    if (v.offset > count_ || v.count > count_ - v.offset)
-      throw GpuError(GpuError::Kind::Invalid, "shard_master_weights: a range leaves the buffer (" + where() + ")");
-  };
-  size_t kept = 0;
-  for (const ParamView& r : owned) {
-    inside(r);
-    if (r.count == 0) continue;
-    master_at_[r.offset] = {kept, r.count};
-    kept += r.count;
-  }
-  std::vector<CopyRun> runs;
-  size_t copies = 0;
-  for (const ParamView& v : fp32_views) {
-    inside(v);
-    vec_at_[v.offset] = copies;
-    if (!runs.empty() && runs.back().src + runs.back().count == v.offset)
-      runs.back().count += v.count;  // weight and bias of one batch norm are neighbours
-    else
-      runs.push_back({v.offset, copies, v.count});
-    copies += v.count;
-  }
-  mem_master_ = std::max<size_t>(kept, 1) * sizeof(float);
-  master_ = static_cast<float*>(alloc(mem_master_));
-  mem_vec_ = std::max<size_t>(copies, 1) * sizeof(float) + runs.size() * sizeof(CopyRun);
-  vec_ = static_cast<float*>(alloc(std::max<size_t>(copies, 1) * sizeof(float)));
-  vec_run_count_ = int(runs.size());
-  if (!runs.empty()) {
-    vec_runs_ = static_cast<CopyRun*>(alloc(runs.size() * sizeof(CopyRun)));
-    upload(vec_runs_, runs.data(), runs.size() * sizeof(CopyRun));
-  }
+  weights_.shard(owned, fp32_views);
 }
 
-void GpuOps::export_master(float* whole, ParamView range) {
-  if (!master_) throw GpuError(GpuError::Kind::Invalid, "export_master without sharded master weights (" + where() + ")");
-  auto copy = [&](size_t offset, const ParamView& at) {
-    writes(whole + offset, at.count * sizeof(float));
-    CUDA_CHECK(cudaMemcpyAsync(whole + offset, master_ + at.offset, at.count * sizeof(float),
-                               cudaMemcpyDeviceToDevice, stream_));
-  };
-  if (range.count == 0) {
-    for (const auto& [offset, at] : master_at_) copy(offset, at);
-    return;
-  }
-  const auto it = master_at_.find(range.offset);
-  if (it == master_at_.end() || it->second.count != range.count)
-    throw GpuError(GpuError::Kind::Invalid, "export_master: [" + std::to_string(range.offset) + ", +" +
-                                                std::to_string(range.count) + ") is not an owned range (" + where() + ")");
-  copy(range.offset, it->second);
-}
+void GpuOps::export_master(float* whole, ParamView range) { weights_.export_master(whole, range); }
 
 void GpuOps::import_master(const float* whole) {
-  if (!master_) throw GpuError(GpuError::Kind::Invalid, "import_master without sharded master weights (" + where() + ")");
   auto timed = timer_->scope("optimizer", [] { return std::string("bf16/fp16 weight shadow"); });
-  join_side_work();
-  for (const auto& [offset, at] : master_at_)
-    CUDA_CHECK(cudaMemcpyAsync(master_ + at.offset, whole + offset, at.count * sizeof(float),
-                               cudaMemcpyDeviceToDevice, stream_));
-  gather_runs(whole, vec_, vec_runs_, vec_run_count_, stream_);
-  cast_from_f32(opt_.precision, whole, shadow_, count_, stream_);
-}
-
-const float* GpuOps::f32_param(ParamView v) const {
-  if (params_) return params_ + v.offset;
-  const auto it = vec_at_.find(v.offset);
-  if (it == vec_at_.end())
-    throw GpuError(GpuError::Kind::Invalid, "parameter at " + std::to_string(v.offset) +
-                                                " is read in fp32 but has no fp32 copy under sharded master weights (" +
-                                                where() + ")");
-  return vec_ + it->second;
-}
-
-float* GpuOps::master_of(ParamView r) {
-  if (params_) return params_ + r.offset;
-  const auto it = master_at_.find(r.offset);
-  if (it == master_at_.end() || r.count > it->second.count)
-    throw GpuError(GpuError::Kind::Invalid, "optimizer step over [" + std::to_string(r.offset) + ", +" +
-                                                std::to_string(r.count) + "), which is not an owned range (" +
-                                                where() + ")");
-  return master_ + it->second.offset;
-}
-
-const void* GpuOps::weight_ptr(ParamView w) const {
-  if (!params_ && !shadow_)
-    throw GpuError(GpuError::Kind::Invalid, "GPU backend used before bind_params (" + where() + ")");
-  if (opt_.precision == DType::F32) return params_ + w.offset;
-  return static_cast<const char*>(shadow_) + w.offset * dtype_size(opt_.precision);
+  weights_.import_master(whole);
 }
 
 void GpuOps::check_act(const Act& a, const char* what) const {
@@ -644,112 +193,25 @@ void GpuOps::check_act(const Act& a, const char* what) const {
 
 // --- Convolution
 
-void GpuOps::tuned(ConvPlan& p, int slot, float beta, const std::function<void()>& legacy,
-                   const void* x, const void* w, const void* y, void* out, bool side) {
-  auto aligned = [](const void* q) { return (reinterpret_cast<uintptr_t>(q) & 15u) == 0; };
-  // fp32 keeps the legacy plans (their math mode is what TF32 on/off asks for), and so do
-  // channel counts that are no multiple of 8 (no 16-byte vectors along C).
-  if (!opt_.graph_engines || opt_.precision == DType::F32 || p.desc.cin % 8 != 0 ||
-      p.desc.cout % 8 != 0 || !aligned(x) || !aligned(w) || !aligned(y) || !aligned(out)) {
-    legacy();
-    return;
-  }
-  static const ConvDir dirs[4] = {ConvDir::Fwd, ConvDir::Data, ConvDir::Data, ConvDir::Filter};
-  const ConvDir dir = dirs[slot];
-  if (!p.tune[slot])
-    p.tune[slot] = std::make_unique<ConvTuner>(
-        conv_label(p.desc) + " " + conv_dir_name(dir) + (beta != 0.f ? "+=" : ""), true);
-  p.tune[slot]->run(
-      legacy,
-      [&](std::string* why) {
-        // Candidates fit the workspace already carved for the legacy plans (no new memory).
-        return GraphConv::make(cudnn_, dir, p.desc, cudnn_type(opt_.precision), beta,
-                               std::max(ws_bytes_, size_t(64) << 20), ConvTuner::kCandidates, why);
-      },
-      [&](size_t bytes) { return side ? side_workspace(bytes) : workspace(bytes); }, x, w, y, out,
-      side ? side_->stream() : stream_, host_waits_);
-}
-
-void GpuOps::run_fwd(ConvPlan& p, const void* x, const void* w, void* y) {
-  tuned(p, 0, 0.f, [&] {
-    void* ws = workspace(p.ws_fwd);
-    CUDNN_CHECK(cudnnConvolutionForward(cudnn_, &kOne, p.x, x, p.w, w, p.cf, p.fwd, ws, p.ws_fwd,
-                                        &kZero, p.y, y));
-  }, x, w, nullptr, y);
-}
-
-void GpuOps::run_dgrad(ConvPlan& p, const void* dy, const void* w, void* dx, bool accumulate) {
-  tuned(p, accumulate ? 2 : 1, accumulate ? 1.f : 0.f, [&] {
-    void* ws = workspace(p.ws_data);
-    CUDNN_CHECK(cudnnConvolutionBackwardData(cudnn_, &kOne, p.w, w, p.y, dy, p.cd, p.bwd_data, ws,
-                                             p.ws_data, accumulate ? &kOne : &kZero, p.x, dx));
-  }, nullptr, w, dy, dx);
-}
-
-void GpuOps::run_wgrad(ConvPlan& p, const void* x, const void* dy, void* dw, bool accumulate, bool side) {
-  tuned(p, 3, accumulate ? 1.f : 0.f, [&] {
-    void* ws = side ? side_workspace(p.ws_filter) : workspace(p.ws_filter);
-    CUDNN_CHECK(cudnnConvolutionBackwardFilter(cudnn_, &kOne, p.x, x, p.y, dy, p.cw, p.bwd_filter,
-                                               ws, p.ws_filter, accumulate ? &kOne : &kZero, p.w, dw));
-  }, x, nullptr, dy, dw, side);
-}
-
-void GpuOps::settle_conv_engines() {
-  for (auto& kv : plans_)
-    for (auto& t : kv.second->tune)
-      if (t) t->settle();
-}
-
-std::vector<std::string> GpuOps::conv_engine_report() const {
-  std::vector<std::string> lines;
-  for (const auto& kv : plans_)
-    for (const auto& t : kv.second->tune)
-      if (t) lines.push_back(t->describe());
-  return lines;
-}
-
 void GpuOps::conv_forward(const ConvDesc& d, const Act& x, ParamView w, Act& y) {
   check_act(x, "conv_forward input");
   check_act(y, "conv_forward output");
-  ConvPlan& p = plan(d);
+  ConvPlan& p = convs_.plan(d);
   auto timed = timer_->scope("conv fwd", [&] { return conv_label(d) + (p.s2d ? " s2d" : ""); });
   writes(y);
   if (p.s2d) {
-    ConvPlan& q = s2d_prepare(p, x, w, true);
-    run_fwd(q, p.s2d_x, p.s2d_w, y.data);
+    ConvPlan& q = convs_.s2d_prepare(p, x.data, weights_.weight(w), true);
+    convs_.fwd(q, p.s2d_x, p.s2d_w, y.data);
     return;
   }
-  run_fwd(p, x.data, weight_ptr(w), y.data);
+  convs_.fwd(p, x.data, weights_.weight(w), y.data);
 }
-
-namespace {
-
-// Binds a cuDNN handle to another stream for one scope.
-class HandleOn {
- public:
-  HandleOn(cudnnHandle_t h, cudaStream_t s, cudaStream_t back) : h_(h), back_(back) {
-    if (s != back) CUDNN_CHECK(cudnnSetStream(h, s));
-    moved_ = s != back;
-  }
-  ~HandleOn() {
-    if (moved_) cudnnSetStream(h_, back_);
-  }
-  HandleOn(const HandleOn&) = delete;
-  HandleOn& operator=(const HandleOn&) = delete;
-
- private:
-  cudnnHandle_t h_;
-  cudaStream_t back_;
-  bool moved_ = false;
-};
-
-}  // namespace
 
 void GpuOps::conv_backward(const ConvDesc& d, const Act& x, ParamView w, const Act& dy, Act* dx,
                            bool accumulate_dx, ParamView dw) {
   check_act(x, "conv_backward input");
   check_act(dy, "conv_backward output gradient");
-  ConvPlan& p = plan(d);
+  ConvPlan& p = convs_.plan(d);
   // The weight gradient goes to the side stream when backward has more to do after this layer
   // (dx: not the stem, which the optimizer follows) and when it is not being timed on the main
   // stream (its engine still explored, or the per-operation profile). Not in a captured step:
@@ -757,18 +219,14 @@ void GpuOps::conv_backward(const ConvDesc& d, const Act& x, ParamView w, const A
   // edges cost more than the overlap gave (H200, ResNet-50 bf16 b256: 8,104 images/s against
   // 8,211 on one stream; uncaptured, 8,399 against 8,283).
   const ConvTuner* wt = p.tune[3].get();
-  const bool side = side_ && dx && !p.s2d && !timer_->on() && (!wt || wt->settled()) && !capturing_;
-  if (side) {
-    side_->begin();  // before the data gradient: the two may overlap as well
-    forking_ = true;  // what the data gradient takes of the workspace (side_workspace looks)
-    main_ws_ = ws_;
-    main_ws_used_ = 0;
-  }
+  const bool side =
+      side_ && dx && !p.s2d && !timer_->on() && (!wt || wt->settled()) && !capture_.capturing();
+  if (side) ws_.begin_side_task();  // before the data gradient: the two may overlap as well
   if (dx) {
     check_act(*dx, "conv_backward input gradient");
     auto timed = timer_->scope("conv dgrad", [&] { return conv_label(d); });
     writes(*dx);
-    run_dgrad(p, dy.data, weight_ptr(w), dx->data, accumulate_dx);
+    convs_.dgrad(p, dy.data, weights_.weight(w), dx->data, accumulate_dx);
   }
   auto timed = timer_->scope("conv wgrad", [&] { return conv_label(d) + (p.s2d ? " s2d" : ""); });
   float* g = grads_ + dw.offset;
@@ -776,33 +234,24 @@ void GpuOps::conv_backward(const ConvDesc& d, const Act& x, ParamView w, const A
   if (p.s2d) {
     // The weight gradient of the rearranged filter, folded back into the 7x7 layout.
     writes(g, g_bytes);
-    ConvPlan& q = s2d_prepare(p, x, w, false);
+    ConvPlan& q = convs_.s2d_prepare(p, x.data, nullptr, false);
     const S2dDesc& s = p.s2d_geom;
     void* tmp = scratch_half(size_t(s.cout) * s.kp * s.kp * s.cs * dtype_size(opt_.precision));
-    run_wgrad(q, p.s2d_x, dy.data, tmp, false, false);
-    s2d_wgrad_fold(opt_.precision, tmp, g, s, stream_);
+    convs_.wgrad(q, p.s2d_x, dy.data, tmp, false, false);
+    s2d_wgrad_fold(opt_.precision, tmp, g, s, dev_.stream);
     return;
   }
   if (!side) writes(g, g_bytes);
-  const cudaStream_t s = side ? side_->stream() : stream_;
-  {
-    HandleOn on(cudnn_, s, stream_);
-    if (opt_.precision == DType::F32) {
-      run_wgrad(p, x.data, dy.data, g, true, side);
-    } else {
-      // dW in the compute dtype (as autocast's weight gradient), then added to the fp32 grads.
-      const size_t half = dw.count * dtype_size(opt_.precision);
-      void* tmp = side ? side_scratch(half) : scratch_half(half);
-      run_wgrad(p, x.data, dy.data, tmp, false, side);
-      add_to_f32(opt_.precision, tmp, g, dw.count, s);
-    }
+  if (opt_.precision == DType::F32) {
+    convs_.wgrad(p, x.data, dy.data, g, true, side);
+  } else {
+    // dW in the compute dtype (as autocast's weight gradient), then added to the fp32 grads.
+    const size_t half = dw.count * dtype_size(opt_.precision);
+    void* tmp = side ? ws_.side_scratch(half) : scratch_half(half);
+    convs_.wgrad(p, x.data, dy.data, tmp, false, side);
+    add_to_f32(opt_.precision, tmp, g, dw.count, side ? side_->stream() : dev_.stream);
   }
-  if (side) {
-    const size_t ws_bytes = side_ws_lo_ ? size_t(side_ws_hi_ - side_ws_lo_) : 0;
-    side_->end({{x.data, x.bytes()}, {dy.data, dy.bytes()}}, {{g, g_bytes}, {side_ws_lo_, ws_bytes}});
-    side_ws_lo_ = side_ws_hi_ = nullptr;
-    forking_ = false;
-  }
+  if (side) ws_.end_side_task({{x.data, x.bytes()}, {dy.data, dy.bytes()}}, {{g, g_bytes}});
 }
 
 // --- Batch norm
@@ -816,10 +265,10 @@ void GpuOps::bn_forward_train(const BnDesc& d, const Act& x, ParamView gamma, Pa
   float* s = scratch_f32(2 * size_t(d.c));
   writes(y);
   bn_forwards_[y.data] = BnForward{x.data, gamma.offset, relu && residual == nullptr};
-  gpu::bn_forward_train(opt_.precision, x.data, m, d.c, f32_param(gamma),
-                        f32_param(beta), d.eps, d.momentum, running_mean, running_var,
+  gpu::bn_forward_train(opt_.precision, x.data, m, d.c, weights_.f32(gamma),
+                        weights_.f32(beta), d.eps, d.momentum, running_mean, running_var,
                         save_mean, save_invstd, residual ? residual->data : nullptr, relu, y.data,
-                        bn_sync(d.c), s, stream_);
+                        bn_sync(d.c), s, dev_.stream);
 }
 
 void GpuOps::bn_forward_eval(const BnDesc& d, const Act& x, ParamView gamma, ParamView beta,
@@ -831,9 +280,9 @@ void GpuOps::bn_forward_eval(const BnDesc& d, const Act& x, ParamView gamma, Par
   const int64_t m = int64_t(d.n) * d.h * d.w;
   float* s = scratch_f32(2 * size_t(d.c));
   writes(y);
-  gpu::bn_forward_eval(opt_.precision, x.data, m, d.c, f32_param(gamma),
-                       f32_param(beta), d.eps, running_mean, running_var,
-                       residual ? residual->data : nullptr, relu, y.data, s, stream_);
+  gpu::bn_forward_eval(opt_.precision, x.data, m, d.c, weights_.f32(gamma),
+                       weights_.f32(beta), d.eps, running_mean, running_var,
+                       residual ? residual->data : nullptr, relu, y.data, s, dev_.stream);
 }
 
 void GpuOps::bn_backward(const BnDesc& d, const Act& x, const Act& y, const Act& dy,
@@ -844,7 +293,8 @@ void GpuOps::bn_backward(const BnDesc& d, const Act& x, const Act& y, const Act&
   if (dy2) {
     check_act(*dy2, "bn_backward second output gradient");
     if (!dresidual)
-      throw GpuError(GpuError::Kind::Invalid, "bn_backward: a second output gradient needs dresidual (" + where() + ")");
+      throw GpuError(GpuError::Kind::Invalid,
+                     "bn_backward: a second output gradient needs dresidual (" + where() + ")");
   }
   auto timed = timer_->scope("bn bwd", [&] { return bn_label(d, dresidual != nullptr, relu); });
   const int64_t m = int64_t(d.n) * d.h * d.w;
@@ -863,10 +313,10 @@ void GpuOps::bn_backward(const BnDesc& d, const Act& x, const Act& y, const Act&
   writes(grads_ + dgamma.offset, size_t(d.c) * sizeof(float));
   writes(grads_ + dbeta.offset, size_t(d.c) * sizeof(float));
   // dbeta views beta's gradient: the same offset in the parameter buffer is beta.
-  gpu::bn_backward(opt_.precision, x.data, y.data, dy.data, dy2 ? dy2->data : nullptr, m, d.c, f32_param(gamma),
-                   f32_param(dbeta), save_mean, save_invstd, mask, dx.data,
+  gpu::bn_backward(opt_.precision, x.data, y.data, dy.data, dy2 ? dy2->data : nullptr, m, d.c, weights_.f32(gamma),
+                   weights_.f32(dbeta), save_mean, save_invstd, mask, dx.data,
                    dresidual ? dresidual->data : nullptr, grads_ + dgamma.offset,
-                   grads_ + dbeta.offset, bn_sync(d.c), s, stream_);
+                   grads_ + dbeta.offset, bn_sync(d.c), s, dev_.stream);
 }
 
 // --- Pooling
@@ -882,7 +332,7 @@ void GpuOps::maxpool_forward(const PoolDesc& d, const Act& x, Act& y) {
     mem_scratch_ += need;
   }
   writes(y);
-  gpu::maxpool_forward(opt_.precision, x.data, y.data, pool_arg_, d, stream_);
+  gpu::maxpool_forward(opt_.precision, x.data, y.data, pool_arg_, d, dev_.stream);
   pool_arg_x_ = x.data;
   pool_arg_y_ = y.data;
   pool_arg_d_ = d;
@@ -900,21 +350,21 @@ void GpuOps::maxpool_backward(const PoolDesc& d, const Act& x, const Act& y, con
   // half-precision dW).
   void* arg = saved ? pool_arg_ : scratch_half(maxpool_argmax_bytes(d));
   writes(dx);
-  gpu::maxpool_backward(opt_.precision, x.data, dy.data, dx.data, d, arg, saved, stream_);
+  gpu::maxpool_backward(opt_.precision, x.data, dy.data, dx.data, d, arg, saved, dev_.stream);
 }
 
 void GpuOps::avgpool_forward(const Act& x, Act& y) {
   check_act(x, "avgpool_forward input");
   auto timed = timer_->scope("avg-pool", [&] { return act_label(x) + " fwd"; });
   writes(y);
-  gpu::avgpool_forward(opt_.precision, x.data, y.data, x.n, x.h * x.w, x.c, stream_);
+  gpu::avgpool_forward(opt_.precision, x.data, y.data, x.n, x.h * x.w, x.c, dev_.stream);
 }
 
 void GpuOps::avgpool_backward(const Act& dy, Act& dx) {
   check_act(dy, "avgpool_backward output gradient");
   auto timed = timer_->scope("avg-pool", [&] { return act_label(dx) + " bwd"; });
   writes(dx);
-  gpu::avgpool_backward(opt_.precision, dy.data, dx.data, dx.n, dx.h * dx.w, dx.c, stream_);
+  gpu::avgpool_backward(opt_.precision, dy.data, dx.data, dx.n, dx.h * dx.w, dx.c, dev_.stream);
 }
 
 // --- Fully connected (cuBLAS, column-major view of our row-major matrices)
@@ -924,13 +374,13 @@ void GpuOps::fc_forward(const Act& x, ParamView w, ParamView b, int out, float* 
   auto timed = timer_->scope("fc", [&] { return std::to_string(x.c) + "->" + std::to_string(out) + " fwd"; });
   const int n = x.n, in = x.h * x.w * x.c;
   writes(logits, size_t(n) * out * sizeof(float));
-  gpu::fill_rows(logits, f32_param(b), n, out, stream_);
+  gpu::fill_rows(logits, weights_.f32(b), n, out, dev_.stream);
   const cudaDataType_t t = cuda_type(opt_.precision);
   const cublasComputeType_t ct = (opt_.precision == DType::F32 && opt_.allow_tf32)
                                      ? CUBLAS_COMPUTE_32F_FAST_TF32
                                      : CUBLAS_COMPUTE_32F;
   // logits^T (out x n) = W (out x in) * x^T (in x n)
-  CUBLAS_CHECK(cublasGemmEx(cublas_, CUBLAS_OP_T, CUBLAS_OP_N, out, n, in, &kOne, weight_ptr(w),
+  CUBLAS_CHECK(cublasGemmEx(dev_.cublas, CUBLAS_OP_T, CUBLAS_OP_N, out, n, in, &kOne, weights_.weight(w),
                             t, in, x.data, t, in, &kOne, logits, CUDA_R_32F, out, ct,
                             CUBLAS_GEMM_DEFAULT));
 }
@@ -951,16 +401,16 @@ void GpuOps::fc_backward(const Act& x, ParamView w, const float* dlogits, int ou
   const void* dl = dlogits;
   if (opt_.precision != DType::F32) {
     void* h = scratch_half(size_t(n) * out * dtype_size(opt_.precision));
-    cast_from_f32(opt_.precision, dlogits, h, size_t(n) * out, stream_);
+    cast_from_f32(opt_.precision, dlogits, h, size_t(n) * out, dev_.stream);
     dl = h;
   }
-  column_sums_add(dlogits, n, out, grads_ + db.offset, stream_);
+  column_sums_add(dlogits, n, out, grads_ + db.offset, dev_.stream);
   // dW^T (in x out) += x^T (in x n) * dlogits (n x out), accumulated in fp32.
-  CUBLAS_CHECK(cublasGemmEx(cublas_, CUBLAS_OP_N, CUBLAS_OP_T, in, out, n, &kOne, x.data, t, in,
+  CUBLAS_CHECK(cublasGemmEx(dev_.cublas, CUBLAS_OP_N, CUBLAS_OP_T, in, out, n, &kOne, x.data, t, in,
                             dl, t, out, &kOne, grads_ + dw.offset, CUDA_R_32F, in, ct,
                             CUBLAS_GEMM_DEFAULT));
   // dx^T (in x n) = W^T (in x out) * dlogits^T (out x n)
-  CUBLAS_CHECK(cublasGemmEx(cublas_, CUBLAS_OP_N, CUBLAS_OP_N, in, n, out, &kOne, weight_ptr(w), t,
+  CUBLAS_CHECK(cublasGemmEx(dev_.cublas, CUBLAS_OP_N, CUBLAS_OP_N, in, n, out, &kOne, weights_.weight(w), t,
                             in, dl, t, out, &kZero, dx.data, t, in, ct, CUBLAS_GEMM_DEFAULT));
 }
 
@@ -970,7 +420,7 @@ void GpuOps::softmax_xent(int n, int classes, const float* logits, const int32_t
   writes(loss, sizeof(float));
   writes(dlogits, size_t(n) * classes * sizeof(float));
   gpu::softmax_xent(n, classes, logits, labels, grad_scale, label_smoothing, loss, dlogits, rows,
-                    stream_);
+                    dev_.stream);
 }
 
 // --- Data
@@ -982,116 +432,69 @@ void GpuOps::make_batch(DataKind kind, uint64_t seed, const int64_t* host_indice
   writes(images);
   writes(labels, size_t(n) * sizeof(int32_t));
   gpu::make_batch(opt_.precision, kind, seed, host_indices, n, image_size, classes, images.data,
-                  labels, stream_);
+                  labels, dev_.stream);
 }
 
 // --- Optimizers
 
 void GpuOps::scale_grads(float s) {
   join_side_work();
-  scale_f32(grads_, s, count_, stream_);
+  scale_f32(grads_, s, weights_.count(), dev_.stream);
 }
 
 bool GpuOps::grads_finite() {
   join_side_work();
-  CUDA_CHECK(cudaMemsetAsync(flag_, 0, sizeof(int), stream_));
-  find_nonfinite(grads_, count_, flag_, stream_);
+  CUDA_CHECK(cudaMemsetAsync(flag_, 0, sizeof(int), dev_.stream));
+  find_nonfinite(grads_, weights_.count(), flag_, dev_.stream);
   int bad = 0;
-  CUDA_CHECK(cudaMemcpyAsync(&bad, flag_, sizeof(int), cudaMemcpyDeviceToHost, stream_));
-  CUDA_CHECK(cudaStreamSynchronize(stream_));
+  CUDA_CHECK(cudaMemcpyAsync(&bad, flag_, sizeof(int), cudaMemcpyDeviceToHost, dev_.stream));
+  CUDA_CHECK(cudaStreamSynchronize(dev_.stream));
   return bad == 0;
-}
-
-namespace {
-
-OptScalars scalars_of(const StepValues& v, bool adam, float beta1, float beta2) {
-  return adam ? adam_scalars(v.lr, beta1, beta2, v.step) : OptScalars{v.lr, 1.f, 1.f};
-}
-
-}  // namespace
-
-const OptScalars* GpuOps::step_scalars(const StepValues& v, bool adam, float beta1, float beta2) {
-  if (!capturing_) {
-    set_opt_scalars(opt_scalars_, scalars_of(v, adam, beta1, beta2), stream_);
-    return opt_scalars_;
-  }
-  const CapturedOptimizer now{true, adam, beta1, beta2, v};
-  const CapturedOptimizer& was = captured_opt_;
-  if (was.present && (was.adam != adam || was.beta1 != beta1 || was.beta2 != beta2 || was.values.lr != v.lr ||
-                      was.values.step != v.step))
-    throw GpuError(GpuError::Kind::Invalid,
-                   "the optimizer calls of a captured step take different per-step values: one slot holds "
-                   "them (" + where() + ")");
-  captured_opt_ = now;
-  return opt_scalars_;
 }
 
 void GpuOps::sgd_step(float lr, float momentum, float weight_decay, float* momentum_buf,
                       bool first_step, bool nesterov, const uint8_t* decay_mask, ParamView range) {
-  const ParamView r = worker::optimizer_range(range, count_);
-  if (capturing_ && first_step)
+  const ParamView r = worker::optimizer_range(range, weights_.count());
+  if (capture_.capturing() && first_step)
     throw GpuError(GpuError::Kind::Invalid,
                    "SGD's first step (the momentum buffer starts from the gradient) cannot be captured for "
                    "replay: capture after an uncaptured step (" + where() + ")");
-  const OptScalars* sc = step_scalars({lr, 0}, false, 0.f, 0.f);
+  const OptScalars* sc = capture_.scalars({lr, 0}, false, 0.f, 0.f);
   join_side_work();
-  gpu::sgd_step(master_of(r), grads_ + r.offset, momentum_buf, decay_mask, r.count, sc, momentum,
-                weight_decay, first_step, nesterov, stream_);
+  gpu::sgd_step(weights_.master_of(r), grads_ + r.offset, momentum_buf, decay_mask, r.count, sc, momentum,
+                weight_decay, first_step, nesterov, dev_.stream);
 }
 
 void GpuOps::adam_step(float lr, float beta1, float beta2, float eps, float weight_decay,
                        int64_t step, float* m, float* v, const uint8_t* decay_mask, ParamView range) {
-  const ParamView r = worker::optimizer_range(range, count_);
-  const OptScalars* sc = step_scalars({lr, step}, true, beta1, beta2);
+  const ParamView r = worker::optimizer_range(range, weights_.count());
+  const OptScalars* sc = capture_.scalars({lr, step}, true, beta1, beta2);
   join_side_work();
-  gpu::adam_step(master_of(r), grads_ + r.offset, m, v, decay_mask, r.count, sc, beta1, beta2, eps,
-                 weight_decay, stream_);
+  gpu::adam_step(weights_.master_of(r), grads_ + r.offset, m, v, decay_mask, r.count, sc, beta1, beta2, eps,
+                 weight_decay, dev_.stream);
 }
 
 // --- Step capture (one CUDA graph per training step; the trainer decides when)
 
-bool GpuOps::still_tuning() const {
-  for (const auto& kv : plans_)
-    for (const auto& t : kv.second->tune)
-      if (t && !t->settled()) return true;
-  return false;
-}
+bool GpuOps::still_tuning() const { return convs_.still_tuning(); }
 
 void GpuOps::capture_step(const std::function<void()>& body) {
   if (timer_->on())
     throw GpuError(GpuError::Kind::Invalid, "capture_step while the per-operation profile runs (" + where() + ")");
   // Replays must not explore: the engine each convolution runs is fixed from here on.
-  settle_conv_engines();
+  convs_.settle();
   // Side-stream work from before the capture must not become part of it.
   join_side_work();
-  step_graph_.reset();
-  auto graph = std::make_unique<StepGraph>(stream_);
-  captured_opt_ = {};
-  capturing_ = true;
-  try {
-    graph->capture(body);  // (on one stream: conv_backward keeps off the side stream meanwhile)
-  } catch (...) {
-    capturing_ = false;
-    throw;
-  }
-  capturing_ = false;
-  step_graph_ = std::move(graph);
-  replay_step(captured_opt_.values);  // the capturing step itself
+  capture_.capture(body);  // (on one stream: conv_backward keeps off the side stream meanwhile)
+  replay_step(capture_.captured_values());  // the capturing step itself
 }
 
 void GpuOps::replay_step(const StepValues& v) {
-  if (!step_graph_ || !step_graph_->ready())
-    throw GpuError(GpuError::Kind::Invalid, "replay_step before capture_step (" + where() + ")");
   join_side_work();
-  const CapturedOptimizer& o = captured_opt_;
-  if (o.present) set_opt_scalars(opt_scalars_, scalars_of(v, o.adam, o.beta1, o.beta2), stream_);
-  step_graph_->launch();
+  capture_.replay(v);
 }
 
-CaptureInfo GpuOps::captured() const {
-  if (!step_graph_) return {};
-  return {step_graph_->kernel_nodes(), step_graph_->nodes()};
-}
+CaptureInfo GpuOps::captured() const { return capture_.info(); }
 
 }  // namespace gpu
 
@@ -1104,7 +507,7 @@ std::unique_ptr<Ops> make_gpu_ops(int device, DType precision) {
   // ResNet-50 from JPEGs ran at 0.84 of its random-data speed on an H200 (0.95 with 32). A
   // value the user set is kept.
   setenv("CUDA_DEVICE_MAX_CONNECTIONS", "32", 0);
-  return std::make_unique<gpu::GpuOps>(gpu::gpu_options_from_env(device, precision));
+  return std::make_unique<gpu::GpuOps>(gpu::gpu_options(process_knobs(), device, precision));
 }
 
 }  // namespace worker

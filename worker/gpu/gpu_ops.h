@@ -1,7 +1,16 @@
 // The GPU implementation of worker::Ops: one CUDA stream, cuDNN (convolutions) and cuBLAS (the
 // fully connected layer) bound to it, the backend's own kernels for everything else, and all
-// memory from one DevicePool. make_gpu_ops() (worker/core/backend.h) returns one of these;
-// the NCCL communicator reaches its stream and pool through this class.
+// memory from one DevicePool. make_gpu_ops() (worker/core/backend.h) returns one of these; the
+// NCCL communicator and the GPU JPEG loader reach its stream through this class.
+//
+// GpuOps dispatches layers; its parts own the rest:
+//   - Device (device.h): the GPU, its stream, the cuDNN and cuBLAS handles;
+//   - SideStream (side_stream.h): backward's weight gradients on a second stream, ordered by the
+//     memory ranges each task reads and writes;
+//   - Workspace (workspace.h): the cuDNN workspace both streams share, every piece of it;
+//   - ConvPlanner (conv_planner.h): a convolution plan per shape, its engines and their tuning;
+//   - MasterWeights (master_weights.h): the compute-dtype shadow, ZeRO-1's sharded fp32 masters;
+//   - CapturedStep (captured_step.h): the step as a CUDA graph, the optimizer's per-step values.
 #pragma once
 
 #include <cstddef>
@@ -10,54 +19,25 @@
 #include <map>
 #include <memory>
 #include <string>
-#include <tuple>
-#include <unordered_map>
+#include <utility>
 #include <vector>
 
-#include <cublas_v2.h>
 #include <cuda_runtime.h>
-#include <cudnn.h>
 
 #include "worker/core/ops.h"
+#include "worker/gpu/captured_step.h"
+#include "worker/gpu/conv_planner.h"
+#include "worker/gpu/device.h"
+#include "worker/gpu/gpu_options.h"
 #include "worker/gpu/kernels.h"
+#include "worker/gpu/master_weights.h"
 #include "worker/gpu/op_timer.h"
 #include "worker/gpu/pool.h"
+#include "worker/gpu/side_stream.h"
+#include "worker/gpu/workspace.h"
 
 namespace worker {
 namespace gpu {
-
-class SideStream;
-class StepGraph;
-
-// How convolution algorithms are chosen, once per shape: cuDNN's heuristics (the default: on
-// an H200, ResNet-50 bf16 batch 256 ran 6,320 images/s with them against 6,018 with the timed
-// search, and reached its first step in 2.4 s instead of 9.6 s) or a timed search
-// (cudnnFind*Ex, as torch.backends.cudnn.benchmark).
-enum class AlgoSearch : uint8_t { Find, Heuristic };
-
-struct GpuOptions {
-  int device = 0;
-  DType precision = DType::BF16;
-  bool allow_tf32 = false;           // fp32 only: TF32 tensor cores (off: exact fp32 products)
-  AlgoSearch search = AlgoSearch::Heuristic;
-  size_t workspace_limit = size_t(512) << 20;  // cap on one convolution's cuDNN workspace
-  size_t pool_chunk = size_t(1) << 30;       // DevicePool chunk size
-  bool space_to_depth = true;  // the stem convolution as a space-to-depth 4x4/1 (space_to_depth.cu)
-  // bf16/fp16: convolutions may run on cuDNN graph-API engines, each chosen by timing on the
-  // first calls (conv_engines.h); off: the legacy API's plans only.
-  bool graph_engines = true;
-  // Only cuDNN's deterministic algorithms (no split-K atomics): runs that compare bit for bit.
-  bool deterministic = false;
-  // Backward's weight gradients on a second stream (side_stream.h), beside the batch norms that
-  // follow their data gradients; off: everything on the one stream.
-  bool wgrad_stream = true;
-};
-
-// Reads WORKER_GPU_TF32=1, WORKER_CUDNN_SEARCH=find|heuristic, WORKER_CUDNN_WORKSPACE_MB,
-// WORKER_GPU_POOL_CHUNK_MB, WORKER_CONV_S2D=0|1, WORKER_CONV_ENGINES=auto|legacy,
-// WORKER_WGRAD_STREAM=0|1, WORKER_CUDNN_DETERMINISTIC=0|1 over the defaults. A bad value is an
-// error naming the variable.
-GpuOptions gpu_options_from_env(int device, DType precision);
 
 class GpuOps final : public Ops {
  public:
@@ -125,14 +105,14 @@ class GpuOps final : public Ops {
   CaptureInfo captured() const override;
 
   // For the NCCL communicator.
-  cudaStream_t stream() const { return stream_; }
+  cudaStream_t stream() const { return dev_.stream; }
   // Makes the stream wait for the work on the side stream (the weight gradients), before
   // something outside this class reads what the stream has computed (a collective).
   void join_side_work();
   int device_ordinal() const { return opt_.device; }
   // Seconds spent choosing convolution algorithms so far (start-up cost).
-  double algo_search_seconds() const { return search_seconds_; }
-  size_t workspace_bytes() const { return ws_bytes_; }
+  double algo_search_seconds() const { return convs_.search_seconds(); }
+  size_t workspace_bytes() const { return ws_.bytes(); }
   size_t reserved_bytes() const { return pool_.reserved(); }
   // Per-operation device time between the two calls (the benchmark's breakdown); not while a
   // CUDA graph is being captured.
@@ -140,35 +120,17 @@ class GpuOps final : public Ops {
   std::vector<OpTimer::Row> profile_stop() { return timer_->stop(); }
   // Ends the convolution engines' exploration (waits for its timings): due before capturing a
   // CUDA graph, whose replays must not explore.
-  void settle_conv_engines();
+  void settle_conv_engines() { convs_.settle(); }
   // One line per convolution shape and direction: which plan runs it and its measured time.
-  std::vector<std::string> conv_engine_report() const;
+  std::vector<std::string> conv_engine_report() const { return convs_.report(); }
 
  private:
-  struct ConvPlan;
   // What bn_backward needs to know about the forward that wrote y (keyed by y's address).
   struct BnForward {
     const void* x = nullptr;
     size_t gamma = 0;
     bool plain_relu = false;  // y = relu(bn(x)), no residual: the mask can be recomputed from x
   };
-  using ConvKey = std::tuple<int, int, int, int, int, int, int, int, int>;
-  ConvPlan& plan(const ConvDesc& d);
-  // The space-to-depth form's input (and, in the forward, filter) for this call.
-  ConvPlan& s2d_prepare(ConvPlan& p, const Act& x, ParamView w, bool forward);
-  // One convolution direction through its tuner (legacy plan or graph-API engine); x/w/y by
-  // role, the output's role null; out = beta * out + conv.
-  void run_fwd(ConvPlan& p, const void* x, const void* w, void* y);
-  void run_dgrad(ConvPlan& p, const void* dy, const void* w, void* dx, bool accumulate);
-  // side: on the side stream (its workspace; cudnn_ is bound to that stream meanwhile).
-  void run_wgrad(ConvPlan& p, const void* x, const void* dy, void* dw, bool accumulate, bool side);
-  void tuned(ConvPlan& p, int slot, float beta, const std::function<void()>& legacy,
-             const void* x, const void* w, const void* y, void* out, bool side = false);
-  void* workspace(size_t bytes);
-  void grow_workspace(size_t bytes);
-  // The side stream's share of the workspace (its end) and its own half-precision dW scratch.
-  void* side_workspace(size_t bytes);
-  void* side_scratch(size_t bytes);
   // The main stream is about to write [p, p + bytes) (or an activation): it first waits for
   // side-stream work that reads or writes it.
   void writes(const void* p, size_t bytes);
@@ -178,44 +140,23 @@ class GpuOps final : public Ops {
   void* scratch_half(size_t bytes);
   // The batch norms' zero-kept accumulators, large enough for c channels (kernels.h).
   BnSync bn_sync(int c);
-  const void* weight_ptr(ParamView w) const;  // compute-dtype view of the master weights
-  // The fp32 values of a parameter the layers read in fp32 (batch norm's, the FC bias): the
-  // master weights, or under sharded masters their whole fp32 copy.
-  const float* f32_param(ParamView v) const;
-  // The fp32 master weights an optimizer step over `range` updates.
-  float* master_of(ParamView range);
   void check_act(const Act& a, const char* what) const;
 
   GpuOptions opt_;
   DevicePool pool_;
-  cudaStream_t stream_ = nullptr;
-  cudnnHandle_t cudnn_ = nullptr;
-  cublasHandle_t cublas_ = nullptr;
-  std::string device_name_;
+  Device dev_;  // before every member that makes CUDA calls
+  int* flag_;    // grads_finite
+  std::unique_ptr<SideStream> side_;  // null when GpuOptions::wgrad_stream is off
+  Workspace ws_;
+  MasterWeights weights_;
+  ConvPlanner convs_;
+  CapturedStep capture_;
+  float* grads_ = nullptr;  // the model's fp32 gradients (bind_params)
 
-  float* params_ = nullptr;
-  float* grads_ = nullptr;
-  size_t count_ = 0;
-  void* shadow_ = nullptr;  // params_ in the compute dtype (bf16/fp16 only)
-  // ZeRO-1's sharded master weights (shard_master_weights; params_ is null then): the owned
-  // ranges' fp32 weights back to back, by range offset {index in master_, count}; the 1-D
-  // parameters' fp32 copies back to back, by parameter offset their index in vec_, and the runs
-  // that fill them from a whole buffer (device memory).
-  float* master_ = nullptr;
-  std::map<size_t, ParamView> master_at_;
-  float* vec_ = nullptr;
-  std::unordered_map<size_t, size_t> vec_at_;
-  CopyRun* vec_runs_ = nullptr;
-  int vec_run_count_ = 0;
-
-  std::map<ConvKey, std::unique_ptr<ConvPlan>> plans_;
-  void* ws_ = nullptr;
-  size_t ws_bytes_ = 0;
   float* f32_scratch_ = nullptr;
   size_t f32_scratch_count_ = 0;
   void* half_scratch_ = nullptr;
   size_t half_scratch_bytes_ = 0;
-  int* flag_ = nullptr;  // grads_finite
   std::map<const void*, BnForward> bn_forwards_;
   void* bn_sync_ = nullptr;
   int bn_sync_c_ = 0;
@@ -226,36 +167,8 @@ class GpuOps final : public Ops {
   const void* pool_arg_y_ = nullptr;
   PoolDesc pool_arg_d_{};
   std::unique_ptr<OpTimer> timer_;
-  std::unique_ptr<SideStream> side_;  // null when GpuOptions::wgrad_stream is off
-  char* side_ws_lo_ = nullptr;  // the workspace range the side task being enqueued uses
-  char* side_ws_hi_ = nullptr;
-  // While a side task is being enqueued: the workspace buffer of its fork and how much of it the
-  // main stream has taken since (the data gradient that may run beside the task).
-  bool forking_ = false;
-  void* main_ws_ = nullptr;
-  size_t main_ws_used_ = 0;
-  void* side_half_ = nullptr;
-  size_t side_half_bytes_ = 0;
-  // --- Step capture. The optimizer kernels read their StepValues from opt_scalars_ (device).
-  // What the captured step's optimizer is, so replay_step can turn StepValues into OptScalars.
-  struct CapturedOptimizer {
-    bool present = false;
-    bool adam = false;
-    float beta1 = 0.f, beta2 = 0.f;
-    StepValues values;  // the capturing step's own
-  };
-  // Uncaptured: writes v's scalars (stream-ordered before the optimizer kernel); capturing:
-  // notes them for replay_step, which writes them before each launch. Returns opt_scalars_.
-  const OptScalars* step_scalars(const StepValues& v, bool adam, float beta1, float beta2);
-  OptScalars* opt_scalars_ = nullptr;
-  std::unique_ptr<StepGraph> step_graph_;
-  bool capturing_ = false;
-  CapturedOptimizer captured_opt_;
   // Bytes carved for each purpose, outgrown carvings included (the pool never frees).
-  size_t mem_ws_ = 0, mem_scratch_ = 0, mem_shadow_ = 0, mem_cublas_ = 0, mem_s2d_ = 0, mem_side_ = 0;
-  size_t mem_master_ = 0, mem_vec_ = 0;  // sharded master weights, their 1-D fp32 copies
-  double search_seconds_ = 0;
-  int64_t host_waits_ = 0;  // times the host waited for the stream (conv engine tuning starts after one)
+  size_t mem_scratch_ = 0;
 };
 
 }  // namespace gpu

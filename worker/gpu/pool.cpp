@@ -44,5 +44,11 @@ void* DevicePool::alloc(size_t bytes) {
   return p;
 }
 
+void* alloc_zeroed(DevicePool& pool, size_t bytes, cudaStream_t s) {
+  void* p = pool.alloc(bytes);
+  CUDA_CHECK(cudaMemsetAsync(p, 0, bytes, s));
+  return p;
+}
+
 }  // namespace gpu
 }  // namespace worker

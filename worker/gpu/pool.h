@@ -7,6 +7,8 @@
 #include <cstddef>
 #include <vector>
 
+#include <cuda_runtime.h>
+
 namespace worker {
 namespace gpu {
 
@@ -31,6 +33,9 @@ class DevicePool {
   size_t chunk_bytes_;
   size_t used_ = 0, reserved_ = 0;
 };
+
+// pool.alloc(bytes), zeroed on `s` (stream-ordered: before anything enqueued after it reads it).
+void* alloc_zeroed(DevicePool& pool, size_t bytes, cudaStream_t s);
 
 }  // namespace gpu
 }  // namespace worker

@@ -3,7 +3,8 @@
 // so that a compute-bound wgrad kernel runs while the memory-bound batch-norm kernels after its
 // data gradient stream through HBM, instead of after them.
 //
-// Ordering is tracked by memory ranges, not left to the callers' knowledge of the model:
+// Ordering is tracked by memory ranges (their bookkeeping is PendingRanges, ranges.h), not left to
+// the callers' knowledge of the model:
 //   - begin() makes the side stream wait for everything enqueued on the main stream so far (the
 //     task's inputs are written by then);
 //   - end() records the task with the ranges it reads and writes;
@@ -17,20 +18,18 @@
 
 #include <cstddef>
 #include <deque>
-#include <initializer_list>
 #include <vector>
 
 #include <cuda_runtime.h>
+
+#include "worker/gpu/ranges.h"
 
 namespace worker {
 namespace gpu {
 
 class SideStream {
  public:
-  struct Range {
-    const void* p = nullptr;
-    size_t bytes = 0;
-  };
+  using Range = gpu::Range;
 
   // The side stream gets the device's lowest priority (a waiting main-stream block goes first).
   explicit SideStream(cudaStream_t main);
@@ -40,23 +39,20 @@ class SideStream {
 
   cudaStream_t stream() const { return side_; }
   void begin();
-  void end(std::initializer_list<Range> reads, std::initializer_list<Range> writes);
+  void end(std::vector<Range> reads, std::vector<Range> writes);
   void guard_write(const void* p, size_t bytes);
   void join();
-  size_t pending() const { return tasks_.size(); }
+  size_t pending() const { return ranges_.size(); }
 
  private:
-  struct Task {
-    cudaEvent_t done = nullptr;
-    std::vector<Range> reads, writes;
-  };
-  // The main stream waits for tasks_[k]; tasks [0, k] leave the list.
+  // The main stream waits for task k; tasks [0, k] leave the lists.
   void wait_through(size_t k);
 
   cudaStream_t main_;
   cudaStream_t side_ = nullptr;
   cudaEvent_t fork_ = nullptr;
-  std::deque<Task> tasks_;
+  PendingRanges ranges_;          // what each pending task reads and writes (ranges.h)
+  std::deque<cudaEvent_t> done_;  // each pending task's end, beside its ranges
   std::vector<cudaEvent_t> free_;  // events of finished tasks, for reuse
 };
 

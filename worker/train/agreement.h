@@ -23,7 +23,7 @@
 #include <string>
 #include <vector>
 
-#include "worker/core/comm.h"
+#include "worker/comm/comm.h"
 #include "worker/core/ops.h"
 #include "worker/train/options.h"
 

@@ -3,7 +3,7 @@
 #include <cstdio>
 #include <stdexcept>
 
-#include "worker/core/safetensors.h"
+#include "worker/model/safetensors.h"
 
 namespace worker {
 

@@ -7,7 +7,7 @@
 #include <optional>
 #include <string>
 
-#include "worker/core/model.h"
+#include "worker/model/model.h"
 
 namespace worker {
 

@@ -13,7 +13,7 @@
 #include <map>
 #include <stdexcept>
 
-#include "worker/core/safetensors.h"
+#include "worker/model/state_dict.h"
 #include "worker/train/architecture.h"
 #include "worker/train/optimizer.h"
 

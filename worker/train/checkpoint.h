@@ -17,7 +17,7 @@
 #include <string>
 #include <vector>
 
-#include "worker/core/model.h"
+#include "worker/model/model.h"
 #include "worker/train/options.h"
 
 namespace worker {

@@ -6,7 +6,7 @@
 #include <cstring>
 #include <stdexcept>
 
-#include "worker/core/safetensors.h"
+#include "worker/model/safetensors.h"
 #include "worker/data/open_image_source.h"
 #include "worker/train/checkpoint.h"
 
@@ -53,28 +53,17 @@ bool is_folder(const std::string& p) {
   return ::stat(p.c_str(), &st) == 0 && S_ISDIR(st.st_mode);
 }
 
-// --data DIR|LISTFILE (issue 11): the image pipeline's options from the command line's.
+// --data DIR|LISTFILE (issue 11): the command line's image set whole, with what the run and the
+// launcher's environment add.
 DataSourceOptions image_options(const TrainOptions& o, const DataEnv& env) {
   DataSourceOptions d;
-  d.local_ranks = env.local_ranks;
-  d.log_dir = env.log_dir;
-  d.data = o.data_path;
-  d.val_data = o.val_data;
-  d.loader = o.loader;
-  d.threads = o.data_threads;
-  d.prefetch = o.data_prefetch;
-  d.strict = o.strict_data;
-  d.max_image_bytes = o.max_image_bytes;
+  d.images = o.images;
+  d.image_size = o.image_size;
   d.batch = o.batch_size;
   d.seed = o.seed;
   d.num_classes = o.num_classes_given ? o.num_classes : 0;
-  d.tf.size = o.image_size;
-  d.tf.scale_min = o.crop_scale_min;
-  d.tf.scale_max = o.crop_scale_max;
-  d.tf.hflip = o.hflip;
-  d.tf.augment = o.augment;
-  d.tf.padding = o.crop_padding;
-  d.tf.dct_scaling = o.decode_scaling;
+  d.local_ranks = env.local_ranks;
+  d.log_dir = env.log_dir;
   return d;
 }
 
@@ -137,13 +126,13 @@ std::string missing_validation(const TrainOptions& opt) {
   if (opt.data != DataSourceKind::Images) return "--val-samples N adds a synthetic validation split";
   std::string folders;
   for (const char* f : kValFolders) folders += std::string(folders.empty() ? "" : ", ") + f + "/";
-  if (opt.val_data.empty() && is_folder(opt.data_path))
-    return opt.data_path + " has no " + folders + " folder; --val-data DIR names one";
+  if (opt.images.val_data.empty() && is_folder(opt.images.data))
+    return opt.images.data + " has no " + folders + " folder; --val-data DIR names one";
   return "a list-file --data has no val split without --val-data LIST|DIR";
 }
 
 std::string data_source_name(const TrainOptions& opt) {
-  return opt.data == DataSourceKind::Images ? "images:" + opt.data_path : to_string(opt.data);
+  return opt.data == DataSourceKind::Images ? "images:" + opt.images.data : to_string(opt.data);
 }
 
 }  // namespace worker

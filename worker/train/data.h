@@ -8,7 +8,7 @@
 #include <string>
 #include <vector>
 
-#include "worker/core/model.h"
+#include "worker/model/model.h"
 #include "worker/core/ops.h"
 #include "worker/data/batch_source.h"
 #include "worker/train/env.h"

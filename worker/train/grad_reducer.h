@@ -11,7 +11,7 @@
 #include <cstddef>
 #include <cstdint>
 
-#include "worker/core/comm.h"
+#include "worker/comm/comm.h"
 #include "worker/train/shard.h"
 
 namespace worker {

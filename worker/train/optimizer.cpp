@@ -104,4 +104,8 @@ size_t Optimizer::state_bytes() const {
   return optimizer_buffer_names(cfg_.kind).size() * kept_ * sizeof(float) + (decay_mask_ ? kept_ : 0);
 }
 
+size_t Optimizer::whole_state_bytes() const {
+  return optimizer_buffer_names(cfg_.kind).size() * count_ * sizeof(float) + (decay_mask_ ? count_ : 0);
+}
+
 }  // namespace worker

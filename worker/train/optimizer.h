@@ -12,7 +12,7 @@
 #include <string>
 #include <vector>
 
-#include "worker/core/model.h"
+#include "worker/model/model.h"
 #include "worker/core/ops.h"
 #include "worker/train/options.h"
 
@@ -58,6 +58,7 @@ class Optimizer {
   std::map<std::string, std::vector<float>> state() const;
   void set_state(const std::map<std::string, std::vector<float>>& buffers, int64_t steps_taken);
   size_t state_bytes() const;  // device memory of the state (and the decay mask)
+  size_t whole_state_bytes() const;  // the same for the whole buffer: what every rank keeps without ZeRO
 
  private:
   float* buffer(const std::string& name) const;

@@ -88,21 +88,24 @@ uint64_t parse_u64(const std::string& flag, const std::string& v) {
   return x;
 }
 
-// --- data (issue 11): the image pipeline's options
+// --- data (issue 11): the image pipeline's options (ImageSetOptions: read, then augmented)
 void describe_images(CLI::App& app, TrainOptions& o) {
-  app.add_option("--val-data", o.val_data, "list file of the val split (with a list-file --data)");
-  add_choice(app, "--loader", o.loader, kLoaders,
+  ImageSetOptions& im = o.images;
+  app.add_option("--val-data", im.val_data, "list file of the val split (with a list-file --data)");
+  add_choice(app, "--loader", im.loader, kLoaders,
              "auto, cpu or gpu: who decodes the images (auto: gpu on the GPU backend when built with nvJPEG)");
-  app.add_option("--data-threads", o.data_threads, "decode threads per rank (0: the node's cores / its ranks, PADDLE_LOCAL_SIZE or LOCAL_WORLD_SIZE)")
+  app.add_option("--data-threads", im.read.threads,
+                 "decode threads per rank (0: the node's cores / its ranks, PADDLE_LOCAL_SIZE or LOCAL_WORLD_SIZE)")
       ->capture_default_str();
-  app.add_option("--data-prefetch", o.data_prefetch, "micro-batches decoded ahead")->capture_default_str();
-  app.add_flag("--strict-data", o.strict_data, "an unreadable image stops the run (default: skipped with a warning, counted)");
+  app.add_option("--data-prefetch", im.read.prefetch, "micro-batches decoded ahead")->capture_default_str();
+  app.add_flag("--strict-data", im.read.strict,
+               "an unreadable image stops the run (default: skipped with a warning, counted)");
   app.add_option_function<std::string>(
-         "--max-image-bytes", [&o](const std::string& v) { o.max_image_bytes = parse_u64("--max-image-bytes", v); },
+         "--max-image-bytes", [&im](const std::string& v) { im.read.max_image_bytes = parse_u64("--max-image-bytes", v); },
          "an image file larger than this is unreadable, judged by its size before it is read")
       ->default_str(std::to_string(kDefaultMaxImageBytes));
   app.add_option("--crop-scale", "RandomResizedCrop's area range MIN,MAX (default 0.08,1)")
-      ->each([&o](const std::string& v) {
+      ->each([&im](const std::string& v) {
         const size_t comma = v.find(',');
         char* e1 = nullptr;
         char* e2 = nullptr;
@@ -111,29 +114,31 @@ void describe_images(CLI::App& app, TrainOptions& o) {
         if (comma == std::string::npos || a.empty() || b.empty() || *e1 || *e2) {
           throw CLI::ValidationError("--crop-scale", "expected MIN,MAX (e.g. 0.08,1), got '" + v + "'");
         }
-        o.crop_scale_min = lo;
-        o.crop_scale_max = hi;
+        im.tf.scale_min = lo;
+        im.tf.scale_max = hi;
       });
-  app.add_option("--hflip", o.hflip, "probability of a horizontal flip in training")->capture_default_str();
-  add_choice(app, "--augment", o.augment, kAugments,
+  app.add_option("--hflip", im.tf.hflip, "probability of a horizontal flip in training")->capture_default_str();
+  add_choice(app, "--augment", im.tf.augment, kAugments,
              "standard (RandomResizedCrop + flip), none (the evaluation transform) or pad-crop (RandomCrop(size, "
              "padding=--crop-padding) + flip at the images' own scale; evaluation: CenterCrop(size))");
-  add_choice(app, "--decode-scaling", o.decode_scaling, kOnOff,
+  add_choice(app, "--decode-scaling", im.tf.dct_scaling, kOnOff,
              "on or off: CPU back end, decode large crops at 1/2, 1/4, 1/8 size in the DCT domain");
 }
 
 void validate_images(const TrainOptions& o) {
-  require(o.data != DataSourceKind::Images || !o.data_path.empty(), "--data needs a folder or a list file");
-  require(o.data_threads >= 0 && o.data_threads <= 1024, "--data-threads must be between 0 and 1024");
-  require(o.data_prefetch >= 1 && o.data_prefetch <= 64, "--data-prefetch must be between 1 and 64");
-  require(std::isfinite(o.crop_scale_min) && std::isfinite(o.crop_scale_max) && o.crop_scale_min > 0 &&
-              o.crop_scale_min <= o.crop_scale_max && o.crop_scale_max <= 1,
+  const ReadOptions& read = o.images.read;
+  const TransformConfig& tf = o.images.tf;
+  require(o.data != DataSourceKind::Images || !o.images.data.empty(), "--data needs a folder or a list file");
+  require(read.threads >= 0 && read.threads <= 1024, "--data-threads must be between 0 and 1024");
+  require(read.prefetch >= 1 && read.prefetch <= 64, "--data-prefetch must be between 1 and 64");
+  require(std::isfinite(tf.scale_min) && std::isfinite(tf.scale_max) && tf.scale_min > 0 &&
+              tf.scale_min <= tf.scale_max && tf.scale_max <= 1,
           "--crop-scale MIN,MAX needs 0 < MIN <= MAX <= 1");
-  require(std::isfinite(o.hflip) && o.hflip >= 0 && o.hflip <= 1, "--hflip must be a probability in [0, 1]");
-  require(o.val_data.empty() || o.data == DataSourceKind::Images,
+  require(std::isfinite(tf.hflip) && tf.hflip >= 0 && tf.hflip <= 1, "--hflip must be a probability in [0, 1]");
+  require(o.images.val_data.empty() || o.data == DataSourceKind::Images,
           "--val-data needs image data (--data DIR or a list file); synthetic data takes --val-samples N");
-  require(o.max_image_bytes >= 1024, "--max-image-bytes must be at least 1024 (bytes), got " +
-                                         std::to_string(o.max_image_bytes));
+  require(read.max_image_bytes >= 1024,
+          "--max-image-bytes must be at least 1024 (bytes), got " + std::to_string(read.max_image_bytes));
 }
 
 // --- first contact and small images (issue 25)
@@ -141,7 +146,7 @@ void describe_small_images(CLI::App& app, TrainOptions& o) {
   add_choice(app, "--stem", o.stem, kStems,
              "imagenet (7x7/2 convolution + 3x3/2 max-pool, torchvision's) or cifar (3x3/1 convolution, no "
              "max-pool: small images keep their resolution)");
-  app.add_option("--crop-padding", o.crop_padding, "--augment pad-crop: pixels of black padding on each side")
+  app.add_option("--crop-padding", o.images.tf.padding, "--augment pad-crop: pixels of black padding on each side")
       ->capture_default_str();
   std::string help = "a named set of options that any option given here overrides: ";
   for (const Recipe& r : recipes()) help += std::string("\n  ") + r.name + ": " + r.what;
@@ -156,7 +161,7 @@ void describe_small_images(CLI::App& app, TrainOptions& o) {
 }
 
 void validate_small_images(const TrainOptions& o) {
-  require(o.crop_padding >= 0 && o.crop_padding <= 4096, "--crop-padding must be between 0 and 4096 pixels");
+  require(o.images.tf.padding >= 0 && o.images.tf.padding <= 4096, "--crop-padding must be between 0 and 4096 pixels");
 }
 
 // The recipe the command line names (its last --recipe), whose options go first.
@@ -241,12 +246,12 @@ CLI::App& describe(CLI::App& app, TrainOptions& o) {
          [&o](const std::string& v) {
            if (v == "random" || v == "learnable") {
              o.data = v == "random" ? DataSourceKind::Random : DataSourceKind::Learnable;
-             o.data_path.clear();
+             o.images.data.clear();
              return;
            }
            if (v.empty()) throw UsageError("--data must be random, learnable, an ImageFolder folder or a list file");
            o.data = DataSourceKind::Images;
-           o.data_path = v;
+           o.images.data = v;
          },
          "random (the guide's DummyDataset), learnable (class patterns + noise), an ImageFolder DIR "
          "(DIR/train/<class>/*) or a list file of `path label` lines")

@@ -11,9 +11,9 @@
 #include <string>
 #include <vector>
 
-#include "worker/core/model.h"
+#include "worker/model/model.h"
 #include "worker/core/ops.h"
-#include "worker/data/loader_kind.h"
+#include "worker/data/open_image_source.h"
 #include "worker/train/lr_schedule.h"
 
 namespace worker {
@@ -73,18 +73,11 @@ struct TrainOptions {
   // --- data (issue 4: synthetic; issue 11 adds images)
   DataSourceKind data = DataSourceKind::Random;
   int64_t num_samples = 1000;  // synthetic training samples
-  // Images (--data DIR|LISTFILE): the data set, its val split, and how it is decoded
-  std::string data_path;                 // an ImageFolder DIR or a list file
-  std::string val_data;                  // the val split's list file, for a list-file --data
-  Loader loader = Loader::Auto;          // which back end decodes
-  int data_threads = 0;                  // decode threads per rank; 0: the node's cores / its ranks
-  int data_prefetch = 3;                 // micro-batches decoded ahead
-  bool strict_data = false;              // an unreadable image is an error instead of skipped
-  uint64_t max_image_bytes = kDefaultMaxImageBytes;  // a larger image file is unreadable, judged by its size
-  double crop_scale_min = 0.08, crop_scale_max = 1.0;  // RandomResizedCrop's scale
-  double hflip = 0.5;                    // probability of a horizontal flip
-  Augment augment = Augment::Standard;   // none: the evaluation transform for training too
-  bool decode_scaling = true;            // CPU back end: DCT-domain downscaling of large crops
+  // Images (--data DIR|LISTFILE): the data set, its val split, which back end decodes, how it
+  // reads (--data-threads, --data-prefetch, --strict-data, --max-image-bytes) and augments
+  // (--crop-scale, --hflip, --augment, --crop-padding, --decode-scaling); the data layer takes it
+  // whole (worker/data/open_image_source.h).
+  ImageSetOptions images;
   bool num_classes_given = false;        // --num-classes was on the command line (else: the data's)
 
   // --- recipe (issue 12): defaults as torchvision's reference recipe where it has one
@@ -123,8 +116,7 @@ struct TrainOptions {
   CudaGraph cuda_graph = CudaGraph::Auto;  // auto: captured where the run allows (step_capture.h)
 
   // --- first contact and small images (issue 25)
-  Stem stem = Stem::ImageNet;          // cifar: 3x3/1 convolution, no max-pool (worker/core/model.h)
-  int crop_padding = 4;                // --augment pad-crop: RandomCrop's padding
+  Stem stem = Stem::ImageNet;          // cifar: 3x3/1 convolution, no max-pool (worker/model/model.h)
   std::string recipe = "guide";        // --recipe: its options go before the command line's (recipes.h)
   std::set<std::string> given;         // the options on the command line ("--depth"), the recipe's not
   bool given_or_recipe(const std::string& option) const;  // on the command line or in the recipe

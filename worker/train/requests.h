@@ -16,7 +16,7 @@
 #include <cstdint>
 #include <vector>
 
-#include "worker/core/comm.h"
+#include "worker/comm/comm.h"
 
 namespace worker {
 

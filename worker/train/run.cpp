@@ -11,17 +11,22 @@
 
 #include "proto/client.h"
 #include "proto/peer_lost.h"
+#include "worker/comm/ring_comm.h"
+#include "worker/comm/staged_comm.h"
 #include "worker/core/backend.h"
-#include "worker/core/model.h"
+#include "worker/core/knobs.h"
+#include "worker/model/model.h"
 #include "worker/data/data_error.h"
 #include "worker/train/checkpoint.h"
 #include "worker/train/env.h"
 #include "worker/train/options.h"
-#include "worker/train/ring_comm.h"
 #include "worker/train/settle.h"
-#include "worker/train/staged_comm.h"
 #include "worker/train/torchrun_store.h"
 #include "worker/train/trainer.h"
+
+#ifdef WORKER_HAVE_GPU
+#include "worker/comm/nccl_comm.h"
+#endif
 
 namespace worker {
 
@@ -199,6 +204,7 @@ int run_train(int argc, const char* const* argv) {
     opt = parse_options(argc, argv);
     if (!opt) return 0;  // --help
     env = read_worker_env(process_env());
+    process_knobs();  // a bad WORKER_* value is reported before any work
   } catch (const std::exception& e) {  // UsageError, EnvError
     std::cerr << "train_resnet: error: " << e.what() << std::endl;
     return 2;

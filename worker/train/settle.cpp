@@ -44,12 +44,12 @@ void take_architecture(TrainOptions& o, Settled& out) {
   take("--label-smoothing", o.label_smoothing, a->label_smoothing, "", false);
   // The evaluation transform of the training run's validation (pad-crop's is a centre crop at the
   // images' own scale); --augment given chooses its own.
-  if (!o.given.count("--augment")) o.augment = a->native_scale_eval ? Augment::PadCrop : Augment::Standard;
+  if (!o.given.count("--augment")) o.images.tf.augment = a->native_scale_eval ? Augment::PadCrop : Augment::Standard;
   o.given.insert({"--image-size", "--label-smoothing"});
   out.lines.push_back("Architecture from " + o.init + ": ResNet-" + std::to_string(o.depth) + ", width " +
                       std::to_string(o.width) + ", " + to_string(o.stem) + " stem, " + std::to_string(o.num_classes) +
                       " classes, " + std::to_string(o.image_size) + "x" + std::to_string(o.image_size) +
-                      ", " + (o.augment == Augment::PadCrop ? "CenterCrop" : "Resize + CenterCrop") +
+                      ", " + (o.images.tf.augment == Augment::PadCrop ? "CenterCrop" : "Resize + CenterCrop") +
                       "; loss with label smoothing " + fmt("%g", o.label_smoothing) +
                       (o.label_smoothing == a->label_smoothing ? " (the training run's)" : " (--label-smoothing)"));
 }
@@ -61,7 +61,7 @@ Settled settle_options(TrainOptions& o) {
   if (o.eval_only && !o.init.empty()) take_architecture(o, out);
   if (o.data != DataSourceKind::Images) return out;
   DataSourceOptions d;
-  d.data = o.data_path;
+  d.images.data = o.images.data;  // only where the images are: the sample reads as the defaults allow
   ImageSizeSample s;
   try {
     s = sample_image_sizes(d, kImageSizeSample);

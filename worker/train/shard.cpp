@@ -4,7 +4,7 @@
 #include <stdexcept>
 #include <string>
 
-#include "worker/core/comm.h"
+#include "worker/comm/comm.h"
 
 namespace worker {
 

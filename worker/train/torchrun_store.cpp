@@ -15,7 +15,7 @@
 #include <spdlog/sinks/stdout_color_sinks.h>
 #include <spdlog/spdlog.h>
 
-#include "launcher/store/store_server.h"
+#include "store/store_server.h"
 
 namespace worker {
 
@@ -85,13 +85,13 @@ TorchrunStore::TorchrunStore(const WorkerEnv& env, milliseconds connect_timeout)
   if (rank_ == 0) {
     // The store's messages go to stderr: stdout is the training log.
     spdlog::set_default_logger(spdlog::stderr_color_mt("train_resnet-store"));
-    launch::StoreServerConfig cfg;
+    store::StoreServerConfig cfg;
     cfg.host = ip;
     cfg.port = port;
     cfg.job_id = env.job_id;
     cfg.token = token;
     try {
-      server_ = launch::StoreServer::start(cfg);
+      server_ = store::StoreServer::start(cfg);
     } catch (const std::exception& e) {
       throw std::runtime_error("rank 0 cannot serve the job's store on " + std::string(kMasterAddr) + ":" +
                                kMasterPort + " = " + ip + ":" + std::to_string(port) + " (" + e.what() +

@@ -1,6 +1,8 @@
 // The data-parallel training loop, independent of the backend and of the communicator: a
-// training session whose named parts (resume, step, evaluate, log, save, report) run() strings
-// together.
+// training session whose named parts run() strings together, each in a file of its own:
+// trainer.cpp (set-up, the loop, stop), trainer_start.cpp (resume, the settings the ranks share,
+// announce), trainer_step.cpp (one optimizer step), trainer_log.cpp, trainer_evaluate.cpp,
+// trainer_save.cpp and trainer_report.cpp. ZeRO's partition and its rules: param_sharding.h.
 #pragma once
 
 #include <chrono>
@@ -13,8 +15,8 @@
 #include <string>
 #include <vector>
 
-#include "worker/core/comm.h"
-#include "worker/core/model.h"
+#include "worker/comm/comm.h"
+#include "worker/model/model.h"
 #include "worker/core/ops.h"
 #include "worker/data/batch_source.h"
 #include "worker/train/checkpoint.h"
@@ -28,7 +30,7 @@
 #include "worker/train/options.h"
 #include "worker/train/requests.h"
 #include "worker/train/sampler.h"
-#include "worker/train/shard.h"
+#include "worker/train/param_sharding.h"
 #include "worker/train/step_capture.h"
 #include "worker/train/tensorboard.h"
 
@@ -72,6 +74,7 @@ class TrainingSession {
 
  private:
   using Clock = std::chrono::steady_clock;
+  static double seconds_since(Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); }
 
   void resume();                             // --init, --resume or fresh; rank 0's state for all
   void check_same_run();                     // every rank's settings are rank 0's (agreement.h)
@@ -84,7 +87,6 @@ class TrainingSession {
   double run_time() const;                   // the metrics' `time`: seconds of this run (and those it resumes)
   StepStats step(bool want_loss);            // one optimizer step at the current position
   StepStats replayed_step(bool want_loss);   // the same as one captured graph (captured on its first call)
-  void update(float lr);                     // the optimizer step and the weights' working copies
   void count_step(const StepStats& s);       // step counters and the throughput window
   EvalCounts evaluate();                     // the whole validation split, summed over ranks
   void validate(int64_t epoch);              // evaluate, log, record, keep the best
@@ -98,18 +100,6 @@ class TrainingSession {
   void lead_writes(const std::function<void()>& write);  // rank 0 writes, the others wait (untimed)
   void report();                             // throughput, memory, final save, checksums, summary
   TrainResult eval_only();                   // --eval-only
-  bool grads_finite_everywhere();            // fp16: one verdict for every rank
-  // The optimizer state of the whole buffer for rank 0's checkpoint (others: empty); under ZeRO
-  // gathered from every rank's shard (collective).
-  std::map<std::string, std::vector<float>> whole_optimizer_state();
-  float* whole_weights();                // the whole fp32 weights: params(), or grads() when sharded
-  void take_whole_weights();             // the backend's copies of the weights from whole_weights()
-  void allgather_buckets(float* whole);  // every bucket all-gathered, waited for
-  void gather_master();                  // sharded master weights: the whole parameters into grads()
-  ModelState model_state();       // this rank's parameters and buffers (a collective under sharding)
-  ModelState lead_model_state();  // the same on rank 0, empty elsewhere (a collective under sharding)
-  size_t unsharded_optimizer_bytes() const;
-  size_t master_bytes() const;  // the fp32 weights this rank keeps
   TrainResult stop(int signal);              // save, say how to continue
   bool finished() const { return opt_.max_steps > 0 && state_.step >= opt_.max_steps; }
   void dump_first_batch(const std::vector<int64_t>& indices);
@@ -130,12 +120,8 @@ class TrainingSession {
   Sampler sampler_;
   int64_t steps_per_epoch_ = 0;
   int64_t global_batch_ = 0;
-  Model model_;
-  const bool zero_;          // --zero 1: this rank keeps and steps only its shard (issue 15)
-  // ZeRO-1 with a working copy of the weights (GPU bf16/fp16): the fp32 master weights too are
-  // kept for this rank's shard only; the model has no whole fp32 parameter buffer.
-  const bool shard_master_;
-  ShardLayout layout_;       // the gradient buckets and this rank's block of each
+  Model model_;              // whole fp32 parameters unless sharding_ keeps the master weights sharded
+  ParamSharding sharding_;   // ZeRO-1: what each rank keeps and steps, the buckets (param_sharding.h)
   Optimizer optimizer_;
   LossScaler scaler_;
   GradReducer reducer_;

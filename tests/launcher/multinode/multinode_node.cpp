@@ -16,7 +16,7 @@
 #include "launcher/multinode/monitor.h"
 #include "launcher/multinode/rendezvous.h"
 #include "launcher/multinode/token.h"
-#include "launcher/store/store_server.h"
+#include "store/store_server.h"
 
 namespace mn = launch::multinode;
 using std::chrono::milliseconds;
@@ -45,14 +45,14 @@ int run(const Args& a) {
   const char* env_token = std::getenv("LAUNCH_STORE_TOKEN");
   std::string token = mn::resolve_job_token(a.token_file, env_token ? std::optional<std::string>(env_token) : std::nullopt);
 
-  std::unique_ptr<launch::StoreServer> server;
+  std::unique_ptr<store::StoreServer> server;
   std::string master = a.master;
   if (!a.serve.empty()) {
-    launch::StoreServerConfig sc;
+    store::StoreServerConfig sc;
     sc.host = a.serve;
     sc.job_id = "netns";
     sc.token = token;
-    server = launch::StoreServer::start(sc);
+    server = store::StoreServer::start(sc);
     master = server->address();
     std::cout << "store " << master << std::endl;
   }

@@ -9,7 +9,7 @@
 #include <string>
 
 #include "launcher/multinode/layout.h"
-#include "launcher/store/store_server.h"
+#include "store/store_server.h"
 #include "proto/client.h"
 
 namespace mntest {
@@ -17,15 +17,15 @@ namespace mntest {
 inline const std::string kToken = "0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef";
 
 struct Store {
-  std::unique_ptr<launch::StoreServer> server;
+  std::unique_ptr<store::StoreServer> server;
   // `on_client`: as the launcher serving the store hooks its presence tracking in.
   explicit Store(std::function<void(const std::string&, bool)> on_client = {}) {
-    launch::StoreServerConfig cfg;
+    store::StoreServerConfig cfg;
     cfg.host = "127.0.0.1";
     cfg.job_id = "mn-test";
     cfg.token = kToken;
     cfg.on_client = std::move(on_client);
-    server = launch::StoreServer::start(cfg);
+    server = store::StoreServer::start(cfg);
   }
   proto::ClientOptions client(const std::string& token = kToken) const {
     proto::ClientOptions o;

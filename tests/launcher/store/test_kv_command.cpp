@@ -7,7 +7,7 @@
 #include <thread>
 
 #include "launcher/store/kv_command.h"
-#include "store_test_util.h"
+#include "tests/store/store_test_util.h"
 
 using namespace store_test;
 

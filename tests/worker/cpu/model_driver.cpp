@@ -16,8 +16,8 @@
 #include <string>
 
 #include "worker/core/backend.h"
-#include "worker/core/model.h"
-#include "worker/core/safetensors.h"
+#include "worker/model/model.h"
+#include "worker/model/safetensors.h"
 #include "tests/worker/reference_step.h"
 
 namespace {

@@ -6,7 +6,7 @@
 #include <numeric>
 
 #include "worker/core/backend.h"
-#include "worker/core/model.h"
+#include "worker/model/model.h"
 
 using namespace worker;
 

@@ -11,7 +11,7 @@
 #include <vector>
 
 #include "worker/core/backend.h"
-#include "worker/core/model.h"
+#include "worker/model/model.h"
 
 using namespace worker;
 

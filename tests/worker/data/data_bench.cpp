@@ -22,12 +22,12 @@ int main(int argc, char** argv) {
   }
   try {
     DataSourceOptions o;
-    o.data = argv[1];
-    o.loader = std::string(argv[2]) == "gpu" ? Loader::Gpu : Loader::Cpu;
+    o.images.data = argv[1];
+    o.images.loader = std::string(argv[2]) == "gpu" ? Loader::Gpu : Loader::Cpu;
     const bool gpu = std::string(argv[3]) == "gpu";
     o.batch = std::stoi(argv[4]);
-    o.threads = std::stoi(argv[5]);
-    o.tf.size = std::stoi(argv[6]);
+    o.images.read.threads = std::stoi(argv[5]);
+    o.image_size = std::stoi(argv[6]);
     const double seconds = std::stod(argv[7]);
     std::unique_ptr<Ops> ops;
 #ifdef WORKER_HAVE_GPU
@@ -39,7 +39,8 @@ int main(int argc, char** argv) {
     }
     auto src = open_image_source(o, Split::Train, *ops);
     const DType dt = ops->compute_dtype();
-    Act x{ops->alloc(size_t(o.batch) * o.tf.size * o.tf.size * 3 * dtype_size(dt)), dt, o.batch, o.tf.size, o.tf.size, 3};
+    const int px = o.image_size;
+    Act x{ops->alloc(size_t(o.batch) * px * px * 3 * dtype_size(dt)), dt, o.batch, px, px, 3};
     auto* labels = static_cast<int32_t*>(ops->alloc(sizeof(int32_t) * size_t(o.batch)));
     SamplerConfig sc;
     sc.num_samples = src->info().size;
@@ -74,7 +75,8 @@ int main(int argc, char** argv) {
     }
     std::sort(windows.begin(), windows.end());
     const double med = windows.empty() ? 0 : windows[windows.size() / 2];
-    std::cout << "{\"loader\": \"" << argv[2] << "\", \"device\": \"" << argv[3] << "\", \"threads\": " << o.threads
+    std::cout << "{\"loader\": \"" << argv[2] << "\", \"device\": \"" << argv[3] << "\", \"threads\": "
+              << o.images.read.threads
               << ", \"batch\": " << o.batch << ", \"images_per_s\": " << double(int64_t(med * 10 + 0.5)) / 10 << ", \"windows\": " << windows.size()
               << ", \"skipped\": " << src->skipped() << ", \"describe\": \"" << src->describe() << "\"}" << std::endl;
     return 0;

@@ -20,7 +20,7 @@
 #include <vector>
 
 #include "worker/core/backend.h"
-#include "worker/core/safetensors.h"
+#include "worker/model/safetensors.h"
 #include "worker/data/dataset_cache.h"
 #include "worker/data/decode.h"
 #include "worker/data/image_source.h"
@@ -172,10 +172,10 @@ int run(int argc, char** argv) {
   }
   if (a[0] == "batch" && a.size() == 9) {
     DataSourceOptions o;
-    o.data = a[1];
-    o.loader = Loader::Cpu;
-    o.tf.size = std::stoi(a[3]);
-    o.threads = std::stoi(a[4]);
+    o.images.data = a[1];
+    o.images.loader = Loader::Cpu;
+    o.image_size = std::stoi(a[3]);
+    o.images.read.threads = std::stoi(a[4]);
     o.seed = std::stoull(a[5]);
     BatchIndices idx;
     std::stringstream ss(a[8]);
@@ -183,12 +183,13 @@ int run(int argc, char** argv) {
     o.batch = int(idx.size());
     auto ops = make_cpu_ops(1);
     auto src = open_image_source(o, a[2] == "val" ? Split::Val : Split::Train, *ops);
-    std::vector<float> images(idx.size() * size_t(o.tf.size) * size_t(o.tf.size) * 3);
+    std::vector<float> images(idx.size() * size_t(o.image_size) * size_t(o.image_size) * 3);
     std::vector<int32_t> labels(idx.size());
-    Act x{images.data(), DType::F32, int(idx.size()), o.tf.size, o.tf.size, 3};
+    Act x{images.data(), DType::F32, int(idx.size()), o.image_size, o.image_size, 3};
     src->start(std::stoll(a[6]), {idx});
     const int n = src->next(x, labels.data(), nullptr);
-    write_safetensors(a[7], {tensor("images", "F32", {n, o.tf.size, o.tf.size, 3}, images.data(), images.size() * 4),
+    const int px = o.image_size;
+    write_safetensors(a[7], {tensor("images", "F32", {n, px, px, 3}, images.data(), images.size() * 4),
                              tensor("labels", "I32", {n}, labels.data(), labels.size() * 4)},
                       {{"skipped", std::to_string(src->skipped())}});
     return 0;

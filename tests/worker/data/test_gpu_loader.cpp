@@ -220,18 +220,18 @@ void compare(const std::string& root, Split split, DType dtype, Loader gpu_loade
              const Spread* spread = nullptr, Augment augment = Augment::Standard) {
   const int size = 56, batch = 16, batches = 4;
   DataSourceOptions o;
-  o.data = root;
+  o.images.data = root;
   o.batch = batch;
-  o.threads = 4;
+  o.images.read.threads = 4;
   o.seed = 17;
-  o.tf.size = size;
-  o.tf.dct_scaling = false;  // the GPU back end decodes at full size
-  o.tf.augment = augment;
+  o.image_size = size;
+  o.images.tf.dct_scaling = false;  // the GPU back end decodes at full size
+  o.images.tf.augment = augment;
   auto cpu_ops = make_cpu_ops(2);
   auto gpu_ops = make_gpu_ops(0, dtype);
-  o.loader = Loader::Cpu;
+  o.images.loader = Loader::Cpu;
   auto cpu = open_image_source(o, split, *cpu_ops);
-  o.loader = gpu_loader;
+  o.images.loader = gpu_loader;
   auto gpu = open_image_source(o, split, *gpu_ops);
   std::cout << what << ": " << gpu->describe() << std::endl;
   const int64_t n = cpu->info().size;

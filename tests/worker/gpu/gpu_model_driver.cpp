@@ -28,8 +28,8 @@
 #include <nvtx3/nvToolsExt.h>
 
 #include "worker/core/backend.h"
-#include "worker/core/model.h"
-#include "worker/core/safetensors.h"
+#include "worker/model/model.h"
+#include "worker/model/safetensors.h"
 #include "worker/gpu/gpu_ops.h"
 #include "tests/worker/reference_step.h"
 

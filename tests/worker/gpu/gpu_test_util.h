@@ -15,7 +15,7 @@
 #include <vector>
 
 #include "worker/core/backend.h"
-#include "worker/core/model.h"
+#include "worker/model/model.h"
 #include "worker/core/ops.h"
 
 namespace gputest {

@@ -6,10 +6,11 @@
 // sums to bf16, in another order).
 #include <catch2/catch.hpp>
 
-#include <cstdlib>
+#include <memory>
 #include <string>
 
 #include "tests/worker/gpu/gpu_test_util.h"
+#include "worker/core/knobs.h"
 #include "worker/gpu/conv_engines.h"
 #include "worker/gpu/gpu_ops.h"
 
@@ -31,11 +32,11 @@ const Shape kShapes[] = {
     {14, 1024, 512, 1, 1},  {14, 512, 512, 3, 2},   {7, 512, 2048, 1, 1},   {14, 1024, 2048, 1, 2},
     {7, 2048, 512, 1, 1},   {7, 512, 512, 3, 1},    {224, 3, 64, 7, 2}};
 
-std::unique_ptr<Ops> gpu_ops_with(const char* engines) {
-  setenv("WORKER_CONV_ENGINES", engines, 1);
-  auto ops = make_gpu_ops(0, DType::BF16);
-  unsetenv("WORKER_CONV_ENGINES");
-  return ops;
+// graph_engines off: WORKER_CONV_ENGINES=legacy.
+std::unique_ptr<Ops> gpu_ops_with(bool graph_engines) {
+  worker::gpu::GpuOptions o = worker::gpu::gpu_options(worker::process_knobs(), 0, DType::BF16);
+  o.graph_engines = graph_engines;
+  return std::make_unique<worker::gpu::GpuOps>(o);
 }
 
 }  // namespace
@@ -63,7 +64,7 @@ TEST_CASE("graph-API convolution engines match the legacy plans on every ResNet-
     const ParamView w{0, wn};
     std::vector<float> ref[4];  // y, dx, dx accumulated, dw
     {
-      Side sd(gpu_ops_with("legacy"), params, zeros);
+      Side sd(gpu_ops_with(false), params, zeros);
       Act x = sd.act(n, s.hw, s.hw, s.cin, xv), y = sd.act(n, d.ho, d.wo, s.cout);
       Act dy = sd.act(n, d.ho, d.wo, s.cout, dyv), dx = sd.act(n, s.hw, s.hw, s.cin, dx0);
       sd.ops->conv_forward(d, x, w, y);
@@ -76,7 +77,7 @@ TEST_CASE("graph-API convolution engines match the legacy plans on every ResNet-
       sd.ops->conv_backward(d, x, w, dy, &dx, true, w);
       ref[2] = sd.get(dx);
     }
-    Side sd(gpu_ops_with("auto"), params, zeros);
+    Side sd(gpu_ops_with(true), params, zeros);
     Act x = sd.act(n, s.hw, s.hw, s.cin, xv), y = sd.act(n, d.ho, d.wo, s.cout);
     Act dy = sd.act(n, d.ho, d.wo, s.cout, dyv), dx = sd.act(n, s.hw, s.hw, s.cin, dx0);
     for (int c = 0; c < calls; ++c) {

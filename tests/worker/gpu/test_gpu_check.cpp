@@ -1,12 +1,13 @@
 // Host-side parts of the GPU backend that need no GPU (they run in CI): the error messages of
-// the check macros and the validation of the backend's environment variables.
+// the check macros and the backend's options from the knobs.
 #include <catch2/catch.hpp>
 
 #include <cstdlib>
 #include <string>
 
+#include "worker/core/knobs.h"
 #include "worker/gpu/check.h"
-#include "worker/gpu/gpu_ops.h"
+#include "worker/gpu/gpu_options.h"
 
 using worker::gpu::GpuError;
 
@@ -54,29 +55,37 @@ TEST_CASE("out of memory says how much was asked for and what to do", "[gpu_host
   CHECK_THAT(m, Catch::Contains("out of memory") && Catch::Contains("--batch-size"));
 }
 
-TEST_CASE("the backend's environment variables are validated", "[gpu_host]") {
-  unsetenv("WORKER_CUDNN_SEARCH");
-  unsetenv("WORKER_CUDNN_WORKSPACE_MB");
-  unsetenv("WORKER_GPU_TF32");
-  auto o = worker::gpu::gpu_options_from_env(1, worker::DType::F32);
+TEST_CASE("the backend's options come from the knobs", "[gpu_host]") {
+  const worker::gpu::GpuOptions d;  // the defaults: the knobs' defaults
+  auto o = worker::gpu::gpu_options(worker::Knobs{}, 1, worker::DType::F32);
   CHECK(o.device == 1);
-  CHECK(o.search == worker::gpu::AlgoSearch::Heuristic);
+  CHECK(o.precision == worker::DType::F32);
+  CHECK(o.search == worker::AlgoSearch::Heuristic);
+  CHECK(o.search == d.search);
   CHECK_FALSE(o.allow_tf32);
-  setenv("WORKER_CUDNN_SEARCH", "find", 1);
-  setenv("WORKER_CUDNN_WORKSPACE_MB", "64", 1);
-  setenv("WORKER_GPU_TF32", "1", 1);
-  o = worker::gpu::gpu_options_from_env(0, worker::DType::F32);
-  CHECK(o.search == worker::gpu::AlgoSearch::Find);
-  CHECK(o.workspace_limit == size_t(64) << 20);
+  CHECK(o.workspace_limit == size_t(512) << 20);
+  CHECK(o.workspace_limit == d.workspace_limit);
+  CHECK(o.pool_chunk == d.pool_chunk);
+  CHECK(o.space_to_depth == d.space_to_depth);
+  CHECK(o.graph_engines == d.graph_engines);
+  CHECK(o.deterministic == d.deterministic);
+  CHECK(o.wgrad_stream == d.wgrad_stream);
+  const worker::Knobs k = worker::read_knobs({{"WORKER_GPU_TF32", "1"},
+                                              {"WORKER_CUDNN_SEARCH", "find"},
+                                              {"WORKER_CUDNN_WORKSPACE_MB", "64"},
+                                              {"WORKER_GPU_POOL_CHUNK_MB", "128"},
+                                              {"WORKER_CONV_S2D", "0"},
+                                              {"WORKER_CONV_ENGINES", "legacy"},
+                                              {"WORKER_WGRAD_STREAM", "0"},
+                                              {"WORKER_CUDNN_DETERMINISTIC", "1"}});
+  o = worker::gpu::gpu_options(k, 0, worker::DType::BF16);
+  CHECK(o.precision == worker::DType::BF16);
   CHECK(o.allow_tf32);
-  setenv("WORKER_CUDNN_SEARCH", "fastest", 1);
-  CHECK_THROWS_WITH(worker::gpu::gpu_options_from_env(0, worker::DType::BF16),
-                    Catch::Contains("WORKER_CUDNN_SEARCH='fastest'") && Catch::Contains("find, heuristic"));
-  setenv("WORKER_CUDNN_SEARCH", "find", 1);
-  setenv("WORKER_CUDNN_WORKSPACE_MB", "12abc", 1);
-  CHECK_THROWS_WITH(worker::gpu::gpu_options_from_env(0, worker::DType::BF16),
-                    Catch::Contains("WORKER_CUDNN_WORKSPACE_MB='12abc'"));
-  unsetenv("WORKER_CUDNN_SEARCH");
-  unsetenv("WORKER_CUDNN_WORKSPACE_MB");
-  unsetenv("WORKER_GPU_TF32");
+  CHECK(o.search == worker::AlgoSearch::Find);
+  CHECK(o.workspace_limit == size_t(64) << 20);
+  CHECK(o.pool_chunk == size_t(128) << 20);
+  CHECK_FALSE(o.space_to_depth);
+  CHECK_FALSE(o.graph_engines);
+  CHECK(o.deterministic);
+  CHECK_FALSE(o.wgrad_stream);
 }

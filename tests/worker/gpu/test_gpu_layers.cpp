@@ -8,6 +8,8 @@
 #include <cstdlib>
 
 #include "tests/worker/gpu/gpu_test_util.h"
+#include "worker/core/knobs.h"
+#include "worker/gpu/gpu_ops.h"
 
 using namespace gputest;
 
@@ -406,9 +408,9 @@ TEST_CASE("the space-to-depth stem convolution equals the plain one", "[gpu]") {
     const auto dyv = rounded(randn(size_t(n) * 112 * 112 * cout, 43), t);
     std::vector<float> y[2], g[2];
     for (int k = 0; k < 2; ++k) {
-      setenv("WORKER_CONV_S2D", k == 0 ? "1" : "0", 1);
-      Side sd(make_gpu_ops(0, t), params, std::vector<float>(wn));
-      unsetenv("WORKER_CONV_S2D");
+      worker::gpu::GpuOptions o = worker::gpu::gpu_options(worker::process_knobs(), 0, t);
+      o.space_to_depth = k == 0;
+      Side sd(std::make_unique<worker::gpu::GpuOps>(o), params, std::vector<float>(wn));
       const ParamView w{0, wn};
       sd.ops->register_conv(d, w);
       Act x = sd.act(n, hw, hw, cin, xv), ya = sd.act(n, 112, 112, cout);

@@ -11,7 +11,7 @@
 #include <cstring>
 
 #include "tests/worker/gpu/gpu_test_util.h"
-#include "worker/core/model.h"
+#include "worker/model/model.h"
 
 using namespace gputest;
 

@@ -1,4 +1,4 @@
-// The whole model (worker/core/model) on the GPU backend against the CPU backend: a small
+// The whole model (worker/model/) on the GPU backend against the CPU backend: a small
 // ResNet-18 and a small ResNet-50 (width 16, 64x64 images, batch 8), same initialisation, same
 // batch: loss, every gradient and the running statistics.
 //
@@ -14,7 +14,7 @@
 #include <cmath>
 
 #include "tests/worker/gpu/gpu_test_util.h"
-#include "worker/core/model.h"
+#include "worker/model/model.h"
 
 using namespace gputest;
 

@@ -1,6 +1,7 @@
 // The side stream of backward's weight gradients (worker/gpu/side_stream.h): its ordering rules
 // on raw buffers, with the side stream held busy so that a missing wait would let the main
-// stream's write land first and be overwritten; then the whole model, whose in-place gradients
+// stream's write land first and be overwritten; the shared cuDNN workspace's (workspace.h) the
+// same way, the main stream held busy; then the whole model, whose in-place gradients
 // and recomputation arena reuse memory the weight gradients still read, bit for bit against
 // the one-stream run (cuDNN's deterministic algorithms, legacy plans: the same kernels).
 #include <catch2/catch.hpp>
@@ -11,11 +12,13 @@
 #include <cuda_runtime.h>
 
 #include "tests/worker/gpu/gpu_test_util.h"
-#include "worker/core/model.h"
+#include "worker/model/model.h"
 #include "worker/gpu/check.h"
 #include "worker/gpu/gpu_ops.h"
 #include "worker/gpu/kernels.h"
+#include "worker/gpu/pool.h"
 #include "worker/gpu/side_stream.h"
+#include "worker/gpu/workspace.h"
 
 using namespace gputest;
 using worker::gpu::SideStream;
@@ -104,6 +107,71 @@ TEST_CASE("side stream: the main stream waits where a pending task reads or writ
     CHECK(cudaStreamQuery(side.stream()) == cudaSuccess);
     CHECK(buf.first(buf.a) == 7);
     CHECK(buf.first(buf.b) == 9);
+  }
+}
+
+namespace {
+
+// Every byte of [p, p + n) on the device equals v.
+bool all_bytes(const char* p, size_t n, unsigned char v) {
+  std::vector<unsigned char> h(n);
+  CUDA_CHECK(cudaMemcpy(h.data(), p, n, cudaMemcpyDeviceToHost));
+  for (unsigned char b : h)
+    if (b != v) return false;
+  return true;
+}
+
+}  // namespace
+
+TEST_CASE("workspace: the two streams' pieces of the shared buffer are kept apart in time", "[gpu]") {
+  // The main stream is held busy before it writes its piece, so that a side task that should
+  // wait for it but does not writes first and is overwritten (the race of 259d62f).
+  Buffers buf;
+  worker::gpu::DevicePool pool(size_t(1) << 20);
+  SideStream side(buf.main);
+  worker::gpu::Workspace ws(pool, &side);
+  ws.note_plan(4096, 0);
+
+  SECTION("a side piece inside the data gradient's waits for it") {
+    ws.begin_side_task();
+    char* m = static_cast<char*>(ws.main(3000));  // [0, 3000), written late
+    worker::gpu::busy_wait(kBusyUs, buf.main);
+    CUDA_CHECK(cudaMemsetAsync(m, 1, 3000, buf.main));
+    char* s = static_cast<char*>(ws.side(2000));  // [2048, 4096): overlaps
+    CHECK(s == m + 2048);
+    CUDA_CHECK(cudaMemsetAsync(s, 2, 2048, side.stream()));
+    ws.end_side_task({}, {});
+    side.join();
+    CUDA_CHECK(cudaStreamSynchronize(buf.main));
+    CHECK(all_bytes(s, 2048, 2));  // the side task wrote after the main stream
+    CHECK(all_bytes(m, 2048, 1));
+  }
+  SECTION("a side piece beside the data gradient's does not wait") {
+    ws.begin_side_task();
+    char* m = static_cast<char*>(ws.main(1000));
+    worker::gpu::busy_wait(kBusyUs, buf.main);
+    CUDA_CHECK(cudaMemsetAsync(m, 1, 1000, buf.main));
+    char* s = static_cast<char*>(ws.side(2000));  // [2048, 4096)
+    CUDA_CHECK(cudaMemsetAsync(s, 2, 2048, side.stream()));
+    ws.end_side_task({}, {});
+    CUDA_CHECK(cudaStreamSynchronize(side.stream()));
+    CHECK(cudaStreamQuery(buf.main) == cudaErrorNotReady);  // the side task did not wait
+    side.join();
+    CUDA_CHECK(cudaStreamSynchronize(buf.main));
+    CHECK(all_bytes(s, 2048, 2));
+  }
+  SECTION("the next main-stream piece over a pending task's waits for the task") {
+    ws.begin_side_task();
+    char* s = static_cast<char*>(ws.side(2000));
+    worker::gpu::busy_wait(kBusyUs, side.stream());
+    CUDA_CHECK(cudaMemsetAsync(s, 2, 2048, side.stream()));
+    ws.end_side_task({}, {});
+    char* m = static_cast<char*>(ws.main(4096));  // the whole buffer, the side task's piece too
+    CUDA_CHECK(cudaMemsetAsync(m, 1, 4096, buf.main));
+    CUDA_CHECK(cudaStreamSynchronize(buf.main));
+    CHECK(cudaStreamQuery(side.stream()) == cudaSuccess);
+    CHECK(all_bytes(m, 4096, 1));  // the main stream wrote last
+    CHECK(side.pending() == 0);
   }
 }
 

@@ -23,8 +23,8 @@
 #include <vector>
 
 #include "tests/temp_dir.h"
-#include "worker/core/comm.h"
-#include "worker/core/safetensors.h"
+#include "worker/comm/comm.h"
+#include "worker/model/safetensors.h"
 #include "worker/gpu/gpu_ops.h"
 #include "worker/train/checkpoint.h"
 #include "worker/train/trainer.h"

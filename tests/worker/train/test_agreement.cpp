@@ -31,10 +31,10 @@ TEST_CASE("shared settings: what changes the run counts, where and how a rank ru
       {"--zero", [](TrainOptions& o) { o.zero = 1; }},
       {"--save (set)", [](TrainOptions& o) { o.save = "a.safetensors"; }},
       {"--lr-steps", [](TrainOptions& o) { o.lr_steps = {30, 60}; }},
-      {"--max-image-bytes", [](TrainOptions& o) { o.max_image_bytes = 4096; }},
-      {"--hflip", [](TrainOptions& o) { o.hflip = 0; }},
+      {"--max-image-bytes", [](TrainOptions& o) { o.images.read.max_image_bytes = 4096; }},
+      {"--hflip", [](TrainOptions& o) { o.images.tf.hflip = 0; }},
       {"--stem", [](TrainOptions& o) { o.stem = Stem::Cifar; }},
-      {"--crop-padding", [](TrainOptions& o) { o.crop_padding = 2; }},
+      {"--crop-padding", [](TrainOptions& o) { o.images.tf.padding = 2; }},
   };
   for (const auto& [name, edit] : counted) {
     TrainOptions o = base;
@@ -46,13 +46,13 @@ TEST_CASE("shared settings: what changes the run counts, where and how a rank ru
   const std::vector<std::pair<const char*, std::function<void(TrainOptions&)>>> per_rank = {
       {"--device", [](TrainOptions& o) { o.device = DeviceChoice::Cpu; }},
       {"--threads", [](TrainOptions& o) { o.threads = 3; }},
-      {"--data-threads", [](TrainOptions& o) { o.data_threads = 3; }},
+      {"--data-threads", [](TrainOptions& o) { o.images.read.threads = 3; }},
       {"--metrics-file", [](TrainOptions& o) { o.metrics_file = "/tmp/m.jsonl"; }},
       {"--tensorboard", [](TrainOptions& o) { o.tensorboard = "/tmp/tb"; }},
       {"--comm-timeout", [](TrainOptions& o) { o.comm_timeout_s = 5; }},
       {"--recompute", [](TrainOptions& o) { o.recompute = Recompute::Block; }},
       {"--cuda-graph", [](TrainOptions& o) { o.cuda_graph = CudaGraph::Off; }},
-      {"--strict-data", [](TrainOptions& o) { o.strict_data = true; }},
+      {"--strict-data", [](TrainOptions& o) { o.images.read.strict = true; }},
   };
   for (const auto& [name, edit] : per_rank) {
     TrainOptions o = base;

@@ -116,8 +116,8 @@ TEST_CASE("data_env: the node's ranks divide its cores, the log folder holds the
   auto ops = make_cpu_ops(1);
   TrainOptions o;
   o.data = DataSourceKind::Images;
-  o.data_path = d.path;
-  o.loader = Loader::Cpu;
+  o.images.data = d.path;
+  o.images.loader = Loader::Cpu;
   o.image_size = 8;
   o.batch_size = 1;
   auto threads_for = [&](int local_ranks) {
@@ -130,7 +130,7 @@ TEST_CASE("data_env: the node's ranks divide its cores, the log folder holds the
   CHECK(threads_for(1) == cores());
   CHECK(threads_for(2) == std::max(1, cores() / 2));
   CHECK(threads_for(100000) == 1);
-  o.data_threads = 3;  // --data-threads wins
+  o.images.read.threads = 3;  // --data-threads wins
   CHECK(threads_for(100000) == 3);
 
   // The index goes to the cache folder, nothing into the data's (issue 25), then to the log folder

@@ -181,8 +181,8 @@ TEST_CASE("--comm-timeout: 300 s by default, any positive number of seconds", "[
 }
 
 TEST_CASE("--max-image-bytes: 256 MiB by default, at least 1024 bytes", "[train][options]") {
-  CHECK(parse_options(std::vector<std::string>{})->max_image_bytes == 268435456u);
-  CHECK(parse_options(std::vector<std::string>{"--max-image-bytes", "5000000"})->max_image_bytes == 5000000u);
+  CHECK(parse_options(std::vector<std::string>{})->images.read.max_image_bytes == 268435456u);
+  CHECK(parse_options(std::vector<std::string>{"--max-image-bytes", "5000000"})->images.read.max_image_bytes == 5000000u);
   CHECK_THAT(usage_error({"--max-image-bytes", "100"}), Catch::Contains("--max-image-bytes must be at least 1024"));
   CHECK_THAT(usage_error({"--max-image-bytes", "-1"}), Catch::Contains("--max-image-bytes"));
 }
@@ -193,15 +193,15 @@ TEST_CASE("--max-image-bytes: 256 MiB by default, at least 1024 bytes", "[train]
 TEST_CASE("--loader, --augment, --decode-scaling: names in, enums out, readable help and errors", "[train][options]") {
   const auto d = parse_options(std::vector<std::string>{});
   REQUIRE(d);
-  CHECK(d->loader == worker::Loader::Auto);
-  CHECK(d->augment == worker::Augment::Standard);
-  CHECK(d->decode_scaling);
+  CHECK(d->images.loader == worker::Loader::Auto);
+  CHECK(d->images.tf.augment == worker::Augment::Standard);
+  CHECK(d->images.tf.dct_scaling);
   const auto o = parse_options(std::vector<std::string>{"--loader", "gpu", "--augment", "none", "--decode-scaling", "off"});
   REQUIRE(o);
-  CHECK(o->loader == worker::Loader::Gpu);
-  CHECK(o->augment == worker::Augment::None);
-  CHECK_FALSE(o->decode_scaling);
-  CHECK(parse_options(std::vector<std::string>{"--loader", "cpu"})->loader == worker::Loader::Cpu);
+  CHECK(o->images.loader == worker::Loader::Gpu);
+  CHECK(o->images.tf.augment == worker::Augment::None);
+  CHECK_FALSE(o->images.tf.dct_scaling);
+  CHECK(parse_options(std::vector<std::string>{"--loader", "cpu"})->images.loader == worker::Loader::Cpu);
 
   CHECK(usage_error({"--loader", "foo"}) == "--loader must be auto, cpu or gpu, got 'foo'");
   CHECK(usage_error({"--augment", "heavy"}) == "--augment must be standard, none or pad-crop, got 'heavy'");
@@ -251,8 +251,8 @@ TEST_CASE("--recipe: a named set of options that the command line overrides", "[
   CHECK(small->width == 32);
   CHECK(small->stem == worker::Stem::Cifar);
   CHECK(small->image_size == 32);
-  CHECK(small->augment == worker::Augment::PadCrop);
-  CHECK(small->crop_padding == 4);
+  CHECK(small->images.tf.augment == worker::Augment::PadCrop);
+  CHECK(small->images.tf.padding == 4);
   CHECK(small->optimizer == worker::OptimizerKind::Sgd);
   CHECK(small->nesterov);
   CHECK(small->no_wd_on_bn_bias);
@@ -292,10 +292,10 @@ TEST_CASE("--stem and --augment pad-crop (issue 25)", "[train][options]") {
   const auto o = parse_options({"--stem", "cifar", "--augment", "pad-crop", "--crop-padding", "2"});
   REQUIRE(o);
   CHECK(o->stem == worker::Stem::Cifar);
-  CHECK(o->augment == worker::Augment::PadCrop);
-  CHECK(o->crop_padding == 2);
+  CHECK(o->images.tf.augment == worker::Augment::PadCrop);
+  CHECK(o->images.tf.padding == 2);
   CHECK(std::string(worker::to_string(o->stem)) == "cifar");
-  CHECK(std::string(worker::to_string(o->augment)) == "pad-crop");
+  CHECK(std::string(worker::to_string(o->images.tf.augment)) == "pad-crop");
   CHECK(usage_error({"--stem", "tiny"}) == "--stem must be imagenet or cifar, got 'tiny'");
   CHECK(usage_error({"--augment", "crop"}) == "--augment must be standard, none or pad-crop, got 'crop'");
   CHECK(usage_error({"--crop-padding", "-1"}) == "--crop-padding must be between 0 and 4096 pixels");

@@ -110,6 +110,10 @@ def case_errors(a, tmp):
     usage(SMALL + ["--num-samples", "4"], "--num-samples 4")
     usage(SMALL, "PADDLE_TRAINER_ID=3", env={"PADDLE_TRAINER_ID": "3", "PADDLE_TRAINERS_NUM": "2"})
     usage(SMALL, "LAUNCH_STORE_ADDR", env={"PADDLE_TRAINER_ID": "0", "PADDLE_TRAINERS_NUM": "2"})
+    # A knob (worker/core/knobs.h) is read at start-up, on the CPU backend too: a bad value is
+    # named before any work.
+    usage(SMALL, "WORKER_MEM_REPORT='yes' is not 0 or 1", env={"WORKER_MEM_REPORT": "yes"})
+    usage(SMALL, "WORKER_CUDNN_WORKSPACE_MB='12abc'", env={"WORKER_CUDNN_WORKSPACE_MB": "12abc"})
     # Refused before the data: a folder that is not there is not what the error names.
     usage(["--cuda-graph", "on", "--data", os.path.join(tmp, "no-such-folder")], "--cuda-graph on")
 

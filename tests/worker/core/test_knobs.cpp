@@ -1,0 +1,135 @@
+// The worker's knobs (worker/core/knobs.h): every knob's default, every knob set, empty values as
+// unset, and each kind of bad value named with its variable.
+#include <catch2/catch.hpp>
+
+#include <cstdlib>
+#include <string>
+
+#include "worker/core/knobs.h"
+
+using namespace worker;
+using proto::EnvMap;
+
+namespace {
+
+// The defaults, as docs/environment.md's knob table gives them.
+void check_defaults(const Knobs& k) {
+  CHECK_FALSE(k.gpu_tf32);
+  CHECK(k.cudnn_search == AlgoSearch::Heuristic);
+  CHECK(k.cudnn_workspace_mb == 512);
+  CHECK(k.gpu_pool_chunk_mb == 1024);
+  CHECK(k.conv_s2d);
+  CHECK(k.conv_graph_engines);
+  CHECK(k.wgrad_stream);
+  CHECK_FALSE(k.cudnn_deterministic);
+  CHECK(k.nccl_init_timeout_s == 300);
+  CHECK(k.nvjpeg_backend == NvjpegBackend::Hardware);
+  CHECK_FALSE(k.mem_report);
+  CHECK(k.test_save_delay.count() == 0);
+  CHECK(k.test_step_delay.count() == 0);
+}
+
+}  // namespace
+
+TEST_CASE("knobs: the defaults when nothing is set", "[knobs]") {
+  check_defaults(Knobs{});
+  check_defaults(read_knobs({{"PATH", "/usr/bin"}, {"WORKER_HAVE_GPU", "1"}}));  // not knobs: ignored
+}
+
+TEST_CASE("knobs: every knob set to its other value", "[knobs]") {
+  const Knobs k = read_knobs({
+      {"WORKER_GPU_TF32", "1"},
+      {"WORKER_CUDNN_SEARCH", "find"},
+      {"WORKER_CUDNN_WORKSPACE_MB", "64"},
+      {"WORKER_GPU_POOL_CHUNK_MB", "256"},
+      {"WORKER_CONV_S2D", "0"},
+      {"WORKER_CONV_ENGINES", "legacy"},
+      {"WORKER_WGRAD_STREAM", "0"},
+      {"WORKER_CUDNN_DETERMINISTIC", "1"},
+      {"WORKER_NCCL_INIT_TIMEOUT_S", "2.5"},
+      {"WORKER_NVJPEG_BACKEND", "hybrid"},
+      {"WORKER_MEM_REPORT", "1"},
+      {"WORKER_TEST_SAVE_DELAY_MS", "1500"},
+      {"WORKER_TEST_STEP_DELAY_MS", "20"},
+  });
+  CHECK(k.gpu_tf32);
+  CHECK(k.cudnn_search == AlgoSearch::Find);
+  CHECK(k.cudnn_workspace_mb == 64);
+  CHECK(k.gpu_pool_chunk_mb == 256);
+  CHECK_FALSE(k.conv_s2d);
+  CHECK_FALSE(k.conv_graph_engines);
+  CHECK_FALSE(k.wgrad_stream);
+  CHECK(k.cudnn_deterministic);
+  CHECK(k.nccl_init_timeout_s == 2.5);
+  CHECK(k.nvjpeg_backend == NvjpegBackend::Hybrid);
+  CHECK(k.mem_report);
+  CHECK(k.test_save_delay.count() == 1500);
+  CHECK(k.test_step_delay.count() == 20);
+}
+
+TEST_CASE("knobs: the default values spelled out, and empty values, read as the defaults", "[knobs]") {
+  for (const bool spelled : {true, false}) {
+    INFO((spelled ? "spelled out" : "empty"));
+    auto v = [&](const char* s) { return spelled ? std::string(s) : std::string(); };
+    check_defaults(read_knobs({
+        {"WORKER_GPU_TF32", v("0")},
+        {"WORKER_CUDNN_SEARCH", v("heuristic")},
+        {"WORKER_CUDNN_WORKSPACE_MB", v("512")},
+        {"WORKER_GPU_POOL_CHUNK_MB", v("1024")},
+        {"WORKER_CONV_S2D", v("1")},
+        {"WORKER_CONV_ENGINES", v("auto")},
+        {"WORKER_WGRAD_STREAM", v("1")},
+        {"WORKER_CUDNN_DETERMINISTIC", v("0")},
+        {"WORKER_NCCL_INIT_TIMEOUT_S", v("300")},
+        {"WORKER_NVJPEG_BACKEND", v("hardware")},
+        {"WORKER_MEM_REPORT", v("0")},
+        {"WORKER_TEST_SAVE_DELAY_MS", v("0")},
+        {"WORKER_TEST_STEP_DELAY_MS", v("0")},
+    }));
+  }
+}
+
+TEST_CASE("knobs: a bad value names the variable, the value and what it takes", "[knobs]") {
+  struct Bad {
+    const char* name;
+    const char* value;
+    const char* says;
+  };
+  const Bad bad[] = {
+      {"WORKER_GPU_TF32", "yes", "is not 0 or 1"},
+      {"WORKER_CONV_S2D", "2", "is not 0 or 1"},
+      {"WORKER_WGRAD_STREAM", "on", "is not 0 or 1"},
+      {"WORKER_CUDNN_DETERMINISTIC", "true", "is not 0 or 1"},
+      {"WORKER_MEM_REPORT", "01", "is not 0 or 1"},
+      {"WORKER_CUDNN_SEARCH", "fastest", "is not one of: find, heuristic"},
+      {"WORKER_CONV_ENGINES", "graph", "is not one of: auto, legacy"},
+      {"WORKER_NVJPEG_BACKEND", "cpu", "is not one of: hardware, hybrid"},
+      {"WORKER_CUDNN_WORKSPACE_MB", "12abc", "is not a positive number of MiB; unset it or give e.g. 512"},
+      {"WORKER_CUDNN_WORKSPACE_MB", "0", "is not a positive number of MiB"},
+      {"WORKER_CUDNN_WORKSPACE_MB", "-5", "is not a positive number of MiB"},
+      {"WORKER_GPU_POOL_CHUNK_MB", "99999999999999", "is not a positive number of MiB; unset it or give e.g. 1024"},
+      {"WORKER_NCCL_INIT_TIMEOUT_S", "0", "is not a positive number of seconds"},
+      {"WORKER_NCCL_INIT_TIMEOUT_S", "5s", "is not a positive number of seconds"},
+      {"WORKER_NCCL_INIT_TIMEOUT_S", "inf", "is not a positive number of seconds"},
+      {"WORKER_NCCL_INIT_TIMEOUT_S", "nan", "is not a positive number of seconds"},
+      {"WORKER_TEST_SAVE_DELAY_MS", "-1", "is not a whole number of milliseconds"},
+      {"WORKER_TEST_STEP_DELAY_MS", "1.5", "is not a whole number of milliseconds"},
+  };
+  for (const Bad& b : bad) {
+    INFO(b.name << "=" << b.value);
+    CHECK_THROWS_AS(read_knobs({{b.name, b.value}}), proto::EnvError);
+    CHECK_THROWS_WITH(read_knobs({{b.name, b.value}}),
+                      Catch::StartsWith(std::string(b.name) + "='" + b.value + "' ") && Catch::Contains(b.says));
+  }
+}
+
+TEST_CASE("knobs: the process's knobs are read once, from its environment", "[knobs]") {
+  const Knobs& first = process_knobs();
+  CHECK(first.gpu_pool_chunk_mb == read_knobs(proto::process_env()).gpu_pool_chunk_mb);
+  const size_t was = first.gpu_pool_chunk_mb;
+  setenv("WORKER_GPU_POOL_CHUNK_MB", std::to_string(was + 1).c_str(), 1);
+  CHECK(read_knobs(proto::process_env()).gpu_pool_chunk_mb == was + 1);
+  CHECK(&process_knobs() == &first);
+  CHECK(process_knobs().gpu_pool_chunk_mb == was);  // not read again
+  unsetenv("WORKER_GPU_POOL_CHUNK_MB");
+}

@@ -1,0 +1,110 @@
+#include "worker/core/knobs.h"
+
+#include <cmath>
+#include <cstdlib>
+#include <initializer_list>
+#include <string>
+#include <utility>
+
+namespace worker {
+
+namespace {
+
+using proto::EnvError;
+
+// The value of `name`, or null when unset or empty.
+const std::string* value_of(const proto::EnvMap& env, const char* name) {
+  const auto it = env.find(name);
+  return it == env.end() || it->second.empty() ? nullptr : &it->second;
+}
+
+std::string quoted(const char* name, const std::string& v) { return std::string(name) + "='" + v + "'"; }
+
+bool all_digits(const std::string& v, size_t max_digits) {
+  if (v.empty() || v.size() > max_digits) return false;
+  for (char c : v)
+    if (c < '0' || c > '9') return false;
+  return true;
+}
+
+// 0 or 1; `what` says what 1 turns on.
+void read_flag(const proto::EnvMap& env, const char* name, const char* what, bool* out) {
+  const std::string* v = value_of(env, name);
+  if (!v) return;
+  if (*v != "0" && *v != "1") throw EnvError(quoted(name, *v) + " is not 0 or 1 (" + what + ")");
+  *out = *v == "1";
+}
+
+// One of the names, each with its value.
+template <typename T>
+void read_choice(const proto::EnvMap& env, const char* name,
+                 std::initializer_list<std::pair<const char*, T>> choices, T* out) {
+  const std::string* v = value_of(env, name);
+  if (!v) return;
+  std::string names;
+  for (const auto& [word, value] : choices) {
+    if (*v == word) {
+      *out = value;
+      return;
+    }
+    names += std::string(names.empty() ? "" : ", ") + word;
+  }
+  throw EnvError(quoted(name, *v) + " is not one of: " + names);
+}
+
+// A positive whole number of MiB (the default is the example the message gives).
+void read_mib(const proto::EnvMap& env, const char* name, size_t* out) {
+  const std::string* v = value_of(env, name);
+  if (!v) return;
+  // 12 digits: below 2^44 MiB, so that the byte count cannot overflow.
+  if (!all_digits(*v, 12) || std::stoull(*v) == 0)
+    throw EnvError(quoted(name, *v) + " is not a positive number of MiB; unset it or give e.g. " +
+                   std::to_string(*out));
+  *out = size_t(std::stoull(*v));
+}
+
+void read_seconds(const proto::EnvMap& env, const char* name, double* out) {
+  const std::string* v = value_of(env, name);
+  if (!v) return;
+  char* end = nullptr;
+  const double s = std::strtod(v->c_str(), &end);
+  if (*end != '\0' || !(s > 0) || !std::isfinite(s))
+    throw EnvError(quoted(name, *v) + " is not a positive number of seconds");
+  *out = s;
+}
+
+void read_ms(const proto::EnvMap& env, const char* name, std::chrono::milliseconds* out) {
+  const std::string* v = value_of(env, name);
+  if (!v) return;
+  if (!all_digits(*v, 9)) throw EnvError(quoted(name, *v) + " is not a whole number of milliseconds");
+  *out = std::chrono::milliseconds(std::stoll(*v));
+}
+
+}  // namespace
+
+Knobs read_knobs(const proto::EnvMap& env) {
+  Knobs k;
+  read_flag(env, "WORKER_GPU_TF32", "TF32 tensor cores for fp32", &k.gpu_tf32);
+  read_choice(env, "WORKER_CUDNN_SEARCH", {{"find", AlgoSearch::Find}, {"heuristic", AlgoSearch::Heuristic}},
+              &k.cudnn_search);
+  read_mib(env, "WORKER_CUDNN_WORKSPACE_MB", &k.cudnn_workspace_mb);
+  read_mib(env, "WORKER_GPU_POOL_CHUNK_MB", &k.gpu_pool_chunk_mb);
+  read_flag(env, "WORKER_CONV_S2D", "the stem convolution in space-to-depth form", &k.conv_s2d);
+  read_choice(env, "WORKER_CONV_ENGINES", {{"auto", true}, {"legacy", false}}, &k.conv_graph_engines);
+  read_flag(env, "WORKER_WGRAD_STREAM", "weight gradients on a second stream", &k.wgrad_stream);
+  read_flag(env, "WORKER_CUDNN_DETERMINISTIC", "only cuDNN's deterministic algorithms", &k.cudnn_deterministic);
+  read_seconds(env, "WORKER_NCCL_INIT_TIMEOUT_S", &k.nccl_init_timeout_s);
+  read_choice(env, "WORKER_NVJPEG_BACKEND",
+              {{"hardware", NvjpegBackend::Hardware}, {"hybrid", NvjpegBackend::Hybrid}}, &k.nvjpeg_backend);
+  read_flag(env, "WORKER_MEM_REPORT", "rank 0 reports where the peak device memory went", &k.mem_report);
+  read_ms(env, "WORKER_TEST_SAVE_DELAY_MS", &k.test_save_delay);
+  read_ms(env, "WORKER_TEST_STEP_DELAY_MS", &k.test_step_delay);
+  return k;
+}
+
+const Knobs& process_knobs() {
+  static const Knobs knobs = read_knobs(proto::process_env());
+  return knobs;
+}
+
+}  // namespace worker

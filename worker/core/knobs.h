@@ -1,0 +1,60 @@
+// The worker's own knobs: every WORKER_* environment variable train_resnet reads, in ONE typed
+// table, each with its variable, default and meaning beside it. read_knobs() is the one parser
+// and the only place that spells the variables (pure: a name -> value map in, the struct out; it
+// throws proto::EnvError naming the variable and its bad value); process_knobs() reads the
+// process's environment once. An empty value counts as unset. docs/environment.md lists every
+// knob (ctest docs.environment checks that, that this table and the parser name the same
+// variables, and that no worker source names a WORKER_* variable that is not a knob).
+#pragma once
+
+#include <chrono>
+#include <cstddef>
+#include <cstdint>
+
+#include "proto/worker_env.h"
+
+namespace worker {
+
+// How convolution algorithms are chosen, once per shape: cuDNN's heuristics (the default: on
+// an H200, ResNet-50 bf16 batch 256 ran 6,320 images/s with them against 6,018 with the timed
+// search, and reached its first step in 2.4 s instead of 9.6 s) or a timed search
+// (cudnnFind*Ex, as torch.backends.cudnn.benchmark).
+enum class AlgoSearch : uint8_t { Find, Heuristic };
+
+// Which nvJPEG back end the GPU JPEG loader decodes with.
+enum class NvjpegBackend : uint8_t {
+  Hardware,  // the hardware decode engine where the GPU has one, else the GPU hybrid back end
+  Hybrid,    // the GPU hybrid back end always (for comparisons)
+};
+
+struct Knobs {
+  // --- The GPU backend (worker/gpu/gpu_options.h)
+  bool gpu_tf32 = false;  // WORKER_GPU_TF32=0|1: TF32 tensor cores for fp32 convolutions and the FC
+  AlgoSearch cudnn_search = AlgoSearch::Heuristic;  // WORKER_CUDNN_SEARCH=heuristic|find
+  size_t cudnn_workspace_mb = 512;  // WORKER_CUDNN_WORKSPACE_MB: the most one convolution's workspace may take
+  size_t gpu_pool_chunk_mb = 1024;  // WORKER_GPU_POOL_CHUNK_MB: each device-memory chunk of the pool
+  bool conv_s2d = true;  // WORKER_CONV_S2D=0|1: the stem convolution in space-to-depth form
+  // WORKER_CONV_ENGINES=auto|legacy: bf16/fp16 convolutions may run on cuDNN graph-API engines,
+  // timed on the first calls; legacy: the legacy API's plans only.
+  bool conv_graph_engines = true;
+  bool wgrad_stream = true;  // WORKER_WGRAD_STREAM=0|1: backward's weight gradients on a second stream
+  bool cudnn_deterministic = false;  // WORKER_CUDNN_DETERMINISTIC=0|1: only cuDNN's deterministic algorithms
+  // --- The NCCL communicator
+  double nccl_init_timeout_s = 300;  // WORKER_NCCL_INIT_TIMEOUT_S: how long every rank has to join
+  // --- The GPU JPEG loader
+  NvjpegBackend nvjpeg_backend = NvjpegBackend::Hardware;  // WORKER_NVJPEG_BACKEND=hardware|hybrid
+  // --- The trainer
+  bool mem_report = false;  // WORKER_MEM_REPORT=0|1: rank 0 prints where the peak device memory went
+  std::chrono::milliseconds test_save_delay{0};  // WORKER_TEST_SAVE_DELAY_MS (tests): before each checkpoint write
+  std::chrono::milliseconds test_step_delay{0};  // WORKER_TEST_STEP_DELAY_MS (tests): after each step
+};
+
+// Pure: the knobs `env` sets over the defaults. Throws proto::EnvError naming the variable, its
+// value and what it takes.
+Knobs read_knobs(const proto::EnvMap& env);
+
+// read_knobs(proto::process_env()), read at the first call (train_resnet makes it at start-up,
+// so that a bad value is reported before any work) and kept for the process's life.
+const Knobs& process_knobs();
+
+}  // namespace worker

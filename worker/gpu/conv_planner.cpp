@@ -1,0 +1,303 @@
+#include "worker/gpu/conv_planner.h"
+
+#include <algorithm>
+#include <chrono>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "worker/gpu/check.h"
+#include "worker/gpu/side_stream.h"
+
+namespace worker {
+namespace gpu {
+
+namespace {
+
+cudnnDataType_t cudnn_type(DType t) {
+  switch (t) {
+    case DType::F32: return CUDNN_DATA_FLOAT;
+    case DType::BF16: return CUDNN_DATA_BFLOAT16;
+    case DType::F16: return CUDNN_DATA_HALF;
+  }
+  return CUDNN_DATA_FLOAT;
+}
+
+double seconds_since(std::chrono::steady_clock::time_point t0) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+}
+
+const float kOne = 1.f, kZero = 0.f;
+
+// Temporary device buffers for the timed search (setup only; freed right after).
+struct SearchBuffers {
+  void* x = nullptr;
+  void* y = nullptr;
+  void* w = nullptr;
+  void* ws = nullptr;
+  size_t ws_bytes = 0;
+  ~SearchBuffers() {
+    cudaFree(x);
+    cudaFree(y);
+    cudaFree(w);
+    cudaFree(ws);
+  }
+};
+
+// The fastest successful result within the workspace limit; results come sorted by time.
+// With `fma_only` (fp32 without TF32) tensor-core results are refused.
+template <typename Perf>
+const Perf* choose(const Perf* res, int n, size_t limit, bool fma_only, bool deterministic) {
+  for (int i = 0; i < n; ++i) {
+    if (res[i].status != CUDNN_STATUS_SUCCESS || res[i].memory > limit) continue;
+    if (deterministic && res[i].determinism != CUDNN_DETERMINISTIC) continue;
+    if (fma_only && res[i].mathType != CUDNN_FMA_MATH && res[i].mathType != CUDNN_DEFAULT_MATH)
+      continue;
+    return &res[i];
+  }
+  return nullptr;
+}
+
+// Binds a cuDNN handle to another stream for one scope.
+class HandleOn {
+ public:
+  HandleOn(cudnnHandle_t h, cudaStream_t s, cudaStream_t back) : h_(h), back_(back) {
+    if (s != back) CUDNN_CHECK(cudnnSetStream(h, s));
+    moved_ = s != back;
+  }
+  ~HandleOn() {
+    if (moved_) cudnnSetStream(h_, back_);
+  }
+  HandleOn(const HandleOn&) = delete;
+  HandleOn& operator=(const HandleOn&) = delete;
+
+ private:
+  cudnnHandle_t h_;
+  cudaStream_t back_;
+  bool moved_ = false;
+};
+
+}  // namespace
+
+std::string conv_label(const ConvDesc& d) {
+  return std::to_string(d.kh) + "x" + std::to_string(d.kw) + "/" + std::to_string(d.stride) + " " +
+         std::to_string(d.cin) + "->" + std::to_string(d.cout) + " " + std::to_string(d.h) + "x" +
+         std::to_string(d.w);
+}
+
+ConvPlan::~ConvPlan() {
+  if (x) cudnnDestroyTensorDescriptor(x);
+  if (y) cudnnDestroyTensorDescriptor(y);
+  if (w) cudnnDestroyFilterDescriptor(w);
+  if (cf) cudnnDestroyConvolutionDescriptor(cf);
+  if (cd) cudnnDestroyConvolutionDescriptor(cd);
+  if (cw) cudnnDestroyConvolutionDescriptor(cw);
+}
+
+ConvPlanner::ConvPlanner(const GpuOptions& opt, DevicePool& pool, Device& dev, Workspace& ws,
+                         SideStream* side)
+    : opt_(opt), pool_(pool), dev_(dev), ws_(ws), side_(side) {}
+
+ConvPlanner::~ConvPlanner() = default;
+
+// --- Plans
+
+ConvPlan& ConvPlanner::plan(const ConvDesc& d) {
+  const Key key{d.n, d.h, d.w, d.cin, d.cout, d.kh, d.kw, d.stride, d.pad};
+  auto it = plans_.find(key);
+  if (it != plans_.end()) return *it->second;
+
+  const auto t0 = std::chrono::steady_clock::now();
+  auto p = std::make_unique<ConvPlan>();
+  p->desc = d;
+  const cudnnDataType_t dt = cudnn_type(opt_.precision);
+  const bool fp32 = opt_.precision == DType::F32;
+  const bool fma_only = fp32 && !opt_.allow_tf32;
+  const cudnnMathType_t math =
+      fp32 ? (opt_.allow_tf32 ? CUDNN_DEFAULT_MATH : CUDNN_FMA_MATH) : CUDNN_TENSOR_OP_MATH;
+
+  CUDNN_CHECK(cudnnCreateTensorDescriptor(&p->x));
+  CUDNN_CHECK(cudnnCreateTensorDescriptor(&p->y));
+  CUDNN_CHECK(cudnnCreateFilterDescriptor(&p->w));
+  CUDNN_CHECK(cudnnSetTensor4dDescriptor(p->x, CUDNN_TENSOR_NHWC, dt, d.n, d.cin, d.h, d.w));
+  CUDNN_CHECK(cudnnSetTensor4dDescriptor(p->y, CUDNN_TENSOR_NHWC, dt, d.n, d.cout, d.ho, d.wo));
+  CUDNN_CHECK(cudnnSetFilter4dDescriptor(p->w, dt, CUDNN_TENSOR_NHWC, d.cout, d.cin, d.kh, d.kw));
+  for (cudnnConvolutionDescriptor_t* c : {&p->cf, &p->cd, &p->cw}) {
+    CUDNN_CHECK(cudnnCreateConvolutionDescriptor(c));
+    CUDNN_CHECK(cudnnSetConvolution2dDescriptor(*c, d.pad, d.pad, d.stride, d.stride, 1, 1,
+                                                CUDNN_CROSS_CORRELATION, CUDNN_DATA_FLOAT));
+    CUDNN_CHECK(cudnnSetConvolutionMathType(*c, math));
+  }
+  int on = 0, oc = 0, oh = 0, ow = 0;
+  CUDNN_CHECK(cudnnGetConvolution2dForwardOutputDim(p->cf, p->x, p->w, &on, &oc, &oh, &ow));
+  if (oh != d.ho || ow != d.wo || on != d.n || oc != d.cout)
+    throw GpuError(GpuError::Kind::Invalid,
+                   "convolution descriptor is inconsistent: output " + std::to_string(d.ho) + "x" +
+                       std::to_string(d.wo) + " declared, cuDNN computes " + std::to_string(oh) +
+                       "x" + std::to_string(ow) + " (" + where() + ")");
+
+  const size_t limit = opt_.workspace_limit;
+  cudnnConvolutionFwdAlgoPerf_t fr[CUDNN_CONVOLUTION_FWD_ALGO_COUNT];
+  cudnnConvolutionBwdDataAlgoPerf_t dr[CUDNN_CONVOLUTION_BWD_DATA_ALGO_COUNT];
+  cudnnConvolutionBwdFilterAlgoPerf_t wr[CUDNN_CONVOLUTION_BWD_FILTER_ALGO_COUNT];
+  int nf = 0, nd = 0, nw = 0;
+  if (opt_.search == AlgoSearch::Find) {
+    const size_t es = dtype_size(opt_.precision);
+    SearchBuffers b;
+    CUDA_CHECK(cudaMalloc(&b.x, size_t(d.n) * d.h * d.w * d.cin * es));
+    CUDA_CHECK(cudaMalloc(&b.y, size_t(d.n) * d.ho * d.wo * d.cout * es));
+    CUDA_CHECK(cudaMalloc(&b.w, size_t(d.cout) * d.kh * d.kw * d.cin * es));
+    // As large a workspace as the device allows, up to the limit.
+    for (b.ws_bytes = limit; b.ws_bytes >= (size_t(1) << 20); b.ws_bytes /= 2) {
+      if (cudaMalloc(&b.ws, b.ws_bytes) == cudaSuccess) break;
+      cudaGetLastError();
+      b.ws = nullptr;
+    }
+    if (!b.ws) b.ws_bytes = 0;
+    CUDNN_CHECK(cudnnFindConvolutionForwardAlgorithmEx(dev_.cudnn, p->x, b.x, p->w, b.w, p->cf, p->y,
+                                                       b.y, CUDNN_CONVOLUTION_FWD_ALGO_COUNT, &nf,
+                                                       fr, b.ws, b.ws_bytes));
+    CUDNN_CHECK(cudnnFindConvolutionBackwardDataAlgorithmEx(
+        dev_.cudnn, p->w, b.w, p->y, b.y, p->cd, p->x, b.x, CUDNN_CONVOLUTION_BWD_DATA_ALGO_COUNT, &nd,
+        dr, b.ws, b.ws_bytes));
+    CUDNN_CHECK(cudnnFindConvolutionBackwardFilterAlgorithmEx(
+        dev_.cudnn, p->x, b.x, p->y, b.y, p->cw, p->w, b.w, CUDNN_CONVOLUTION_BWD_FILTER_ALGO_COUNT,
+        &nw, wr, b.ws, b.ws_bytes));
+    CUDA_CHECK(cudaStreamSynchronize(dev_.stream));
+  } else {
+    CUDNN_CHECK(cudnnGetConvolutionForwardAlgorithm_v7(dev_.cudnn, p->x, p->w, p->cf, p->y,
+                                                       CUDNN_CONVOLUTION_FWD_ALGO_COUNT, &nf, fr));
+    CUDNN_CHECK(cudnnGetConvolutionBackwardDataAlgorithm_v7(
+        dev_.cudnn, p->w, p->y, p->cd, p->x, CUDNN_CONVOLUTION_BWD_DATA_ALGO_COUNT, &nd, dr));
+    CUDNN_CHECK(cudnnGetConvolutionBackwardFilterAlgorithm_v7(
+        dev_.cudnn, p->x, p->y, p->cw, p->w, CUDNN_CONVOLUTION_BWD_FILTER_ALGO_COUNT, &nw, wr));
+  }
+  const auto* f = choose(fr, nf, limit, fma_only, opt_.deterministic);
+  const auto* bd = choose(dr, nd, limit, fma_only, opt_.deterministic);
+  const auto* bw = choose(wr, nw, limit, fma_only, opt_.deterministic);
+  if (!f || !bd || !bw)
+    throw GpuError(GpuError::Kind::Cudnn,
+                   "cuDNN offers no algorithm for convolution " + std::to_string(d.cin) + "->" +
+                       std::to_string(d.cout) + " " + std::to_string(d.kh) + "x" +
+                       std::to_string(d.kw) + "/" + std::to_string(d.stride) + " on " +
+                       std::to_string(d.h) + "x" + std::to_string(d.w) + " within a " +
+                       std::to_string(limit >> 20) + " MiB workspace (" + where() +
+                       "): raise WORKER_CUDNN_WORKSPACE_MB");
+  p->fwd = f->algo;
+  p->bwd_data = bd->algo;
+  p->bwd_filter = bw->algo;
+  if (!fma_only) {
+    CUDNN_CHECK(cudnnSetConvolutionMathType(p->cf, f->mathType));
+    CUDNN_CHECK(cudnnSetConvolutionMathType(p->cd, bd->mathType));
+    CUDNN_CHECK(cudnnSetConvolutionMathType(p->cw, bw->mathType));
+  }
+  // The exact sizes for the chosen algorithms and math types.
+  CUDNN_CHECK(cudnnGetConvolutionForwardWorkspaceSize(dev_.cudnn, p->x, p->w, p->cf, p->y, p->fwd,
+                                                      &p->ws_fwd));
+  CUDNN_CHECK(cudnnGetConvolutionBackwardDataWorkspaceSize(dev_.cudnn, p->w, p->y, p->cd, p->x,
+                                                           p->bwd_data, &p->ws_data));
+  CUDNN_CHECK(cudnnGetConvolutionBackwardFilterWorkspaceSize(dev_.cudnn, p->x, p->y, p->cw, p->w,
+                                                             p->bwd_filter, &p->ws_filter));
+  search_seconds_ += seconds_since(t0);
+  ConvPlan& ref = *p;
+  ws_.note_plan(std::max({p->ws_fwd, p->ws_data, p->ws_filter}),
+                size_t(d.cout) * d.kh * d.kw * d.cin * dtype_size(opt_.precision));
+  plans_.emplace(key, std::move(p));
+  if (opt_.space_to_depth && s2d_applies(d)) {
+    ref.s2d_geom = s2d_desc(d);
+    ref.s2d = &plan(s2d_conv(d));  // map insertions keep references valid
+  }
+  return ref;
+}
+
+ConvPlan& ConvPlanner::s2d_prepare(ConvPlan& p, const void* x, const void* w, bool forward) {
+  const S2dDesc& g = p.s2d_geom;
+  const size_t es = dtype_size(opt_.precision);
+  if (!p.s2d_x) {
+    const size_t xb = size_t(g.n) * g.hs * g.ws * g.cs * es, wb = size_t(g.cout) * g.kp * g.kp * g.cs * es;
+    p.s2d_x = pool_.alloc(xb);
+    p.s2d_w = pool_.alloc(wb);
+    s2d_bytes_ += xb + wb;
+  }
+  // The backward reuses the forward's rearranged input of the same x (the model's input does
+  // not change between a forward and its backward).
+  if (forward || p.s2d_x_of != x) s2d_input(opt_.precision, x, p.s2d_x, g, dev_.stream);
+  p.s2d_x_of = x;
+  if (forward) s2d_weight(opt_.precision, w, p.s2d_w, g, dev_.stream);
+  return *p.s2d;
+}
+
+void ConvPlanner::tuned(ConvPlan& p, int slot, float beta, const std::function<void()>& legacy, const void* x,
+                        const void* w, const void* y, void* out, bool side) {
+  auto aligned = [](const void* q) { return (reinterpret_cast<uintptr_t>(q) & 15u) == 0; };
+  // fp32 keeps the legacy plans (their math mode is what TF32 on/off asks for), and so do
+  // channel counts that are no multiple of 8 (no 16-byte vectors along C).
+  if (!opt_.graph_engines || opt_.precision == DType::F32 || p.desc.cin % 8 != 0 ||
+      p.desc.cout % 8 != 0 || !aligned(x) || !aligned(w) || !aligned(y) || !aligned(out)) {
+    legacy();
+    return;
+  }
+  static const ConvDir dirs[4] = {ConvDir::Fwd, ConvDir::Data, ConvDir::Data, ConvDir::Filter};
+  const ConvDir dir = dirs[slot];
+  if (!p.tune[slot])
+    p.tune[slot] = std::make_unique<ConvTuner>(
+        conv_label(p.desc) + " " + conv_dir_name(dir) + (beta != 0.f ? "+=" : ""), true);
+  p.tune[slot]->run(
+      legacy,
+      [&](std::string* why) {
+        // Candidates fit the workspace already carved for the legacy plans (no new memory).
+        return GraphConv::make(dev_.cudnn, dir, p.desc, cudnn_type(opt_.precision), beta,
+                               std::max(ws_.bytes(), size_t(64) << 20), ConvTuner::kCandidates, why);
+      },
+      [&](size_t bytes) { return side ? ws_.side(bytes) : ws_.main(bytes); }, x, w, y, out,
+      side ? side_->stream() : dev_.stream, dev_.host_waits);
+}
+
+void ConvPlanner::fwd(ConvPlan& p, const void* x, const void* w, void* y) {
+  tuned(p, 0, 0.f, [&] {
+    void* ws = ws_.main(p.ws_fwd);
+    CUDNN_CHECK(cudnnConvolutionForward(dev_.cudnn, &kOne, p.x, x, p.w, w, p.cf, p.fwd, ws, p.ws_fwd,
+                                        &kZero, p.y, y));
+  }, x, w, nullptr, y);
+}
+
+void ConvPlanner::dgrad(ConvPlan& p, const void* dy, const void* w, void* dx, bool accumulate) {
+  tuned(p, accumulate ? 2 : 1, accumulate ? 1.f : 0.f, [&] {
+    void* ws = ws_.main(p.ws_data);
+    CUDNN_CHECK(cudnnConvolutionBackwardData(dev_.cudnn, &kOne, p.w, w, p.y, dy, p.cd, p.bwd_data, ws,
+                                             p.ws_data, accumulate ? &kOne : &kZero, p.x, dx));
+  }, nullptr, w, dy, dx);
+}
+
+void ConvPlanner::wgrad(ConvPlan& p, const void* x, const void* dy, void* dw, bool accumulate, bool side) {
+  HandleOn on(dev_.cudnn, side ? side_->stream() : dev_.stream, dev_.stream);
+  tuned(p, 3, accumulate ? 1.f : 0.f, [&] {
+    void* ws = side ? ws_.side(p.ws_filter) : ws_.main(p.ws_filter);
+    CUDNN_CHECK(cudnnConvolutionBackwardFilter(dev_.cudnn, &kOne, p.x, x, p.y, dy, p.cw, p.bwd_filter,
+                                               ws, p.ws_filter, accumulate ? &kOne : &kZero, p.w, dw));
+  }, x, nullptr, dy, dw, side);
+}
+
+void ConvPlanner::settle() {
+  for (auto& kv : plans_)
+    for (auto& t : kv.second->tune)
+      if (t) t->settle();
+}
+
+std::vector<std::string> ConvPlanner::report() const {
+  std::vector<std::string> lines;
+  for (const auto& kv : plans_)
+    for (const auto& t : kv.second->tune)
+      if (t) lines.push_back(t->describe());
+  return lines;
+}
+
+bool ConvPlanner::still_tuning() const {
+  for (const auto& kv : plans_)
+    for (const auto& t : kv.second->tune)
+      if (t && !t->settled()) return true;
+  return false;
+}
+
+}  // namespace gpu
+}  // namespace worker

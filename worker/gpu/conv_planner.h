@@ -1,0 +1,110 @@
+// Convolution plans, one per shape: the legacy cuDNN API's algorithms, chosen once per shape by
+// cuDNN's heuristics or a timed search (AlgoSearch); per direction, the fastest of the legacy plan
+// and a few graph-API engines, timed on the first calls (conv_engines.h); the stem in
+// space-to-depth form (space_to_depth.cu). Each direction runs with its piece of the workspace the
+// two streams share (workspace.h): a weight gradient on the side stream from its end.
+#pragma once
+
+#include <cstddef>
+#include <functional>
+#include <map>
+#include <memory>
+#include <string>
+#include <tuple>
+#include <vector>
+
+#include <cuda_runtime.h>
+#include <cudnn.h>
+
+#include "worker/core/ops.h"
+#include "worker/gpu/conv_engines.h"
+#include "worker/gpu/device.h"
+#include "worker/gpu/gpu_options.h"
+#include "worker/gpu/kernels.h"
+#include "worker/gpu/pool.h"
+#include "worker/gpu/workspace.h"
+
+namespace worker {
+namespace gpu {
+
+class SideStream;
+
+// One convolution shape's cuDNN descriptors and chosen algorithms (the legacy API), their
+// workspace needs, its space-to-depth form, and its tuners.
+struct ConvPlan {
+  ConvDesc desc;
+  cudnnTensorDescriptor_t x = nullptr, y = nullptr;
+  cudnnFilterDescriptor_t w = nullptr;
+  // One descriptor per direction: each carries the math type of the algorithm chosen for it.
+  cudnnConvolutionDescriptor_t cf = nullptr, cd = nullptr, cw = nullptr;
+  cudnnConvolutionFwdAlgo_t fwd{};
+  cudnnConvolutionBwdDataAlgo_t bwd_data{};
+  cudnnConvolutionBwdFilterAlgo_t bwd_filter{};
+  size_t ws_fwd = 0, ws_data = 0, ws_filter = 0;
+  // Forward and weight gradient through the space-to-depth form (the stem), when it applies:
+  // its plan, and its input and filter buffers (the data gradient keeps the plain form).
+  ConvPlan* s2d = nullptr;
+  S2dDesc s2d_geom;
+  void* s2d_x = nullptr;
+  void* s2d_w = nullptr;
+  const void* s2d_x_of = nullptr;  // the x that s2d_x holds rearranged
+  // Engine choice per direction: fwd, dgrad, dgrad accumulating, wgrad (conv_engines.h).
+  std::unique_ptr<ConvTuner> tune[4];
+
+  ConvPlan() = default;
+  ~ConvPlan();
+  ConvPlan(const ConvPlan&) = delete;
+  ConvPlan& operator=(const ConvPlan&) = delete;
+};
+
+// "3x3/1 64->64 56x56": a shape in the per-operation profile and the tuners' report.
+std::string conv_label(const ConvDesc& d);
+
+class ConvPlanner {
+ public:
+  // side: the weight-gradient stream (null when there is none).
+  ConvPlanner(const GpuOptions& opt, DevicePool& pool, Device& dev, Workspace& ws, SideStream* side);
+  ~ConvPlanner();
+  ConvPlanner(const ConvPlanner&) = delete;
+  ConvPlanner& operator=(const ConvPlanner&) = delete;
+
+  // The plan of this shape, made at its first call (with the space-to-depth form's beside it
+  // where that applies). References stay valid.
+  ConvPlan& plan(const ConvDesc& d);
+  // The space-to-depth form's input (and, in the forward, its filter from w, the compute-dtype
+  // weight) for this call: p.s2d_x, p.s2d_w. Returns the form's plan.
+  ConvPlan& s2d_prepare(ConvPlan& p, const void* x, const void* w, bool forward);
+  // One convolution direction through its tuner (legacy plan or graph-API engine), on the main
+  // stream; out = conv, or out += conv with `accumulate`.
+  void fwd(ConvPlan& p, const void* x, const void* w, void* y);
+  void dgrad(ConvPlan& p, const void* dy, const void* w, void* dx, bool accumulate);
+  // side: on the side stream, inside a Workspace side task (the cuDNN handle is bound to that
+  // stream meanwhile).
+  void wgrad(ConvPlan& p, const void* x, const void* dy, void* dw, bool accumulate, bool side);
+
+  bool still_tuning() const;  // a convolution engine still being timed
+  // Waits for the outstanding timings and fixes every choice (before a CUDA graph is captured).
+  void settle();
+  // One line per convolution shape and direction: which plan runs it and its measured time.
+  std::vector<std::string> report() const;
+  double search_seconds() const { return search_seconds_; }  // choosing algorithms so far
+  size_t s2d_bytes() const { return s2d_bytes_; }  // the space-to-depth forms' buffers
+
+ private:
+  using Key = std::tuple<int, int, int, int, int, int, int, int, int>;
+  // x/w/y by role, the output's role null; `side` as in wgrad.
+  void tuned(ConvPlan& p, int slot, float beta, const std::function<void()>& legacy, const void* x,
+             const void* w, const void* y, void* out, bool side = false);
+
+  GpuOptions opt_;
+  DevicePool& pool_;
+  Device& dev_;
+  Workspace& ws_;
+  SideStream* side_;
+  std::map<Key, std::unique_ptr<ConvPlan>> plans_;
+  double search_seconds_ = 0;
+  size_t s2d_bytes_ = 0;
+};
+
+}  // namespace gpu
+}  // namespace worker

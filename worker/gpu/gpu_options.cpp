@@ -1,0 +1,22 @@
+#include "worker/gpu/gpu_options.h"
+
+namespace worker {
+namespace gpu {
+
+GpuOptions gpu_options(const Knobs& k, int device, DType precision) {
+  GpuOptions o;
+  o.device = device;
+  o.precision = precision;
+  o.allow_tf32 = k.gpu_tf32;
+  o.search = k.cudnn_search;
+  o.workspace_limit = k.cudnn_workspace_mb << 20;
+  o.pool_chunk = k.gpu_pool_chunk_mb << 20;
+  o.space_to_depth = k.conv_s2d;
+  o.graph_engines = k.conv_graph_engines;
+  o.deterministic = k.cudnn_deterministic;
+  o.wgrad_stream = k.wgrad_stream;
+  return o;
+}
+
+}  // namespace gpu
+}  // namespace worker

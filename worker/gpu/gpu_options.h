@@ -1,0 +1,36 @@
+// What the GPU backend is configured with: the device, the precision, and the knobs
+// (worker/core/knobs.h) that tune it.
+#pragma once
+
+#include <cstddef>
+
+#include "worker/core/knobs.h"
+#include "worker/core/ops.h"
+
+namespace worker {
+namespace gpu {
+
+struct GpuOptions {
+  int device = 0;
+  DType precision = DType::BF16;
+  // The rest defaults to the knobs' defaults.
+  bool allow_tf32 = Knobs{}.gpu_tf32;  // fp32 only: TF32 tensor cores (off: exact fp32 products)
+  AlgoSearch search = Knobs{}.cudnn_search;
+  size_t workspace_limit = Knobs{}.cudnn_workspace_mb << 20;  // cap on one convolution's cuDNN workspace
+  size_t pool_chunk = Knobs{}.gpu_pool_chunk_mb << 20;        // DevicePool chunk size
+  bool space_to_depth = Knobs{}.conv_s2d;  // the stem convolution as a space-to-depth 4x4/1 (space_to_depth.cu)
+  // bf16/fp16: convolutions may run on cuDNN graph-API engines, each chosen by timing on the
+  // first calls (conv_engines.h); off: the legacy API's plans only.
+  bool graph_engines = Knobs{}.conv_graph_engines;
+  // Only cuDNN's deterministic algorithms (no split-K atomics): runs that compare bit for bit.
+  bool deterministic = Knobs{}.cudnn_deterministic;
+  // Backward's weight gradients on a second stream (side_stream.h), beside the batch norms that
+  // follow their data gradients; off: everything on the one stream.
+  bool wgrad_stream = Knobs{}.wgrad_stream;
+};
+
+// Pure: the options the knobs give for this device and precision.
+GpuOptions gpu_options(const Knobs& k, int device, DType precision);
+
+}  // namespace gpu
+}  // namespace worker
