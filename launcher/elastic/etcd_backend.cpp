@@ -3,19 +3,21 @@
 #include "launcher/etcd/etcd_rendezvous.h"
 #include "launcher/etcd/primitives.h"
 
+#include <utility>
+
 namespace launch::elastic {
 
 namespace {
 
 // etcd's errors (and a foreign record under the job's keys) as the seam's.
+BackendError::Kind kind_of(const etcd::EtcdError& e) {
+  return e.kind() == etcd::EtcdError::Kind::Cancelled ? BackendError::Kind::Cancelled : BackendError::Kind::Unavailable;
+}
+
 template <class F>
 auto translated(F&& call) -> decltype(call()) {
   try {
-    return call();
-  } catch (const etcd::EtcdError& e) {
-    throw BackendError(e.kind() == etcd::EtcdError::Kind::Cancelled ? BackendError::Kind::Cancelled
-                                                                    : BackendError::Kind::Unavailable,
-                       e.what());
+    return with_errors_of<etcd::EtcdError>(std::forward<F>(call), kind_of);
   } catch (const etcd::RendezvousError& e) {
     throw BackendError(BackendError::Kind::Unavailable, e.what());
   }

@@ -31,6 +31,17 @@ class BackendError : public std::runtime_error {
   Kind kind_;
 };
 
+// A backend's call with its client's errors as the seam's: an `Error` that `call` throws becomes
+// a BackendError of kind `kind_of(error)` with the client's message.
+template <class Error, class F, class KindOf>
+auto with_errors_of(F&& call, KindOf kind_of) -> decltype(call()) {
+  try {
+    return call();
+  } catch (const Error& e) {
+    throw BackendError(kind_of(e), e.what());
+  }
+}
+
 class MembershipBackend {
  public:
   virtual ~MembershipBackend() = default;

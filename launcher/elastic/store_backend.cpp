@@ -1,21 +1,22 @@
 #include "launcher/elastic/store_backend.h"
 
+#include <utility>
+
 namespace launch::elastic {
 
 namespace {
 
 // The store's errors as the seam's (membership_backend.h).
+BackendError::Kind kind_of(const proto::StoreError& e) {
+  using K = proto::StoreError::Kind;
+  return e.kind() == K::Cancelled ? BackendError::Kind::Cancelled
+         : e.kind() == K::Refused ? BackendError::Kind::Refused
+                                  : BackendError::Kind::Unavailable;
+}
+
 template <class F>
 auto translated(F&& call) -> decltype(call()) {
-  try {
-    return call();
-  } catch (const proto::StoreError& e) {
-    using K = proto::StoreError::Kind;
-    const auto kind = e.kind() == K::Cancelled  ? BackendError::Kind::Cancelled
-                      : e.kind() == K::Refused ? BackendError::Kind::Refused
-                                               : BackendError::Kind::Unavailable;
-    throw BackendError(kind, e.what());
-  }
+  return with_errors_of<proto::StoreError>(std::forward<F>(call), kind_of);
 }
 
 }  // namespace
