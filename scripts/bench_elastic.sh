@@ -2,17 +2,24 @@
 # Elastic membership side by side: launch --nnodes 2:3 over its own store and over etcd, and
 # torchrun --nnodes 2:3 (c10d), on the same network-namespace hosts (scripts/netns_hosts.sh), the
 # same CPU train_resnet run (its torchrun contract under torchrun; per-rank batch 12 / WORLD_SIZE):
-#   three nodes run; one node (its launcher or agent and its workers: the node is gone) is
-#   SIGKILLed -> time until every worker of the 2-node world has started, and the steps lost (the
-#   last step rank 0 logged before the loss, less the step the 2-node world resumed from); then a
-#   node D starts -> time until every worker of the 3-node world has started.
+#   three nodes run; as the first checkpoint appears, one node (its launcher or agent and its
+#   workers: the node is gone) is SIGKILLed -> time until every worker of the 2-node world has
+#   started; then a node D starts -> time until every worker of the 3-node world has started.
+#   Steps lost at each change (from rank 0's --metrics-file of every round): the steps made before
+#   it that the next round makes again (the last step logged, plus one, less the step it resumed
+#   from). At the loss they are the steps since the checkpoint (a few: the kill follows it within
+#   10 ms; the survivors make none without the lost node); at the join those since the last save.
 #   ours, etcd, torchrun: the node killed is C; etcd-store: it is A, the node that serves the
 #   job's store (over launch's own store, or torchrun's c10d, that loss ends the job).
 # The times come from the workers' own start stamps (date +%s.%N as each worker.sh begins), so
 # every launcher is measured alike. All get last_call_timeout=1; launch its default heartbeat
 # (1 s, declared dead after 5 s; over etcd also each node's lease TTL) and checkpoint signal
 # window (5 s), torchrun its defaults. etcd (Debian's etcd-server, or $ETCD_BIN) runs on a fifth
-# host of its own.
+# host of its own, answering before node A starts; node A starts first and serves the store (it
+# binds the endpoint, or claims the store in etcd) before B and C start. torchrun's agents run
+# with a host name of their own each (bh1..bh4, resolved by /etc/netns/<namespace>/hosts, which
+# `ip netns exec` puts in place of /etc/hosts): torchrun 1.13 gives its workers the store's
+# agent's host name as MASTER_ADDR, which on one machine would be every namespace's own name.
 #
 # Usage: scripts/bench_elastic.sh [BIN_DIR] [ours|etcd|etcd-store|torchrun|both|all]   (root; ip netns)
 #   both: ours and torchrun; all (the default): ours, etcd, etcd-store and torchrun.
@@ -32,6 +39,7 @@ export NETNS_PREFIX="be$$x"
 cleanup() {
   for i in 1 2 3 4 5; do ip netns pids "${NETNS_PREFIX}$i" 2>/dev/null | xargs -r kill -9; done
   "$hosts" down >/dev/null 2>&1
+  rm -rf /etc/netns/"${NETNS_PREFIX}"[1-5]; rmdir /etc/netns 2>/dev/null
   if [[ ${BENCH_KEEP:-0} == 1 ]]; then echo "kept $dir"; else rm -rf "$dir"; fi
 }
 trap cleanup EXIT
@@ -40,6 +48,10 @@ trap cleanup EXIT
 master="$("$hosts" addr 1):29400"
 etcd_ep="$("$hosts" addr 5):2379"
 etcd_bin=${ETCD_BIN:-$(command -v etcd || true)}
+for i in 1 2 3 4; do
+  mkdir -p "/etc/netns/${NETNS_PREFIX}$i"
+  { echo "127.0.0.1 localhost"; for j in 1 2 3 4; do echo "$("$hosts" addr $j) bh$j"; done; } >"/etc/netns/${NETNS_PREFIX}$i/hosts"
+done
 export LAUNCH_STORE_TOKEN=$(head -c 32 /dev/urandom | od -An -tx1 | tr -d ' \n')
 
 cat >"$dir/torchrun.py" <<'EOF'
@@ -64,6 +76,8 @@ scenario() {
     ip netns exec "${NETNS_PREFIX}5" "$etcd_bin" --name b --data-dir "$run/etcd" --listen-client-urls "http://$etcd_ep" \
       --advertise-client-urls "http://$etcd_ep" --listen-peer-urls "http://$e:2380" \
       --initial-advertise-peer-urls "http://$e:2380" --initial-cluster "b=http://$e:2380" >"$run/etcd.log" 2>&1 &
+    disown
+    for ((i = 0; i < 200; i++)); do curl -sf -m 1 "http://$etcd_ep/version" >/dev/null && break; sleep 0.1; done
   fi
   # Rank 0 of each round writes every step it made to metrics.ROUND (JSON lines, "step" 0-based).
   cat >"$run/worker.sh" <<EOF
@@ -87,10 +101,12 @@ EOF
       # network namespace are the machine's own: host 1 must be told it hosts the store.
       local conf=last_call_timeout=1
       [[ $2 == 1 ]] && conf+=,is_host=1
-      cmd=("${torchrun[@]}" --nnodes 2:3 --rdzv_backend c10d --rdzv_endpoint "$master" --max_restarts 3
+      cmd=(unshare --uts sh -c 'hostname "$0" && exec "$@"' "bh$2"
+           "${torchrun[@]}" --nnodes 2:3 --rdzv_backend c10d --rdzv_endpoint "$master" --max_restarts 3
            --rdzv_conf "$conf" --nproc_per_node 1 --no_python "$run/worker.sh")
     fi
     ip netns exec "${NETNS_PREFIX}$2" "${cmd[@]}" >"$run/$1.out" 2>"$run/$1.err" &
+    disown  # killed with its namespace: no job notice
   }
   # The time by which $1 workers of world size $2 have all (re)started after $3.
   started() {
@@ -104,29 +120,43 @@ EOF
     for ((i = 0; i < $4 * 10; i++)); do started "$1" "$2" "$3" >/dev/null && { started "$1" "$2" "$3"; return 0; }; sleep 0.1; done
     return 1
   }
+  # The steps lost at each change of the world so far, in order: rank 0's metrics of every round
+  # (metrics.RESTART_COUNT; a resumed round's file starts with a resume record), oldest first.
+  lost_steps() {
+    local r
+    for ((r = 0; r < 50; r++)); do [[ -e $run/metrics.$r ]] && cat "$run/metrics.$r"; done |
+      awk '/"eval":true/ { next } { if (!match($0, /"step":[0-9]+/)) next; s = substr($0, RSTART + 7, RLENGTH - 7) + 0 }
+           /"resume":true/ { printf "%d ", last + 1 - s; next } { last = s }'
+  }
   node a 1
-  sleep 0.5  # host 1 binds the endpoint (claims the store in etcd) first in every launcher
+  if [[ $who == torchrun ]]; then
+    sleep 0.5  # host 1 binds the endpoint first
+  else
+    for ((i = 0; i < 300; i++)); do grep -q "serving the job's store" "$run/a.err" 2>/dev/null && break; sleep 0.1; done
+  fi
   node b 2
   node c 3
   wait_started 3 3 0 120 >/dev/null || { echo "$who: round 0 never ran"; return 1; }
-  for ((i = 0; i < 600; i++)); do [[ -e $run/ck.safetensors ]] && break; sleep 0.1; done
+  for ((i = 0; i < 6000; i++)); do [[ -e $run/ck.safetensors ]] && break; sleep 0.01; done
   t_kill=$(date +%s.%N)
   # The node is gone: every process of its namespace (its launcher or agent, and every worker
   # wherever their sessions are).
   ip netns pids "${NETNS_PREFIX}$host" | xargs -r kill -9
-  local back first last grown
+  local back grown at_loss at_join seen
   back=$(wait_started 2 2 "$t_kill" 120) || { echo "$who: never ran again at 2 nodes"; return 1; }
-  # Steps lost: those round 0 made after the checkpoint the 2-node round resumed from.
-  step_of() { grep -o '"step":[0-9]*' "$1" 2>/dev/null | sed -n "$2" | tr -dc 0-9; }
-  for ((i = 0; i < 600; i++)); do first=$(step_of "$run/metrics.1" 1p); [[ -n $first ]] && break; sleep 0.1; done
-  last=$(step_of "$run/metrics.0" '$p')
+  for ((i = 0; i < 300; i++)); do [[ -n $(lost_steps) ]] && break; sleep 0.1; done
   sleep 2
+  at_loss=$(lost_steps) seen=$(lost_steps | wc -w)
   t_join=$(date +%s.%N)
   node d 4
   grown=$(wait_started 3 3 "$t_join" 120) || { echo "$who: never ran at 3 nodes after the join"; return 1; }
+  for ((i = 0; i < 300; i++)); do (( $(lost_steps | wc -w) > seen )) && break; sleep 0.1; done
+  # No new resume record: the 3-node world's workers started but never trained.
+  at_join=$(lost_steps | awk -v n="$seen" '{ print (NF > n) ? $NF " steps lost" : "never trained" }')
+  # At the loss: the first change's figure (torchrun may re-form more than once before 2 nodes).
   awk -v k="$t_kill" -v b="$back" -v j="$t_join" -v g="$grown" -v who="$who" -v l="$lost" \
-    -v s="$(( ${last:-0} + 1 - ${first:-0} ))" \
-    'BEGIN { printf "%-10s node %s lost -> 2 nodes running: %6.2f s (%d steps lost)   join -> 3 nodes running: %6.2f s\n", who, l, b - k, s, g - j }'
+    -v sl="${at_loss%% *} steps lost" -v sj="$at_join" \
+    'BEGIN { printf "%-10s node %s lost -> 2 nodes running: %6.2f s (%s)   join -> 3 nodes running: %6.2f s (%s)\n", who, l, b - k, sl, g - j, sj }'
   for i in 1 2 3 4 5; do ip netns pids "${NETNS_PREFIX}$i" | xargs -r kill -9; done
   wait 2>/dev/null
 }
