@@ -37,7 +37,7 @@ hosts="$root/scripts/netns_hosts.sh"
 dir=$(mktemp -d /tmp/bench-elastic-XXXXXX)
 export NETNS_PREFIX="be$$x"
 cleanup() {
-  for i in 1 2 3 4 5; do ip netns pids "${NETNS_PREFIX}$i" 2>/dev/null | xargs -r kill -9; done
+  for i in 1 2 3 4 5; do ip netns pids "${NETNS_PREFIX}$i" 2>/dev/null | xargs -r kill -9 2>/dev/null; done
   "$hosts" down >/dev/null 2>&1
   rm -rf /etc/netns/"${NETNS_PREFIX}"[1-5]; rmdir /etc/netns 2>/dev/null
   if [[ ${BENCH_KEEP:-0} == 1 ]]; then echo "kept $dir"; else rm -rf "$dir"; fi
@@ -141,7 +141,7 @@ EOF
   t_kill=$(date +%s.%N)
   # The node is gone: every process of its namespace (its launcher or agent, and every worker
   # wherever their sessions are).
-  ip netns pids "${NETNS_PREFIX}$host" | xargs -r kill -9
+  ip netns pids "${NETNS_PREFIX}$host" | xargs -r kill -9 2>/dev/null
   local back grown at_loss at_join seen
   back=$(wait_started 2 2 "$t_kill" 120) || { echo "$who: never ran again at 2 nodes"; return 1; }
   for ((i = 0; i < 300; i++)); do [[ -n $(lost_steps) ]] && break; sleep 0.1; done
@@ -157,7 +157,7 @@ EOF
   awk -v k="$t_kill" -v b="$back" -v j="$t_join" -v g="$grown" -v who="$who" -v l="$lost" \
     -v sl="${at_loss%% *} steps lost" -v sj="$at_join" \
     'BEGIN { printf "%-10s node %s lost -> 2 nodes running: %6.2f s (%s)   join -> 3 nodes running: %6.2f s (%s)\n", who, l, b - k, sl, g - j, sj }'
-  for i in 1 2 3 4 5; do ip netns pids "${NETNS_PREFIX}$i" | xargs -r kill -9; done
+  for i in 1 2 3 4 5; do ip netns pids "${NETNS_PREFIX}$i" 2>/dev/null | xargs -r kill -9 2>/dev/null; done
   wait 2>/dev/null
 }
 
