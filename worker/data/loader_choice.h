@@ -4,7 +4,8 @@
 // what both loaders delivered on the H200 machine (16 cores) on two data sets at either end
 // (docs/data.md, "Which loader --loader auto picks"):
 //   32x32 JPEGs (1,024 px): CPU loader 272,239 images/s on 16 threads, nvJPEG 33,790;
-//   ImageNet photos (500x375, 187,500 px): CPU loader 5,781 images/s on 16 threads, nvJPEG 17,739.
+//   250 ImageNet photos (108 KB mean, taken at ImageNet's typical 500x375, 187,500 px): CPU loader
+//   5,781 images/s on 16 threads, nvJPEG 17,739.
 // The CPU loader scales with its threads (its figure above is 16 threads' work); nvJPEG does not.
 #pragma once
 
