@@ -5,8 +5,8 @@
 
 namespace worker {
 
-// Which back end decodes: auto = the GPU one when the backend is the GPU and nvJPEG was
-// found at build time, else the CPU one.
+// Which back end decodes: auto = the CPU one on the CPU backend or without nvJPEG; on the GPU
+// backend the one faster for the images' measured size (loader_choice.h).
 enum class Loader : uint8_t { Auto, Cpu, Gpu };
 // Training augmentation: standard = RandomResizedCrop + flip; none = the evaluation transform;
 // pad-crop = RandomCrop(size, padding) + flip at the images' own scale (CIFAR's; issue 25).

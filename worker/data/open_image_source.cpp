@@ -9,6 +9,7 @@
 #include "worker/data/dataset_cache.h"
 #include "worker/data/decode.h"
 #include "worker/data/image_source.h"
+#include "worker/data/loader_choice.h"
 #ifdef WORKER_HAVE_NVJPEG
 #include "worker/data/gpu/gpu_image_source.h"
 #endif
@@ -96,6 +97,28 @@ std::string val_split_name(const DataSourceOptions& o) {
   return o.images.val_data;
 }
 
+namespace {
+
+// --loader auto: the CPU loader where the backend is the CPU or nvJPEG is not built in; else the
+// one choose_loader() finds faster for the training images' median size, measured from a sample
+// of their headers (the same choice for both splits), `why` saying so for the log.
+Loader auto_loader(const DataSourceOptions& o, bool gpu, int threads, std::string* why) {
+  if (!gpu || !nvjpeg_built()) return Loader::Cpu;
+  const ImageSizeSample s = sample_image_sizes(o, kImageSizeSample);
+  if (s.sampled == 0) return Loader::Gpu;  // nothing readable in the sample: the loader names the files
+  const LoaderChoice c = choose_loader(s.median_pixels, threads);
+  std::ostringstream w;
+  w.precision(0);
+  w << std::fixed << " (--loader auto: images of median " << s.median_pixels << " px over " << s.sampled
+    << " sampled, where " << plural(threads, "CPU thread") << " would decode about " << c.cpu_images_per_s
+    << " images/s and nvJPEG about " << c.gpu_images_per_s << "; --loader " << (c.loader == Loader::Cpu ? "gpu" : "cpu")
+    << " picks the other)";
+  *why = w.str();
+  return c.loader;
+}
+
+}  // namespace
+
 std::unique_ptr<BatchSource> open_image_source(const DataSourceOptions& o, Split split, Ops& ops) {
   struct stat st{};
   if (::stat(o.images.data.c_str(), &st) != 0) {
@@ -155,11 +178,13 @@ std::unique_ptr<BatchSource> open_image_source(const DataSourceOptions& o, Split
 
   const bool gpu = ops.device() == DeviceKind::Gpu;
   Loader loader = o.images.loader;
-  if (loader == Loader::Auto) loader = gpu && nvjpeg_built() ? Loader::Gpu : Loader::Cpu;
+  std::string auto_why;  // --loader auto's reason, where it weighed both loaders
+  if (loader == Loader::Auto) loader = auto_loader(o, gpu, cfg.read.threads, &auto_why);
   if (loader == Loader::Gpu) {
     if (!gpu) throw DataError("--loader gpu needs the GPU backend (this run computes on the CPU; use --loader cpu)");
 #ifdef WORKER_HAVE_NVJPEG
-    what << "; GPU decode (nvJPEG), " << plural(cfg.read.threads, "reader thread") << "; " << transform_description(cfg);
+    what << "; GPU decode (nvJPEG), " << plural(cfg.read.threads, "reader thread") << auto_why << "; "
+         << transform_description(cfg);
     return make_gpu_image_source(index, info, cfg, ops, what.str());
 #else
     throw DataError("--loader gpu: this train_resnet was built without nvJPEG (scripts/setup.sh fetches the "
@@ -168,7 +193,7 @@ std::unique_ptr<BatchSource> open_image_source(const DataSourceOptions& o, Split
   }
   what << "; CPU decode (libjpeg-turbo, libpng), " << plural(cfg.read.threads, "thread");
   if (o.images.tf.dct_scaling) what << ", DCT scaling";
-  what << "; " << transform_description(cfg);
+  what << auto_why << "; " << transform_description(cfg);
   if (gpu && !nvjpeg_built() && o.images.loader == Loader::Auto) what << " (nvJPEG not built in)";
   return make_cpu_image_source(index, info, cfg, ops, what.str());
 }
@@ -179,6 +204,7 @@ ImageSizeSample sample_image_sizes(const DataSourceOptions& o, int count) {
   const DatasetIndex index = is_dir(o.images.data) ? load_image_folder(o.images.data, "train", default_cache_dirs(o.log_dir)).index
                                             : read_list_file(o.images.data);
   std::vector<int> sides;
+  std::vector<int64_t> pixels;
   const int64_t n = index.size();
   std::vector<uint8_t> head;
   std::string err;
@@ -192,6 +218,7 @@ ImageSizeSample sample_image_sizes(const DataSourceOptions& o, int count) {
     try {
       const ImageHeader h = read_header(head.data(), head.size());
       sides.push_back(std::min(h.width, h.height));
+      pixels.push_back(int64_t(h.width) * h.height);
     } catch (const std::exception&) {
     }
   }
@@ -199,7 +226,9 @@ ImageSizeSample sample_image_sizes(const DataSourceOptions& o, int count) {
   s.sampled = int(sides.size());
   if (sides.empty()) return s;
   std::sort(sides.begin(), sides.end());
+  std::sort(pixels.begin(), pixels.end());
   s.median_short = sides[sides.size() / 2];
+  s.median_pixels = pixels[pixels.size() / 2];
   s.min_short = sides.front();
   s.max_short = sides.back();
   return s;

@@ -3,6 +3,7 @@
 // through worker/train/data.h's make_batch_source (--data DIR|LISTFILE).
 #pragma once
 
+#include <cstdint>
 #include <memory>
 #include <string>
 
@@ -62,8 +63,12 @@ std::string val_split_name(const DataSourceOptions& o);
 struct ImageSizeSample {
   int sampled = 0;                             // headers read (unreadable files are left out)
   int median_short = 0, min_short = 0, max_short = 0;  // the short side, pixels
+  int64_t median_pixels = 0;                   // width x height
 };
 // `count` files spread evenly over the training split. Throws DataError as open_image_source.
 ImageSizeSample sample_image_sizes(const DataSourceOptions& o, int count);
+// How many training images' headers are read for their size (the image size a run picks when none
+// is given, --loader auto's choice).
+inline constexpr int kImageSizeSample = 64;
 
 }  // namespace worker

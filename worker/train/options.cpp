@@ -93,7 +93,8 @@ void describe_images(CLI::App& app, TrainOptions& o) {
   ImageSetOptions& im = o.images;
   app.add_option("--val-data", im.val_data, "list file of the val split (with a list-file --data)");
   add_choice(app, "--loader", im.loader, kLoaders,
-             "auto, cpu or gpu: who decodes the images (auto: gpu on the GPU backend when built with nvJPEG)");
+             "auto, cpu or gpu: who decodes the images (auto: cpu on the CPU backend; on the GPU backend with nvJPEG the faster "
+             "for the images' measured size)");
   app.add_option("--data-threads", im.read.threads,
                  "decode threads per rank (0: the node's cores / its ranks, PADDLE_LOCAL_SIZE or LOCAL_WORLD_SIZE)")
       ->capture_default_str();

@@ -19,9 +19,6 @@ struct Settled {
   std::vector<std::string> warnings;  // for rank 0's stderr ("train_resnet: warning: ...")
 };
 
-// How many training images' headers the image size is measured from.
-inline constexpr int kImageSizeSample = 64;
-
 Settled settle_options(TrainOptions& o);
 
 }  // namespace worker

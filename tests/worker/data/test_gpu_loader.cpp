@@ -300,6 +300,40 @@ void compare(const std::string& root, Split split, DType dtype, Loader gpu_loade
   std::cout << what << ": worst difference / tolerance = " << worst << ", skipped " << gpu->skipped() << std::endl;
 }
 
+// A train/ folder of `n` JPEGs of w x h in one class.
+std::string make_sized_folder(int w, int h, int n) {
+  char t[] = "/tmp/test_gpu_loader_XXXXXX";
+  const std::string root = ::mkdtemp(t);
+  std::system(("mkdir -p " + root + "/train/c0").c_str());
+  std::mt19937 rng(9);
+  for (int i = 0; i < n; ++i) write_jpeg(root + "/train/c0/img" + std::to_string(i) + ".jpg", w, h, 3, false, true, rng);
+  return root;
+}
+
+// --loader auto on the GPU backend (issue 24 item 5): the CPU loader for small images when it has
+// the threads to outpace nvJPEG, nvJPEG for photos; the Data line says which and why.
+void check_auto_loader() {
+  const std::string tiny = make_sized_folder(32, 32, 12), photos = make_sized_folder(500, 375, 12);
+  auto ops = make_gpu_ops(0, DType::BF16);
+  auto describe = [&](const std::string& root, int threads) {
+    DataSourceOptions o;
+    o.images.data = root;
+    o.images.read.threads = threads;
+    o.batch = 4;
+    o.image_size = 32;
+    return open_image_source(o, Split::Train, *ops)->describe();
+  };
+  const std::string t16 = describe(tiny, 16), p16 = describe(photos, 16), t1 = describe(tiny, 1);
+  std::cout << "auto, 32x32, 16 threads: " << t16 << "\nauto, 500x375, 16 threads: " << p16
+            << "\nauto, 32x32, 1 thread: " << t1 << std::endl;
+  EXPECT(t16.find("CPU decode") != std::string::npos && t16.find("median 1024 px over 12 sampled") != std::string::npos,
+         "32x32 JPEGs, 16 threads: the CPU loader, from the measured size");
+  EXPECT(p16.find("GPU decode") != std::string::npos && p16.find("median 187500 px") != std::string::npos,
+         "500x375 JPEGs, 16 threads: nvJPEG");
+  EXPECT(t1.find("GPU decode") != std::string::npos, "32x32 JPEGs, 1 thread: nvJPEG");
+  std::system(("rm -rf " + tiny + " " + photos).c_str());
+}
+
 }  // namespace
 
 int main() {
@@ -329,6 +363,7 @@ int main() {
       compare(root, Split::Val, DType::F32, Loader::Gpu, (n + ", val fp32, GPU loader").c_str(), &spread);
     }
     compare(j420, Split::Train, DType::F32, Loader::Cpu, "train fp32, CPU loader into the GPU backend");
+    check_auto_loader();
   } catch (const std::exception& e) {
     std::cout << "FAILED: " << e.what() << std::endl;
     ++failures;
