@@ -77,7 +77,11 @@ scenario() {
       --advertise-client-urls "http://$etcd_ep" --listen-peer-urls "http://$e:2380" \
       --initial-advertise-peer-urls "http://$e:2380" --initial-cluster "b=http://$e:2380" >"$run/etcd.log" 2>&1 &
     disown
-    for ((i = 0; i < 200; i++)); do curl -sf -m 1 "http://$etcd_ep/version" >/dev/null && break; sleep 0.1; done
+    for ((i = 0; i < 200; i++)); do
+      /usr/bin/python3 -c 'import sys, urllib.request; urllib.request.urlopen(sys.argv[1], timeout=1)' \
+        "http://$etcd_ep/version" 2>/dev/null && break
+      sleep 0.1
+    done
   fi
   # Rank 0 of each round writes every step it made to metrics.ROUND (JSON lines, "step" 0-based).
   cat >"$run/worker.sh" <<EOF

@@ -386,7 +386,8 @@ if [ -x "$etcd_bin" ]; then
   "$etcd_bin" --name fm --data-dir "$work/etcd" --listen-client-urls "http://$ep" --advertise-client-urls "http://$ep" \
     --listen-peer-urls "$peer" --initial-advertise-peer-urls "$peer" --initial-cluster "fm=$peer" >etcd.log 2>&1 &
   etcd_pid=$!
-  wait_for 'curl -sf -m 1 "http://$ep/version" >/dev/null 2>&1' 20 || etcd_bin=""
+  up='"$py" -c "import sys, urllib.request; urllib.request.urlopen(sys.argv[1], timeout=1)" "http://$ep/version"'
+  wait_for "$up 2>/dev/null" 20 || etcd_bin=""
 fi
 if [ -x "$etcd_bin" ]; then
   export LAUNCH_STORE_TOKEN=0123456789abcdef0123456789abcdef-fault-matrix
