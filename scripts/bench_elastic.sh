@@ -24,7 +24,8 @@
 # Usage: scripts/bench_elastic.sh [BIN_DIR] [ours|etcd|etcd-store|torchrun|both|all]   (root; ip netns)
 #   both: ours and torchrun; all (the default): ours, etcd, etcd-store and torchrun.
 # torchrun: Debian's python3-torch (1.13) with a one-line fix for Python 3.11 (its Std.from_str
-# gives None for "0"); PyTorch 2.x is used instead when TORCHRUN names its torchrun.
+# gives None for "0"); PyTorch 2.x is used instead when TORCHRUN names its torchrun, e.g.
+# TORCHRUN="/opt/torch2/bin/python -m torch.distributed.run" (a venv with PyPI's torch).
 set -uo pipefail
 root="$(cd "$(dirname "$0")/.." && pwd)"
 bin="$(cd "${1:-$root/build/bin}" && pwd)"
@@ -64,6 +65,10 @@ from torch.distributed.run import main
 sys.exit(main())
 EOF
 torchrun=(${TORCHRUN:-/usr/bin/python3 "$dir/torchrun.py"})
+# PyTorch 2.x's agents share their own TCPStore with the workers by default
+# (TORCHELASTIC_USE_AGENT_STORE=True), which train_resnet cannot use; its documented opt-out gives
+# them rank 0's store on MASTER_PORT, new every round, as torch 1.13 does (1.13 ignores it).
+export TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1
 
 # One run of the scenario with launcher $1; prints its row.
 scenario() {
