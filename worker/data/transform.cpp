@@ -77,6 +77,12 @@ v4f load4(const float* p) {
 }
 void store4(float* p, v4f v) { std::memcpy(p, &v, sizeof v); }
 
+// At least n values: a buffer that only grows is not cleared for every image (resize would
+// zero what a smaller image left out).
+void grow(std::vector<float>* v, size_t n) {
+  if (v->size() < n) v->resize(n);
+}
+
 // The most taps any output pixel of the axis has.
 int max_taps(const AxisWeights& a) {
   int m = 0;
@@ -342,9 +348,10 @@ void render(const RgbRegion& src, const Geometry& g, const SamplePlan& p, const 
   }
   // One source row in float, then htaps black pixels and one float (the padded taps' reads, the
   // fourth lane of the last pixel's load); the horizontal pass, + 1 float for the last store.
-  sc.line.resize(size_t(cols + htaps) * 3 + 1);
-  std::fill(sc.line.begin() + ptrdiff_t(cols) * 3, sc.line.end(), 0.0f);
-  sc.rows.resize(size_t(rows) * row_len + 1);
+  const size_t line_len = size_t(cols + htaps) * 3 + 1;
+  grow(&sc.line, line_len);
+  std::fill(sc.line.begin() + ptrdiff_t(cols) * 3, sc.line.begin() + ptrdiff_t(line_len), 0.0f);
+  grow(&sc.rows, size_t(rows) * row_len + 1);
   // Horizontal pass over the rows the vertical taps read. Its output is mirrored already when
   // flipping: the vertical pass is per element, so mirroring its input mirrors its output.
   for (int r = 0; r < rows; ++r) {
@@ -366,7 +373,7 @@ void render(const RgbRegion& src, const Geometry& g, const SamplePlan& p, const 
     scale[c] = 1.0f / (255.0f * tf.std[c]);
     shift[c] = -tf.mean[c] / tf.std[c];
   }
-  if (dtype == DType::BF16) sc.out.resize(row_len);
+  if (dtype == DType::BF16) grow(&sc.out, row_len);
   for (int j = 0; j < n; ++j) {
     const float* w = g.y.w.data() + size_t(j) * size_t(g.y.ksize);
     const float* in = sc.rows.data() + size_t(g.lo_y + g.y.first[size_t(j)] - g.region.y0) * row_len;
