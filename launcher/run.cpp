@@ -9,6 +9,7 @@
 #include <csignal>
 #include <cstdlib>
 #include <iostream>
+#include <utility>
 
 #include "launcher/cli.h"
 #include "launcher/containment.h"
@@ -134,6 +135,78 @@ void repeat_last_words(const JobOutcome& o, const ConsoleStreams& console) {
   }
 }
 
+// What a job keeps from one generation of workers to the next.
+struct JobRun {
+  JobRun(Plan& plan, const ConsoleStreams& streams, StopSignals& signals, JobMode& job_mode, SupervisorConfig config)
+      : p(plan), console(streams), stops(signals), mode(job_mode), cfg(std::move(config)), backoff(plan.opt.restart_backoff) {}
+  Plan& p;
+  const ConsoleStreams& console;
+  StopSignals& stops;
+  JobMode& mode;
+  SupervisorConfig cfg;
+  RestartBackoff backoff;
+  LogLocks log_locks;  // held until we exit, whatever the generation
+  JobOutcome outcome;  // the last generation's
+};
+
+// Generation `gen`: its layout from the mode, its workers supervised to their end, the report.
+// True where another generation follows (after a failure, once the back-off is waited out).
+bool run_generation(JobRun& j, int gen) {
+  Plan& p = j.p;
+  const RankLayout layout = j.mode.start(gen);
+  std::vector<int> ranks;
+  for (int i = 0; i < p.n(); ++i) ranks.push_back(layout.first_rank + i);
+  j.log_locks.hold(p.job.log_dir, ranks);  // a second launch on these workerlog.N is refused
+  j.mode.install(j.cfg);
+  // The first run truncates the logs if asked; a restart appends to what the failed run wrote.
+  j.cfg.log_overwrite = p.opt.log_overwrite && gen == 0;
+  const int restart_count = layout.restart_count.value_or(gen);
+  const std::vector<WorkerPlan> plans = worker_plans(p, layout, restart_count);
+  log::info("job " + p.job.job_id + ": " + std::to_string(p.n()) + " worker(s) of " +
+            join_command(p.command, kLoggedCommandChars) + "; logs in " + p.job.log_dir +
+            (layout.store_addr.empty() ? "" : "; store at " + layout.store_addr) +
+            (gen > 0 && !layout.restart_count ? "; restart " + std::to_string(gen) + " of " + std::to_string(p.opt.max_restart)
+                                                : ""));
+  const auto started = std::chrono::steady_clock::now();
+  JobOutcome& outcome = j.outcome;
+  outcome = supervise(plans, j.cfg);
+  outcome.restart_count = restart_count;
+  std::string why_not;
+  // The mode decides when it can (elastic membership re-forms), else --max_restart's rule.
+  const std::optional<bool> decided = j.mode.another_generation(outcome, gen, j.stops);
+  bool again = decided ? *decided : restart_follows(outcome, gen, p.opt.max_restart, j.stops, why_not);
+  // A re-forming around a node that joins is no failure: no report, no back-off.
+  const bool after_failure = again && !outcome.policy.reform();
+  print_failure_report(outcome, p.job.log_dir, after_failure ? NextStep{restart_count + 1, p.opt.max_restart} : NextStep{});
+  repeat_last_words(outcome, j.console);
+  if (!why_not.empty()) log::error(why_not);
+  if (after_failure) {
+    const double ran = std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
+    again = wait_before_restart(j.backoff.next(ran), restart_count + 1, p, plans.size(), j.stops);
+  }
+  j.mode.finish(outcome.policy.exit_code(), !again);
+  return again;
+}
+
+// After the last generation: the requeue a stop signal asked for, the --summary file; the job's code.
+int finish_job(const Plan& p, const JobOutcome& outcome) {
+  const int code = outcome.policy.exit_code();
+  // The workers have saved and ended: now the job may go back into the queue (a running job
+  // that is requeued is killed, so not before).
+  if (!p.requeue_job.empty() && outcome.policy.launcher_signal()) slurm::requeue_after_stop(p.requeue_job);
+  if (!p.summary_path.empty()) {
+    // The job's code is the job's: batch scripts branch on it. A summary that cannot be written
+    // is worth a warning, not a different exit code.
+    try {
+      write_file_atomically(p.summary_path, summary_json(p.job.job_id, outcome));
+    } catch (const std::exception& e) {
+      log::warn(std::string("--summary not written: ") + e.what() + "; launch still exits with the job's code " +
+                std::to_string(code));
+    }
+  }
+  return code;
+}
+
 // The job itself: the mode, the log directory, then one generation of workers per run.
 int run_job(Plan& p, const ConsoleStreams& console) {
   // From here on signals are read from one signalfd only; blocked before any thread exists.
@@ -156,60 +229,10 @@ int run_job(Plan& p, const ConsoleStreams& console) {
   cfg.console = console.out.get();
   cfg.log_console = console.err.get();
 
-  JobOutcome outcome;
-  RestartBackoff backoff(p.opt.restart_backoff);
-  LogLocks log_locks;  // held until we exit, whatever the generation
-  for (int gen = 0;; ++gen) {
-    const RankLayout layout = mode->start(gen);
-    std::vector<int> ranks;
-    for (int i = 0; i < p.n(); ++i) ranks.push_back(layout.first_rank + i);
-    log_locks.hold(p.job.log_dir, ranks);  // a second launch on these workerlog.N is refused
-    mode->install(cfg);
-    // The first run truncates the logs if asked; a restart appends to what the failed run wrote.
-    cfg.log_overwrite = p.opt.log_overwrite && gen == 0;
-    const int restart_count = layout.restart_count.value_or(gen);
-    const std::vector<WorkerPlan> plans = worker_plans(p, layout, restart_count);
-    log::info("job " + p.job.job_id + ": " + std::to_string(p.n()) + " worker(s) of " +
-              join_command(p.command, kLoggedCommandChars) + "; logs in " + p.job.log_dir +
-              (layout.store_addr.empty() ? "" : "; store at " + layout.store_addr) +
-              (gen > 0 && !layout.restart_count ? "; restart " + std::to_string(gen) + " of " + std::to_string(p.opt.max_restart)
-                                                  : ""));
-    const auto started = std::chrono::steady_clock::now();
-    outcome = supervise(plans, cfg);
-    outcome.restart_count = restart_count;
-    std::string why_not;
-    // The mode decides when it can (elastic membership re-forms), else --max_restart's rule.
-    const std::optional<bool> decided = mode->another_generation(outcome, gen, stops);
-    bool again = decided ? *decided : restart_follows(outcome, gen, p.opt.max_restart, stops, why_not);
-    // A re-forming around a node that joins is no failure: no report, no back-off.
-    const bool after_failure = again && !outcome.policy.reform();
-    print_failure_report(outcome, p.job.log_dir,
-                         after_failure ? NextStep{restart_count + 1, p.opt.max_restart} : NextStep{});
-    repeat_last_words(outcome, console);
-    if (!why_not.empty()) log::error(why_not);
-    if (after_failure) {
-      const double ran = std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
-      again = wait_before_restart(backoff.next(ran), restart_count + 1, p, plans.size(), stops);
-    }
-    mode->finish(outcome.policy.exit_code(), !again);
-    if (!again) break;
+  JobRun job(p, console, stops, *mode, cfg);
+  for (int gen = 0; run_generation(job, gen); ++gen) {
   }
-
-  const int code = outcome.policy.exit_code();
-  // The workers have saved and ended: now the job may go back into the queue (a running job
-  // that is requeued is killed, so not before).
-  if (!p.requeue_job.empty() && outcome.policy.launcher_signal()) slurm::requeue_after_stop(p.requeue_job);
-  if (!p.summary_path.empty()) {
-    // The job's code is the job's: batch scripts branch on it. A summary that cannot be written
-    // is worth a warning, not a different exit code.
-    try {
-      write_file_atomically(p.summary_path, summary_json(p.job.job_id, outcome));
-    } catch (const std::exception& e) {
-      log::warn(std::string("--summary not written: ") + e.what() + "; launch still exits with the job's code " +
-                std::to_string(code));
-    }
-  }
-  return code;
+  return finish_job(p, job.outcome);
 }
 
 int run_or_throw(int argc, char** argv, const ConsoleStreams& console) {
