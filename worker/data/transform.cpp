@@ -90,19 +90,39 @@ int max_taps(const AxisWeights& a) {
   return m;
 }
 
-// One row of the horizontal pass: output pixel o of `out` = sum over k < taps of
-// weights[o][k] * line[at[o] + 3k ..], the weights already 4 lanes wide (K > 0: taps == K, the
-// loop unrolled). A pixel is read as 4 floats (r, g, b, the next pixel's r), the fourth lane
-// never kept: o ascends, so each 4-float store's fourth lane is overwritten by the next pixel's.
-template <int K>
-void horizontal_row(const float* line, const int* at, const float* weights, int n, int taps, float* out) {
+// R rows of the horizontal pass (row q's source at line + q * line_stride, its output at out + q
+// * out_stride): output pixel o = sum over k < taps of weights[o][k] * line[at[o] + 3k ..], the
+// weights already 4 lanes wide and each loaded once for the R rows (K > 0: taps == K, the loop
+// unrolled). A pixel is read as 4 floats (r, g, b, the next pixel's r) and stored as 4: the
+// fourth lane is never kept (o ascends, so the next pixel's store overwrites it; the last one's
+// lands in the float after each output row).
+template <int K, int R>
+void horizontal_rows(const float* line, size_t line_stride, const int* at, const float* weights, int n, int taps,
+                     float* out, size_t out_stride) {
   if (K > 0) taps = K;
   for (int o = 0; o < n; ++o) {
     const float* px = line + at[o];
     const float* w = weights + size_t(o) * size_t(taps) * 4;
-    v4f acc = {0, 0, 0, 0};
-    for (int k = 0; k < taps; ++k) acc += load4(px + size_t(k) * 3) * load4(w + size_t(k) * 4);
-    store4(out + size_t(o) * 3, acc);
+    v4f acc[R] = {};
+    for (int k = 0; k < taps; ++k) {
+      const v4f wk = load4(w + size_t(k) * 4);
+      for (int q = 0; q < R; ++q) acc[q] += load4(px + size_t(q) * line_stride + size_t(k) * 3) * wk;
+    }
+    for (int q = 0; q < R; ++q) store4(out + size_t(q) * out_stride + size_t(o) * 3, acc[q]);
+  }
+}
+
+// horizontal_rows with the common tap counts unrolled: 2-3 below 2x downscaling, 3-5 after DCT
+// scaling.
+template <int R>
+void horizontal(const float* line, size_t line_stride, const int* at, const float* weights, int n, int taps,
+                float* out, size_t out_stride) {
+  switch (taps) {
+    case 2: return horizontal_rows<2, R>(line, line_stride, at, weights, n, taps, out, out_stride);
+    case 3: return horizontal_rows<3, R>(line, line_stride, at, weights, n, taps, out, out_stride);
+    case 4: return horizontal_rows<4, R>(line, line_stride, at, weights, n, taps, out, out_stride);
+    case 5: return horizontal_rows<5, R>(line, line_stride, at, weights, n, taps, out, out_stride);
+    default: return horizontal_rows<0, R>(line, line_stride, at, weights, n, taps, out, out_stride);
   }
 }
 
@@ -353,26 +373,33 @@ void render(const RgbRegion& src, const Geometry& g, const SamplePlan& p, const 
       for (int l = 0; l < 4; ++l) sc.weights[(size_t(o) * size_t(htaps) + size_t(k)) * 4 + size_t(l)] = w;
     }
   }
-  // One source row in float, then htaps black pixels and one float (the padded taps' reads, the
-  // fourth lane of the last pixel's load); the horizontal pass, + 1 float for the last store.
-  const size_t line_len = size_t(cols + htaps) * 3 + 1;
-  grow(&sc.line, line_len);
-  std::fill(sc.line.begin() + ptrdiff_t(cols) * 3, sc.line.begin() + ptrdiff_t(line_len), 0.0f);
-  grow(&sc.rows, size_t(rows) * row_len + 1);
+  // Source rows in float, kRows of them, each followed by htaps black pixels and one float (the
+  // padded taps' reads, the fourth lane of the last pixel's load); the horizontal pass's rows,
+  // each followed by one float (the last pixel's 4-float store).
+  constexpr int kRows = 4;  // rows sharing each weight's load: a quarter fewer loads than one at a time
+  const size_t line_len = size_t(cols + htaps) * 3 + 1, hstride = row_len + 1;
+  grow(&sc.line, line_len * kRows);
+  for (int q = 0; q < kRows; ++q) {
+    std::fill(sc.line.begin() + ptrdiff_t(line_len * size_t(q) + size_t(cols) * 3),
+              sc.line.begin() + ptrdiff_t(line_len * size_t(q + 1)), 0.0f);
+  }
+  grow(&sc.rows, size_t(rows) * hstride);
   // Horizontal pass over the rows the vertical taps read. Its output is mirrored already when
   // flipping: the vertical pass is per element, so mirroring its input mirrors its output.
-  for (int r = 0; r < rows; ++r) {
-    const uint8_t* in = src.row(g.region.y0 + r) + size_t(g.region.x0 - src.x0) * 3;
-    float* line = sc.line.data();
-    for (size_t e = 0; e < size_t(cols) * 3; ++e) line[e] = in[e];
-    float* out = sc.rows.data() + size_t(r) * row_len;
-    switch (htaps) {  // the common counts unrolled: 2-3 below 2x downscaling, 3-5 after DCT scaling
-      case 2: horizontal_row<2>(line, sc.at.data(), sc.weights.data(), n, htaps, out); break;
-      case 3: horizontal_row<3>(line, sc.at.data(), sc.weights.data(), n, htaps, out); break;
-      case 4: horizontal_row<4>(line, sc.at.data(), sc.weights.data(), n, htaps, out); break;
-      case 5: horizontal_row<5>(line, sc.at.data(), sc.weights.data(), n, htaps, out); break;
-      default: horizontal_row<0>(line, sc.at.data(), sc.weights.data(), n, htaps, out); break;
+  for (int r = 0; r < rows;) {
+    const int take = rows - r >= kRows ? kRows : 1;
+    for (int q = 0; q < take; ++q) {
+      const uint8_t* in = src.row(g.region.y0 + r + q) + size_t(g.region.x0 - src.x0) * 3;
+      float* line = sc.line.data() + line_len * size_t(q);
+      for (size_t e = 0; e < size_t(cols) * 3; ++e) line[e] = in[e];
     }
+    float* out = sc.rows.data() + size_t(r) * hstride;
+    if (take == kRows) {
+      horizontal<kRows>(sc.line.data(), line_len, sc.at.data(), sc.weights.data(), n, htaps, out, hstride);
+    } else {
+      horizontal<1>(sc.line.data(), line_len, sc.at.data(), sc.weights.data(), n, htaps, out, hstride);
+    }
+    r += take;
   }
   // Vertical pass, then (v / 255 - mean) / std, into dst (fp32) or a row converted to bf16.
   float scale[3], shift[3];
@@ -383,15 +410,15 @@ void render(const RgbRegion& src, const Geometry& g, const SamplePlan& p, const 
   if (dtype == DType::BF16) grow(&sc.out, row_len);
   for (int j = 0; j < n; ++j) {
     const float* w = g.y.w.data() + size_t(j) * size_t(g.y.ksize);
-    const float* in = sc.rows.data() + size_t(g.lo_y + g.y.first[size_t(j)] - g.region.y0) * row_len;
+    const float* in = sc.rows.data() + size_t(g.lo_y + g.y.first[size_t(j)] - g.region.y0) * hstride;
     const int taps = g.y.count[size_t(j)];
     float* out = dtype == DType::F32 ? static_cast<float*>(dst) + size_t(j) * row_len : sc.out.data();
     switch (taps) {
-      case 2: vertical_row<2>(in, row_len, w, taps, row_len, scale, shift, out); break;
-      case 3: vertical_row<3>(in, row_len, w, taps, row_len, scale, shift, out); break;
-      case 4: vertical_row<4>(in, row_len, w, taps, row_len, scale, shift, out); break;
-      case 5: vertical_row<5>(in, row_len, w, taps, row_len, scale, shift, out); break;
-      default: vertical_row<0>(in, row_len, w, taps, row_len, scale, shift, out); break;
+      case 2: vertical_row<2>(in, hstride, w, taps, row_len, scale, shift, out); break;
+      case 3: vertical_row<3>(in, hstride, w, taps, row_len, scale, shift, out); break;
+      case 4: vertical_row<4>(in, hstride, w, taps, row_len, scale, shift, out); break;
+      case 5: vertical_row<5>(in, hstride, w, taps, row_len, scale, shift, out); break;
+      default: vertical_row<0>(in, hstride, w, taps, row_len, scale, shift, out); break;
     }
     if (dtype == DType::BF16) store_bf16(out, row_len, static_cast<uint16_t*>(dst) + size_t(j) * row_len);
   }
