@@ -154,6 +154,18 @@ void vertical_row(const float* in, size_t stride, const float* w, int taps, size
   }
 }
 
+// vertical_row with the common tap counts unrolled.
+void vertical(const float* in, size_t stride, const float* w, int taps, size_t len, const float scale[3],
+              const float shift[3], float* out) {
+  switch (taps) {
+    case 2: return vertical_row<2>(in, stride, w, taps, len, scale, shift, out);
+    case 3: return vertical_row<3>(in, stride, w, taps, len, scale, shift, out);
+    case 4: return vertical_row<4>(in, stride, w, taps, len, scale, shift, out);
+    case 5: return vertical_row<5>(in, stride, w, taps, len, scale, shift, out);
+    default: return vertical_row<0>(in, stride, w, taps, len, scale, shift, out);
+  }
+}
+
 // to_bf16 of each value, 8 at a time: the rounding in 32-bit lanes, then the high halves of two
 // registers' lanes gathered into one (a NaN keeps its high half with the quiet bit set).
 void store_bf16(const float* in, size_t len, uint16_t* out) {
@@ -411,15 +423,8 @@ void render(const RgbRegion& src, const Geometry& g, const SamplePlan& p, const 
   for (int j = 0; j < n; ++j) {
     const float* w = g.y.w.data() + size_t(j) * size_t(g.y.ksize);
     const float* in = sc.rows.data() + size_t(g.lo_y + g.y.first[size_t(j)] - g.region.y0) * hstride;
-    const int taps = g.y.count[size_t(j)];
     float* out = dtype == DType::F32 ? static_cast<float*>(dst) + size_t(j) * row_len : sc.out.data();
-    switch (taps) {
-      case 2: vertical_row<2>(in, hstride, w, taps, row_len, scale, shift, out); break;
-      case 3: vertical_row<3>(in, hstride, w, taps, row_len, scale, shift, out); break;
-      case 4: vertical_row<4>(in, hstride, w, taps, row_len, scale, shift, out); break;
-      case 5: vertical_row<5>(in, hstride, w, taps, row_len, scale, shift, out); break;
-      default: vertical_row<0>(in, hstride, w, taps, row_len, scale, shift, out); break;
-    }
+    vertical(in, hstride, w, g.y.count[size_t(j)], row_len, scale, shift, out);
     if (dtype == DType::BF16) store_bf16(out, row_len, static_cast<uint16_t*>(dst) + size_t(j) * row_len);
   }
 }
