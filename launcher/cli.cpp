@@ -183,7 +183,7 @@ Parsed parse_args(const std::vector<std::string>& args) {
   opt("--nproc_per_node,--nproc-per-node", r.nproc, "processes on this node: N, or gpu, cpu, auto (torchrun)");
   // --- nodes
   opt("--nnodes", r.nnodes, "number of nodes (more than 1: with --master), or MIN:MAX: elastic membership");
-  opt("--master", r.master, "HOST:PORT of the store of a multi-node job, served by node 0");
+  opt("--master", r.master, "HOST:PORT of the store of a multi-node job, served by node 0; etcd://HOST:PORT: meet at etcd");
   opt("--rank,--node_rank,--node-rank", r.rank, "this node's rank, 0..nnodes-1; -1: in order of arrival")
       ->capture_default_str();
   opt("--token-file,--token_file", r.token_file, "file holding the multi-node job's token (mode 600); else LAUNCH_STORE_TOKEN");
@@ -196,7 +196,8 @@ Parsed parse_args(const std::vector<std::string>& args) {
   flag("--standalone", r.standalone, "torchrun: a single-node job (what launch does without --nnodes)");
   opt("--rdzv_endpoint,--rdzv-endpoint", r.rdzv_endpoint, "torchrun: HOST:PORT, as --master");
   opt("--rdzv_id,--rdzv-id", r.rdzv_id, "torchrun: the job id, as --job_id");
-  opt("--rdzv_backend,--rdzv-backend", r.rdzv_backend, "torchrun: c10d or static (both: launch's own store)");
+  opt("--rdzv_backend,--rdzv-backend", r.rdzv_backend,
+      "torchrun: c10d or static (launch's own store), or etcd (etcd at --rdzv-endpoint HOST:2379)");
   opt("--rdzv_conf,--rdzv-conf", r.rdzv_conf,
       "torchrun: KEY=VALUE,...: join_timeout, last_call_timeout, close_timeout, heartbeat_timeout, keep_alive_interval, "
       "keep_alive_max_attempt, read_timeout, is_host, checkpoint_timeout");
@@ -331,12 +332,44 @@ void apply_console(const Raw& r, Options& o) {
     throw UsageError("give either --stream or torchrun's --redirects/--tee/--local-ranks-filter, not both");
 }
 
-void apply_rendezvous(const Raw& r, Options& o) {
+constexpr std::string_view kEtcdScheme = "etcd://";
+constexpr uint16_t kEtcdPort = 2379;  // etcd's client port: torchrun's default for an etcd endpoint
+
+// torchrun's etcd backends (etcd, etcd-v2) or paddle's --master etcd://: where the nodes meet is etcd.
+bool names_etcd(const Raw& r) {
+  const std::string b = lower(r.rdzv_backend);
+  return (r.given.at("--rdzv_backend") && (b == "etcd" || b == "etcd-v2")) ||
+         r.master.compare(0, kEtcdScheme.size(), kEtcdScheme) == 0;
+}
+
+// --master etcd://HOST[:PORT] (paddle's spelling, also from PADDLE_MASTER): the etcd backend.
+void apply_master_scheme(const Raw& r, Options& o) {
+  if (!o.master) return;
+  const std::string& m = *o.master;
+  if (m.compare(0, kEtcdScheme.size(), kEtcdScheme) != 0) {
+    if (m.find("://") != std::string::npos)
+      throw UsageError("--master '" + m + "': the one scheme launch knows is etcd://HOST:PORT (etcd's rendezvous); "
+                       "launch's own store is HOST:PORT");
+    return;
+  }
+  if (r.given.at("--rdzv_backend") && o.rdzv_backend != RdzvBackend::Etcd)
+    throw UsageError("--master " + m + " names etcd, --rdzv-backend " + r.rdzv_backend +
+                     " launch's own store: give one of them");
+  o.master = with_default_port(m.substr(kEtcdScheme.size()), kEtcdPort);
+  o.rdzv_backend = RdzvBackend::Etcd;
+}
+
+void apply_rendezvous(const Raw& r, Options& o, CliResult& out) {
   const bool addr = r.given.at("--master_addr"), port = r.given.at("--master_port");
   const bool endpoint = r.given.at("--rdzv_endpoint");
-  if (r.given.at("--rdzv_backend") && r.rdzv_backend != "c10d" && r.rdzv_backend != "static")
-    throw UsageError("--rdzv-backend " + r.rdzv_backend + ": launch's rendezvous is its own store; use c10d or "
-                     "static (or leave it out)");
+  if (r.given.at("--rdzv_backend")) {
+    const std::string b = lower(r.rdzv_backend);
+    if (b == "etcd" || b == "etcd-v2")
+      o.rdzv_backend = RdzvBackend::Etcd;
+    else if (b != "c10d" && b != "static")
+      throw UsageError("--rdzv-backend " + r.rdzv_backend + " must be c10d or static (launch's own store, served on "
+                       "the endpoint by the launch that binds it) or etcd (etcd at --rdzv-endpoint HOST:2379)");
+  }
   if (r.given.at("--rdzv_id")) {
     if (r.given.at("--job_id") && r.job_id != r.rdzv_id)
       throw UsageError("--rdzv-id " + r.rdzv_id + " and --job_id " + r.job_id + " disagree: give one of them");
@@ -356,12 +389,18 @@ void apply_rendezvous(const Raw& r, Options& o) {
       o.master = proto::join_host_port(addr ? unbracket(r.master_addr) : "127.0.0.1",
                                        static_cast<uint16_t>(port ? r.master_port : 29500));
     if (endpoint)
-      o.master = with_default_port(r.rdzv_endpoint, 29400);
+      o.master = with_default_port(r.rdzv_endpoint, o.rdzv_backend == RdzvBackend::Etcd ? kEtcdPort : 29400);
+    if (o.rdzv_backend == RdzvBackend::Etcd && (addr || port))
+      throw UsageError("--rdzv-backend " + r.rdzv_backend + " meets at etcd: give its endpoint as --rdzv-endpoint "
+                       "HOST:2379, not --master-addr/--master-port");
   } else {
     // One node: nobody to meet; torchrun's master is what the program's rank 0 binds.
     if (addr) o.framework_addr = unbracket(r.master_addr);
     if (port) o.framework_port = r.master_port;
   }
+  apply_master_scheme(r, o);
+  if (o.rdzv_backend == RdzvBackend::Etcd && o.nnodes == 1)
+    out.infos.push_back("etcd's rendezvous: no effect with one node (nobody to meet)");
 }
 
 // --- the rest of torchrun's options ---------------------------------------------------------------
@@ -379,6 +418,7 @@ double conf_seconds(const std::string& key, const std::string& value, double lo)
 void apply_rdzv_conf(const Raw& r, Options& o, CliResult& out) {
   std::vector<std::string> unknown, inert;
   std::optional<double> keep_alive, attempts;
+  const bool etcd = names_etcd(r);
   if (trim(r.rdzv_conf).empty()) return;
   for (const std::string& item : split_commas(r.rdzv_conf)) {
     const size_t eq = item.find('=');
@@ -409,6 +449,9 @@ void apply_rdzv_conf(const Raw& r, Options& o, CliResult& out) {
       o.rdzv.checkpoint_timeout_s = conf_seconds(key, value, 0);
     } else if (key == "is_host") {
       o.rdzv.is_host = truthy("--rdzv-conf is_host", value);
+    } else if (etcd && (key == "cacert" || key == "cert" || key == "key" || (key == "protocol" && lower(value) != "http"))) {
+      throw UsageError("--rdzv-conf " + key + "=" + value + ": launch's etcd client speaks plain http:// to etcd, not "
+                       "TLS yet: give etcd an http:// client URL, or use launch's own store (--rdzv-backend c10d)");
     } else if (key == "use_libuv" || key == "rank" || key == "etcd_prefix" || key == "protocol" || key == "cacert" ||
                key == "cert" || key == "key") {
       inert.push_back(key);
@@ -425,7 +468,9 @@ void apply_rdzv_conf(const Raw& r, Options& o, CliResult& out) {
     for (const auto& k : v) t += (t.empty() ? "" : ", ") + k;
     return t;
   };
-  if (!inert.empty()) out.infos.push_back("--rdzv-conf " + list(inert) + ": no effect with launch's store");
+  if (!inert.empty())
+    out.infos.push_back("--rdzv-conf " + list(inert) + ": no effect " +
+                        (etcd ? "over etcd (launch keeps a job's keys under /launch/<job id>/)" : "with launch's store"));
   if (!unknown.empty())
     out.warnings.push_back("--rdzv-conf: unknown key(s) " + list(unknown) +
                            " ignored; launch honours join_timeout, timeout, last_call_timeout, close_timeout, "
@@ -673,7 +718,7 @@ CliResult parse_cli(int argc, const char* const* argv, const proto::EnvMap& env)
   CliResult result;
   apply_torchrun_rest(r, env, o, result);
   apply_paddle_env(env, o, result.warnings);
-  apply_rendezvous(r, o);
+  apply_rendezvous(r, o, result);
 
   // --- what holds whatever the spelling
   if (o.log_level == "warn") o.log_level = "warning";

@@ -50,7 +50,7 @@ Preview preview(const Plan& p) {
     const std::string host = opt.host_given ? opt.host : master_ip ? route_source_address(*master_ip) : "127.0.0.1";
     l.nnodes = opt.nnodes;
     l.local_size = n;
-    v.ranks_known = !p.elastic && opt.rank >= 0 && (opt.nproc_per_node.has_value() || !p.slurm_notes.empty());
+    v.ranks_known = !p.elastic && !p.etcd && opt.rank >= 0 && (opt.nproc_per_node.has_value() || !p.slurm_notes.empty());
     l.node_rank = std::max(opt.rank, 0);
     l.world_size = opt.nnodes * n;
     l.first_rank = l.node_rank * n;
@@ -67,13 +67,16 @@ Preview preview(const Plan& p) {
       v.undecided.insert({kGroupRank, kPaddleCurrentEndpoint, kPodName});
     }
     if (p.elastic) v.undecided.insert({kGroupWorldSize, kPaddleNnodes, kPaddleRestartCount, kTorchRestartCount});
+    // Over etcd the store is served by the node that holds etcd's claim, at its own port.
+    if (p.etcd) v.undecided.insert({kStoreAddr, kMasterAddr, kPaddleRestartCount, kTorchRestartCount});
     v.marker = "<decided at the rendezvous>";
     v.note = "# multi-node: " + (p.elastic ? std::to_string(opt.nnodes_min) + " to " : std::string()) +
-             std::to_string(opt.nnodes) + " nodes meet at " + p.master +
-             " (the launch that binds it serves the store there); " +
+             std::to_string(opt.nnodes) + " nodes meet at " +
+             (p.etcd ? "etcd at " + p.master + " (the first node to claim the job's store there serves it); "
+                     : p.master + " (the launch that binds it serves the store there); ") +
              (v.ranks_known ? "this is node " + std::to_string(opt.rank) + " of " + std::to_string(opt.nnodes) +
                                   " with " + std::to_string(n) + " worker(s) per node"
-                            : std::string(p.elastic ? "every round of the job gives this node its rank and the job's size"
+                            : std::string(p.elastic || p.etcd ? "every round of the job gives this node its rank and the job's size"
                                                     : "this node's rank is given in arrival order")) +
              "; values marked " + v.marker + " are the rendezvous'; ports are examples\n";
   } else {

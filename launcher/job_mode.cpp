@@ -59,7 +59,7 @@ class LocalJob final : public JobMode {
 
 std::unique_ptr<JobMode> make_job_mode(const Plan& plan, StopSignals& stops) {
   if (plan.task) return make_slurm_task_group(plan, stops);
-  if (plan.elastic) return make_elastic_job(plan, stops);
+  if (plan.elastic || plan.etcd) return make_elastic_job(plan, stops);
   if (plan.multinode) return make_multinode_job(plan, stops);
   return std::make_unique<LocalJob>(plan);
 }

@@ -3,7 +3,8 @@
 //   - this node alone: ports of our own, a fresh store per generation (job_mode.cpp);
 //   - one Slurm task per worker: the tasks meet in task 0's store (slurm/slurm_tasks.cpp);
 //   - several nodes: the nodes meet in node 0's store and fail together (multinode/multinode_job.cpp);
-//   - elastic membership, --nnodes MIN:MAX: the job re-forms as nodes come and go (elastic/elastic_job.cpp).
+//   - elastic membership, --nnodes MIN:MAX, and every multi-node job over etcd: the job re-forms as
+//     nodes come and go (elastic/elastic_job.cpp).
 #pragma once
 
 #include <memory>

@@ -24,6 +24,11 @@ enum class ProgramKind {
   NoPython,      // --no-python: PROGRAM is executed as it is, even a *.py
 };
 
+// Where the nodes of a multi-node job meet (--rdzv-backend): launch's own store, served on
+// --master by the launch that wins the bind (torchrun's c10d and static), or etcd at the endpoint
+// (torchrun's etcd and etcd-v2, paddle's --master etcd://HOST:PORT).
+enum class RdzvBackend { Store, Etcd };
+
 // torchrun's --rdzv-conf KEY=VALUE,... (PET_RDZV_CONF): the keys launch honours. join_timeout and
 // timeout set elastic_timeout_s itself.
 struct RdzvConf {
@@ -65,6 +70,7 @@ struct Options {
   bool requeue = false;                  // --requeue: Slurm batch jobs, after a time limit or preemption
   // Multi-node (launcher/multinode): node 0 serves the store on --master, every node meets there.
   std::optional<std::string> master;      // --master HOST:PORT (or --master-addr/--master-port, --rdzv-endpoint)
+  RdzvBackend rdzv_backend = RdzvBackend::Store;  // Etcd: `master` is the etcd endpoint
   int rank = -1;                          // --rank / --node-rank: this node's rank; -1: in arrival order
   std::optional<std::string> token_file;  // --token-file; else LAUNCH_STORE_TOKEN
   double elastic_timeout_s = 600;         // --elastic_timeout: how long the nodes wait for each other

@@ -191,9 +191,16 @@ Plan make_plan(const Options& given, const EnvMap& parent) {
       throw UsageError("--nnodes " + std::to_string(opt.nnodes_min) + ":" + std::to_string(opt.nnodes) +
                        ": a Slurm step has a fixed number of nodes; give --nnodes N");
     const bool from_slurm = !given.master && opt.master;
+    p.etcd = opt.rdzv_backend == RdzvBackend::Etcd;
+    if (p.etcd && from_slurm)
+      throw UsageError("--rdzv-backend etcd meets at etcd: give its endpoint, --rdzv-endpoint HOST:2379 (a Slurm "
+                       "step names no etcd)");
+    if (p.etcd && !proto::split_host_port(*opt.master))
+      throw UsageError("the etcd endpoint '" + *opt.master + "' must be HOST:PORT, e.g. 10.0.0.1:2379 or [fd00::1]:2379");
     p.master = check_master(*opt.master, from_slurm);
-    p.master_origin = from_slurm ? "--master, derived from " + std::string(proto::env::kSlurmStepNodelist)
-                                 : std::string("--master");
+    p.master_origin = p.etcd ? std::string("the etcd endpoint (--rdzv-endpoint)")
+                      : from_slurm ? "--master, derived from " + std::string(proto::env::kSlurmStepNodelist)
+                                   : std::string("--master");
     p.token = resolve_multinode_token(opt.token_file, env);
   }
 

@@ -24,7 +24,8 @@ struct Plan {
   std::optional<SlurmTaskForm> task;
   bool multinode = false;
   bool elastic = false;       // --nnodes MIN:MAX with MIN < MAX (multinode too)
-  std::string master;         // multi-node: "ip:port" of node 0's store (--master, resolved)
+  bool etcd = false;          // multi-node over etcd (--rdzv-backend etcd): the elastic job mode, even at a fixed size
+  std::string master;         // multi-node: "host:port" of node 0's store (--master), or of etcd
   std::string master_origin;  // "--master", or the Slurm variable it was derived from
   std::string token;          // multi-node: the job's shared token
   std::vector<std::string> slurm_hosts;  // the step's host names, to name those missing

@@ -1,8 +1,5 @@
 #include "proto/ring_hello.h"
 
-#include <openssl/evp.h>
-#include <openssl/hmac.h>
-
 #include <stdexcept>
 
 #include "proto/token.h"
@@ -196,17 +193,11 @@ Mac transcript_mac(std::string_view token, Role role, const Transcript& t) {
   put_u32(msg, t.world == 0 ? 0 : (t.connector + 1) % t.world);
   put_bytes(msg, t.connector_nonce);
   put_bytes(msg, t.acceptor_nonce);
-  Mac out{};
-  unsigned int len = 0;
-  // OpenSSL's one-shot HMAC (libcrypto): the key may be empty (a ring without a token).
-  static const unsigned char kEmpty = 0;
-  const auto* key = token.empty() ? &kEmpty : reinterpret_cast<const unsigned char*>(token.data());
-  if (HMAC(EVP_sha256(), key, static_cast<int>(token.size()), reinterpret_cast<const unsigned char*>(msg.data()),
-           msg.size(), out.data(), &len) == nullptr ||
-      len != kMacSize) {
+  try {
+    return hmac_sha256(token, msg);
+  } catch (const std::runtime_error&) {
     throw std::runtime_error("ring set-up: HMAC-SHA256 failed (OpenSSL's libcrypto)");
   }
-  return out;
 }
 
 bool mac_equal(const Mac& a, const Mac& b) {

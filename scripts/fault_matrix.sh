@@ -7,7 +7,8 @@
 # a restart's report, 100,000 arguments, a guessable token; strangers on a train_resnet rank's ring
 # port, a FIFO and sparse giants in a list file, a corrupt or NaN checkpoint, a store that never
 # answers, ranks with other options, --resume naming a folder; and rdzv's (issues 21, 22 item 11):
-# IPv6, the c10d form on one host, elastic membership losing and gaining a node. Prints one table
+# IPv6, the c10d form on one host, elastic membership losing and gaining a node, and over etcd the
+# store's node lost, an etcd nobody answers, another job id, a wrong token. Prints one table
 # row per case: PASS/FAIL (SKIP where the machine cannot run it, e.g. FUSE without root) and its
 # figure (time to teardown, peak RSS, exit code).
 #
@@ -371,6 +372,73 @@ grep -q "round 1: this is node 0 of 2" err.a && grep -q "round 2: this is node 0
 for n in a b d; do eval "kill -TERM \$el_$n"; eval "wait_exit \$el_$n 10"; done
 row "--nnodes 2:3: node lost, then a node joins (rdzv)" "$result" \
     "re-formed at 2 nodes $loss ms after the kill, at 3 $join ms after the join (heartbeat 1 s, save 0.5 s)"
+
+# --- (rdzv, issue 21 item 3) over etcd (--rdzv-backend etcd; a real etcd on 127.0.0.1, Debian's
+# etcd-server or $ETCD_BIN): the store's node lost, an endpoint nobody answers, a node of another
+# job id, a wrong token
+etcd_bin=${ETCD_BIN:-$(command -v etcd || true)}
+etcd_rows=("etcd: the store's node lost, 2:3 (rdzv)" "etcd: endpoint not answering (rdzv)"
+           "etcd: a node of another job id (rdzv)" "etcd: a node with a wrong token (rdzv)")
+free_port() { "$py" -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
+fresh
+ep="127.0.0.1:$(free_port)" peer="http://127.0.0.1:$(free_port)"
+if [ -x "$etcd_bin" ]; then
+  "$etcd_bin" --name fm --data-dir "$work/etcd" --listen-client-urls "http://$ep" --advertise-client-urls "http://$ep" \
+    --listen-peer-urls "$peer" --initial-advertise-peer-urls "$peer" --initial-cluster "fm=$peer" >etcd.log 2>&1 &
+  etcd_pid=$!
+  up='"$py" -c "import sys, urllib.request; urllib.request.urlopen(sys.argv[1], timeout=1)" "http://$ep/version"'
+  wait_for "$up 2>/dev/null" 20 || etcd_bin=""
+fi
+if [ -x "$etcd_bin" ]; then
+  export LAUNCH_STORE_TOKEN=0123456789abcdef0123456789abcdef-fault-matrix
+  # A, the first node, serves the job's store (it claims it in etcd first); its loss does not end
+  # the job: B and C evict its claim, one of them serves a fresh store, both run round 1.
+  etcd_node() {  # etcd_node NAME JOB NNODES [OPTION...]: runs sleep 30 as its worker
+    local name=$1 job=$2 nn=$3; shift 3
+    "$launch" --nnodes "$nn" --rdzv-backend etcd --rdzv-endpoint "$ep" --job_id "$job" --host 127.0.0.1 "$@" \
+      --devices cpu --nproc_per_node 1 --log_dir log.$name sh -c 'exec sleep 30' >out.$name 2>err.$name &
+    eval "ed_$name=\$!"
+  }
+  conf=(--max_restart 2 --rdzv-conf last_call_timeout=1,keep_alive_interval=0.2,heartbeat_timeout=1)
+  etcd_node a fm-lost 2:3 "${conf[@]}"; wait_for 'grep -q "serving the job" err.a 2>/dev/null' 10
+  etcd_node b fm-lost 2:3 "${conf[@]}"; etcd_node c fm-lost 2:3 "${conf[@]}"
+  wait_for 'grep -q "round 0: this is node" err.b 2>/dev/null && grep -q "round 0: this is node" err.c 2>/dev/null' 15
+  t0=$(now_ms); kill -KILL "$ed_a"; wait "$ed_a" 2>/dev/null
+  wait_for 'grep -q "round 1: this is node . of 2" err.b 2>/dev/null && grep -q "round 1: this is node . of 2" err.c 2>/dev/null' 20
+  loss=$(( $(now_ms) - t0 ))
+  new=$(grep -l "serving the job's store" err.b err.c | sed 's/^err\.//' | tr a-z A-Z | tr -d '\n')
+  result=FAIL
+  grep -q "round 1: this is node . of 2" err.b && grep -q "round 1: this is node . of 2" err.c &&
+    [ ${#new} = 1 ] && result=PASS
+  for n in b c; do eval "kill -TERM \$ed_$n"; eval "wait_exit \$ed_$n 10"; done
+  row "${etcd_rows[0]}" "$result" "B and C run round 1 at 2 nodes $loss ms after A's kill, on $new's fresh store (heartbeat 1 s)"
+  # Nobody at the endpoint: exit 1 at --elastic_timeout, one line, nothing run.
+  nobody="127.0.0.1:$(free_port)"
+  t0=$(now_ms)
+  "$launch" --nnodes 2 --rdzv-backend etcd --rdzv-endpoint "$nobody" --elastic_timeout 2 --devices cpu \
+    --log_dir log.x sh -c 'touch ran.x' >out.x 2>err.x & wait_exit $! 15; ms=$(( $(now_ms) - t0 ))
+  result=FAIL
+  [ "$rc" = 1 ] && [ "$(grep -c '^launch: error: ' err.x)" = 1 ] && grep -q "etcd at $nobody" err.x && [ ! -e ran.x ] && result=PASS
+  row "${etcd_rows[1]}" "$result" "exit $rc after $ms ms (--elastic_timeout 2), $(grep -c '^launch: error: ' err.x) error line, nothing run"
+  # The job: one node of fm-job waiting for a second. A node of another job id waits for its own
+  # job's nodes and times out naming fm-job; a node with another token is refused at once.
+  etcd_node j fm-job 2 --elastic_timeout 30
+  wait_for 'grep -q "registered in job" err.j 2>/dev/null' 10
+  t0=$(now_ms); etcd_node o fm-other 2 --elastic_timeout 2; wait_exit "$ed_o" 15; ms=$(( $(now_ms) - t0 ))
+  result=FAIL; [ "$rc" = 1 ] && grep -q "other job id(s): 'fm-job' (1)" err.o && result=PASS
+  row "${etcd_rows[2]}" "$result" "exit $rc after $ms ms (--elastic_timeout 2), naming job 'fm-job' (1 node) at the endpoint"
+  t0=$(now_ms)
+  LAUNCH_STORE_TOKEN=9f2c4e71b8a05d3e6c1f7a2b9d4e8c03-other etcd_node t fm-job 2; wait_exit "$ed_t" 15
+  ms=$(( $(now_ms) - t0 ))
+  result=FAIL; [ "$rc" = 2 ] && grep -q "runs with another token than this node's" err.t && kill -0 "$ed_j" 2>/dev/null &&
+    result=PASS
+  row "${etcd_rows[3]}" "$result" "exit $rc after $ms ms, the job's waiting node undisturbed"
+  kill -TERM "$ed_j"; wait_exit "$ed_j" 10
+  unset LAUNCH_STORE_TOKEN
+else
+  for r in "${etcd_rows[@]}"; do row "$r" SKIP "no etcd binary (apt-get install etcd-server, or set ETCD_BIN)"; done
+fi
+[ -n "${etcd_pid:-}" ] && { kill -KILL "$etcd_pid" 2>/dev/null; wait "$etcd_pid" 2>/dev/null; }
 
 
 # --- issue 22, item 2: strangers on rank 0's ring port while it waits for its left neighbour, rank 2

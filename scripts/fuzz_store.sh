@@ -12,7 +12,7 @@ command -v "$cxx" >/dev/null || { echo "fuzz_store.sh: $cxx not found; install c
 mkdir -p "$out/corpus"
 "$cxx" -std=c++17 -O1 -g -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=undefined \
   -I"$root" "$root/tests/proto/fuzz/fuzz_store.cpp" "$root/proto/codec.cpp" \
-  "$root/proto/kv_state.cpp" "$root/proto/token.cpp" -o "$out/fuzz_store"
+  "$root/proto/kv_state.cpp" "$root/proto/token.cpp" -lcrypto -o "$out/fuzz_store"  # token.cpp: OpenSSL's HMAC
 # Seed corpus: valid frames of every op (written by the harness's own codec via a tiny generator).
 cp -n "$root"/tests/proto/fuzz/corpus/* "$out/corpus/" 2>/dev/null || true
 cd "$out"

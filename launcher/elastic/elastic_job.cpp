@@ -1,24 +1,26 @@
-// Elastic membership as a job mode (job_mode.h): --nnodes MIN:MAX. The nodes meet at --master as
-// a fixed-size job's do (store_host.h); the membership record (membership.h) held in the job's
-// store (store_backend.h) says who runs each round. While a round runs, the nodes fail together
-// through the heartbeat monitor (multinode/monitor.h) and a watcher sees nodes that ask to join;
-// either ends the round, and the nodes that are left meet again for the next.
+// Elastic membership as a job mode (job_mode.h): --nnodes MIN:MAX, and any multi-node job over
+// etcd. The nodes meet at a site (site.h: launch's own store on --master, or etcd), whose
+// membership record (membership.h) says who runs each round and which store the round uses.
+// While a round runs, the nodes fail together through the heartbeat monitor over that store
+// (multinode/monitor.h), and a watcher of the record sees nodes that ask to join and, where the
+// site knows liveness (etcd's leases), members that are gone; either ends the round, and the
+// nodes that are left meet again for the next.
+#include <poll.h>
 #include <sys/eventfd.h>
 #include <unistd.h>
 
-#include <atomic>
+#include <algorithm>
 #include <map>
 #include <mutex>
 #include <thread>
 
 #include "launcher/elastic/membership.h"
-#include "launcher/elastic/store_backend.h"
+#include "launcher/elastic/site.h"
 #include "launcher/errors.h"
 #include "launcher/job_mode.h"
 #include "launcher/log.h"
 #include "launcher/multinode/multinode_job.h"
 #include "launcher/multinode/rendezvous.h"
-#include "launcher/multinode/store_host.h"
 #include "launcher/ports.h"
 #include "launcher/seconds.h"
 #include "proto/address.h"
@@ -32,7 +34,7 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 using ms = std::chrono::milliseconds;
-using Kind = proto::StoreError::Kind;
+using BKind = el::BackendError::Kind;
 
 // The longest a wait on the record lasts before the loop looks at its deadlines again (a writer
 // that died between its swap and its change key leaves no key to wake us).
@@ -50,25 +52,36 @@ std::string who(const mn::NodeRegistration& n) {
   return n.hostname.empty() || n.hostname == n.host ? n.host : n.hostname + " (" + n.host + ")";
 }
 
-// --- The watcher: a node that asks to join a running round ------------------------------------
+// --- The watcher: a node that asks to join a running round, a member that is gone -------------
 
-// Parks on the record's change key while a round runs and fires its eventfd when a node is
-// waiting to join that round: the supervisor then re-forms the job (SupervisorConfig::reform_fd).
-class JoinWatcher {
+bool contains(const std::vector<std::string>& ids, const std::string& id) {
+  return std::find(ids.begin(), ids.end(), id) != ids.end();
+}
+
+// Parks on the record while a round runs. When a node is waiting to join that round it fires its
+// eventfd: the supervisor then re-forms the job (SupervisorConfig::reform_fd). When the site knows
+// liveness (etcd's leases) and a member of the round is gone, it tells the monitor, which fails
+// the round as it fails it for a silent heartbeat.
+class RoundWatcher {
  public:
-  JoinWatcher(proto::ClientOptions opts, int round, int64_t version) : round_(round), seen_(version) {
+  RoundWatcher(const ElasticSite& site, mn::JobMonitor& monitor, int round, std::string self_id)
+      : monitor_(monitor), round_(round), self_(std::move(self_id)) {
     efd_ = ::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
-    if (efd_ < 0) throw SystemError("eventfd for the join watcher", errno);
-    opts.client_name += " (join watcher)";
-    thread_ = std::thread([this, opts] { run(opts); });
+    stop_fd_ = ::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+    if (efd_ < 0 || stop_fd_ < 0) throw SystemError("eventfd for the round watcher", errno);
+    // Its calls end when the destructor says so (the launcher's stop signals are the main thread's).
+    auto backend = site.backend(CancelHook{stop_fd_, [] { return true; }}, ms(5000));
+    thread_ = std::thread([this, b = std::move(backend)]() mutable { run(*b); });
   }
-  ~JoinWatcher() {
-    stop_ = true;
+  ~RoundWatcher() {
+    uint64_t one = 1;
+    [[maybe_unused]] ssize_t n = ::write(stop_fd_, &one, sizeof one);
     if (thread_.joinable()) thread_.join();
     ::close(efd_);
+    ::close(stop_fd_);
   }
-  JoinWatcher(const JoinWatcher&) = delete;
-  JoinWatcher& operator=(const JoinWatcher&) = delete;
+  RoundWatcher(const RoundWatcher&) = delete;
+  RoundWatcher& operator=(const RoundWatcher&) = delete;
 
   int fd() const { return efd_; }
   std::string reason() const {
@@ -77,17 +90,27 @@ class JoinWatcher {
   }
 
  private:
-  void run(const proto::ClientOptions& opts) {
-    el::StoreBackend backend(opts);
-    while (!stop_) {
+  void run(el::MembershipBackend& backend) {
+    const ms call{5000};
+    for (;;) {
       try {
         // The record as it is first (a node may have asked before this round's workers began),
         // then each change.
-        const el::State s = el::decode_state(backend.load(ms(2000)));
-        seen_ = s.version;
+        const el::State s = el::decode_state(backend.load(call));
         if (s.round != round_ || s.phase != el::Phase::Running) return;  // the round is over anyway
+        if (const auto live = backend.alive(call)) {
+          for (size_t i = 0; i < s.members.size(); ++i) {
+            if (contains(*live, s.members[i].node.id)) continue;
+            monitor_.node_lost(int(i), s.members[i].node.id == self_
+                                           ? "this launcher lost its place at " + backend.where() +
+                                                 " (its lease ended: no renewal reached etcd for the lease's TTL)"
+                                           : "launcher stopped responding (gone from " + backend.where() +
+                                                 ": its lease ended)");
+            return;
+          }
+        }
         if (s.waiting.empty()) {
-          backend.wait_change(seen_, ms(250));  // short: the destructor waits for it
+          backend.wait_change(s.version, ms(60000));  // the destructor's eventfd ends it
           continue;
         }
         std::string names;
@@ -99,17 +122,20 @@ class JoinWatcher {
         uint64_t one = 1;
         [[maybe_unused]] ssize_t n = ::write(efd_, &one, sizeof one);
         return;
-      } catch (const std::exception&) {
+      } catch (const el::BackendError& e) {
+        if (e.kind() == BKind::Cancelled) return;
         // The store is the monitor's to judge (it reports an unreachable store); look again.
-        std::this_thread::sleep_for(ms(250));
+      } catch (const std::exception&) {
       }
+      pollfd p{stop_fd_, POLLIN, 0};
+      if (::poll(&p, 1, 250) > 0) return;
     }
   }
 
+  mn::JobMonitor& monitor_;
   const int round_;
-  int64_t seen_;
-  int efd_ = -1;
-  std::atomic<bool> stop_{false};
+  const std::string self_;
+  int efd_ = -1, stop_fd_ = -1;
   mutable std::mutex mu_;
   std::string reason_;
   std::thread thread_;
@@ -120,31 +146,31 @@ class JoinWatcher {
 class ElasticJob final : public JobMode {
  public:
   ElasticJob(const Plan& p, StopSignals& stops) : stops_(stops) {
+    const bool fixed = p.opt.nnodes_min == 0;  // a fixed-size job over etcd: MIN = MAX
     if (p.opt.rank >= 0)
-      log::info("--rank " + std::to_string(p.opt.rank) + ": under --nnodes MIN:MAX node ranks follow the "
-                "rendezvous (the store's host first, then by seniority and arrival)");
+      log::info("--rank " + std::to_string(p.opt.rank) + ": " +
+                (fixed ? std::string("over etcd") : std::string("under --nnodes MIN:MAX")) +
+                " node ranks follow the rendezvous (the store's host first, then by seniority and arrival)");
     const auto deadline = Clock::now() + p.elastic_timeout();
-    MeetingPoint mp = meet_at_master(p, stops, deadline);
-    serve_ = mp.serves;
-    store_ = std::move(mp.store);
-    presence_ = mp.presence;
-    host_ = mp.host;
-    ports_ = reserve_ports(host_, p.n() + 1, std::nullopt);
     mn::NodeRegistration& me = self_.me.node;
-    me = local_registration(p, host_, ports_, serve_);
     me.id = mn::make_node_id();
     char name[256] = {};
     if (::gethostname(name, sizeof name - 1) == 0) me.hostname = name;
-    self_.min_nodes = p.opt.nnodes_min;
+    site_ = p.etcd ? make_etcd_site(p, stops, deadline, me.id, me.hostname.empty() ? "a launcher" : me.hostname)
+                   : make_store_site(p, stops, deadline);
+    ports_ = reserve_ports(site_->host(), p.n() + 1, std::nullopt);
+    const std::string id = me.id, hostname = me.hostname;
+    me = local_registration(p, site_->host(), ports_, false);
+    me.id = id;
+    me.hostname = hostname;
+    self_.min_nodes = fixed ? p.opt.nnodes : p.opt.nnodes_min;
     self_.max_nodes = p.opt.nnodes;
     self_.max_restart = p.opt.max_restart;
     self_.last_call = seconds_or(p.opt.rdzv.last_call_timeout_s, kDefaultLastCall);
 
-    store_opts_.address = mp.master;
-    store_opts_.address_source = p.master_origin;
     store_opts_.job_id = p.job.job_id;
     store_opts_.token = p.token;
-    store_opts_.client_name = "launcher on " + host_;
+    store_opts_.client_name = "launcher on " + site_->host();
     timeout_ = p.elastic_timeout();
     first_deadline_ = deadline;
     monitor_cfg_ = monitor_config(p.opt.rdzv);
@@ -154,8 +180,16 @@ class ElasticJob final : public JobMode {
 
   RankLayout start(int generation) override {
     const auto deadline = generation == 0 ? first_deadline_ : Clock::now() + timeout_;
-    log::info("rendezvous: --nnodes " + std::to_string(self_.min_nodes) + ":" + std::to_string(self_.max_nodes) +
-              " at " + store_opts_.address + (serve_ ? " (served here)" : ""));
+    check_record(deadline);  // a node that is refused claims nothing
+    const RoundStore rs = site_->round_store(self_.ended, deadline);
+    serve_ = rs.serves;
+    presence_ = rs.presence;
+    self_.me.node.serves_store = rs.serves;
+    store_opts_.address = rs.address;
+    store_opts_.address_source = rs.source;
+    log::info("rendezvous: --nnodes " +
+              (self_.min_nodes == self_.max_nodes ? "" : std::to_string(self_.min_nodes) + ":") +
+              std::to_string(self_.max_nodes) + " at " + where_ + (serve_ ? " (the store served here)" : ""));
     place_ = meet(deadline);
     self_.ended.reset();
     self_.me.since = place_.members[place_.index].since;
@@ -168,8 +202,9 @@ class ElasticJob final : public JobMode {
     mc.layout = layout_;
     mc.presence = presence_;
     mc.store_node = store_node(layout_);
+    watcher_.reset();
     monitor_ = std::make_unique<mn::JobMonitor>(mc);
-    watcher_ = std::make_unique<JoinWatcher>(mc.store, place_.round, version_);
+    watcher_ = std::make_unique<RoundWatcher>(*site_, *monitor_, place_.round, self_.me.node.id);
     ports_.release_sockets();
 
     RankLayout l = rank_layout(layout_, store_opts_.token);
@@ -197,16 +232,21 @@ class ElasticJob final : public JobMode {
     el::RoundEnd end;
     end.round = place_.round;
     end.failed = !reform;
+    bool store_lost = false;
     if (end.failed) {
       end.exit_code = pol.exit_code();
       end.what = pol.root() ? "rank " + std::to_string(pol.root()->rank) + " " + pol.root()->description
                             : pol.remote_failure().value_or("a failure");
-      // A node whose launcher stopped responding is not waited for.
-      if (auto f = monitor_->failure(); f && f->rank == -1 && f->node_rank >= 0 && size_t(f->node_rank) < place_.members.size())
+      // A node whose launcher stopped responding is not waited for (this one is back).
+      if (auto f = monitor_->failure(); f && f->rank == -1 && f->node_rank >= 0 && f->node_rank != layout_.node_rank &&
+                                        size_t(f->node_rank) < place_.members.size()) {
         end.lost.push_back(place_.members[size_t(f->node_rank)].node.id);
+        store_lost = f->node_rank == store_node(layout_);
+      }
     }
     self_.ended = end;
-    monitor_->finish(ms(2000));  // our part of the round is over: the store's node need not wait for us
+    // Our part of the round is over: the store's node need not wait for us (nor can it, lost).
+    if (!store_lost) monitor_->finish(ms(2000));
     log::warn(end.failed ? "the job re-forms after its round " + std::to_string(end.round) + " failed (" + end.what + ")"
                          : "the job re-forms for the node(s) that asked to join");
     return true;
@@ -217,7 +257,7 @@ class ElasticJob final : public JobMode {
     if (!last || !monitor_) return;
     if (exit_code == 0) {
       monitor_->finish();
-      mark_over(0, "its workers exited 0");
+      if (mark_over(0, "its workers exited 0")) site_->job_over();
     }
     if (!serve_) return;
     // The store's node keeps it up until the others have left it (bounded), as a fixed-size job.
@@ -226,18 +266,63 @@ class ElasticJob final : public JobMode {
   }
 
  private:
+  std::unique_ptr<el::MembershipBackend> stoppable_backend(Clock::time_point deadline) {
+    auto b = site_->backend(CancelHook{stops_.fd(), [this] { return stops_.poll().has_value(); }}, left(deadline));
+    where_ = b->where();
+    return b;
+  }
+
+  // The launcher's error for a backend's.
+  [[noreturn]] void fail(const el::BackendError& e, const el::MembershipBackend& b) {
+    if (e.kind() == BKind::Cancelled && stops_.stopped()) throw StopRequested(*stops_.stopped(), "waiting for the other nodes");
+    if (e.kind() == BKind::Refused)
+      throw UsageError(b.where() + " refused this node: " + e.what() +
+                       " (every node needs the same --job_id and token: --token-file or LAUNCH_STORE_TOKEN)");
+    throw std::runtime_error("rendezvous failed at " + b.where() + ": " + e.what() + site_->failure_note());
+  }
+
+  // What step() says at once, before this node takes any part (the store's claim under etcd): a
+  // refusal, or a job that is over.
+  void check_record(Clock::time_point deadline) {
+    auto backend = stoppable_backend(deadline);
+    try {
+      // As long as the rendezvous may take: a store that is not up yet is waited for.
+      const el::Decision d = el::step(el::decode_state(backend->load(left(deadline))), self_, Clock::now());
+      if (d.kind == el::Decision::Kind::Refuse) throw UsageError(d.message);
+      if (d.kind == el::Decision::Kind::Over) over(d);
+    } catch (const el::BackendError& e) {
+      fail(e, *backend);
+    } catch (const el::StateError& e) {
+      throw std::runtime_error(e.what());
+    }
+  }
+
+  [[noreturn]] void over(const el::Decision& d) {
+    linger();
+    site_->job_over();
+    throw JobOver(d.exit_code, d.message);
+  }
+
   // The rendezvous: step() on the record until this node runs, is refused, or the job is over.
+  // Where the site knows liveness, nodes that are gone are taken off the record first (prune).
   el::Place meet(Clock::time_point deadline) {
-    proto::ClientOptions opts = store_opts_;
-    opts.connect_timeout = left(deadline);
-    stops_.attach(opts);
-    el::StoreBackend backend(opts);
+    auto backend = stoppable_backend(deadline);
+    el::MembershipBackend& b = *backend;
     const ms call{10000};
     std::string said;
     try {
-      std::string raw = backend.load(left(deadline));
+      std::string raw = b.load(left(deadline));
       for (;;) {
         const el::State s = el::decode_state(raw);
+        if (const auto live = b.alive(call)) {
+          if (!contains(*live, self_.me.node.id))
+            throw std::runtime_error("this node lost its place at " + b.where() + " while it waited for the others (its "
+                                     "lease ended: no renewal reached etcd for the lease's TTL)");
+          if (const auto next = el::prune(s, *live, self_.max_restart)) {
+            raw = b.compare_and_swap(raw, el::encode_state(*next), next->version, call);
+            continue;
+          }
+        }
         const auto now = Clock::now();
         if (s.phase == el::Phase::Forming && s.members.size() >= size_t(s.min_nodes))
           quorum_seen_.emplace(s.round, now);
@@ -246,38 +331,31 @@ class ElasticJob final : public JobMode {
         const el::Decision d = el::step(s, self_, now);
         switch (d.kind) {
           case el::Decision::Kind::Write:
-            raw = backend.compare_and_swap(raw, el::encode_state(d.next), d.next.version, call);
+            raw = b.compare_and_swap(raw, el::encode_state(d.next), d.next.version, call);
             continue;
           case el::Decision::Kind::Run:
-            version_ = s.version;
             return d.place;
           case el::Decision::Kind::Refuse:
             throw UsageError(d.message);
           case el::Decision::Kind::Over:
-            linger();
-            throw JobOver(d.exit_code, d.message);
+            over(d);
           case el::Decision::Kind::Wait:
             break;
         }
         if (d.message != said) log::info("rendezvous: " + (said = d.message));
         if (now >= deadline) {
-          give_up(backend, raw);
+          give_up(b, raw);
           throw std::runtime_error("rendezvous timed out after " + seconds_text(seconds(timeout_)) + " s at " +
-                                   backend.where() + ": " + d.message + "; start more nodes with the same --nnodes, "
-                                   "--master, --job_id and token, or raise --elastic_timeout");
+                                   b.where() + ": " + d.message + "; start more nodes with the same --nnodes, " +
+                                   "endpoint, --job_id and token, or raise --elastic_timeout" + site_->timeout_hint());
         }
         auto until = std::min(deadline, now + kWaitSlice);
         if (d.wake) until = std::min(until, *d.wake);
-        backend.wait_change(s.version, left(until));
-        raw = backend.load(call);
+        b.wait_change(s.version, left(until));
+        raw = b.load(call);
       }
-    } catch (const proto::StoreError& e) {
-      if (e.kind() == Kind::Cancelled) stops_.rethrow(e, "waiting for the other nodes");
-      if (e.kind() == Kind::Refused)
-        throw UsageError("the job's store at " + store_opts_.address + " refused this node: " + e.what() +
-                         " (every node needs the same --job_id and token: --token-file or LAUNCH_STORE_TOKEN)");
-      throw std::runtime_error("rendezvous failed at " + store_opts_.address + ": " + e.what() +
-                               " (with launch's own store the job ends with the node that serves it)");
+    } catch (const el::BackendError& e) {
+      fail(e, b);
     } catch (const el::StateError& e) {
       throw std::runtime_error(e.what());
     }
@@ -285,7 +363,7 @@ class ElasticJob final : public JobMode {
 
   // A node that gives up waiting takes itself off the record (best effort), so that a round does
   // not count it.
-  void give_up(el::StoreBackend& backend, std::string raw) {
+  void give_up(el::MembershipBackend& backend, std::string raw) {
     try {
       for (int tries = 0; tries < 5; ++tries) {
         const auto next = el::leave(el::decode_state(raw), self_.me.node.id);
@@ -300,21 +378,24 @@ class ElasticJob final : public JobMode {
   }
 
   // The job ended here (its workers succeeded): nodes that come late learn it from the record.
-  void mark_over(int code, const std::string& why) {
+  // true: the record says so now.
+  bool mark_over(int code, const std::string& why) {
     try {
-      el::StoreBackend backend(store_opts_);
-      std::string raw = backend.load(ms(2000));
+      auto backend = site_->backend(CancelHook{}, ms(2000));
+      std::string raw = backend->load(ms(2000));
       for (int tries = 0; tries < 5; ++tries) {
         const el::State s = el::decode_state(raw);
-        if (s.round != place_.round || s.phase != el::Phase::Running) return;
+        if (s.phase == el::Phase::Finished || s.phase == el::Phase::Failed) return true;
+        if (s.round != place_.round || s.phase != el::Phase::Running) return false;
         const el::State next = el::finished(s, code, "node " + std::to_string(layout_.node_rank) + ": " + why);
         const std::string want = el::encode_state(next);
-        const std::string now = backend.compare_and_swap(raw, want, next.version, ms(2000));
-        if (now == want) return;
+        const std::string now = backend->compare_and_swap(raw, want, next.version, ms(2000));
+        if (now == want) return true;
         raw = now;
       }
     } catch (const std::exception&) {
     }
+    return false;
   }
 
   // The job is over before this node's next round: the store's node lets the others read that
@@ -326,22 +407,21 @@ class ElasticJob final : public JobMode {
   }
 
   StopSignals& stops_;
+  std::unique_ptr<ElasticSite> site_;  // the store's owner where this node serves it
+  std::string where_;                  // the site, for messages
   bool serve_ = false;
-  std::optional<JobStore> store_;
   std::shared_ptr<mn::Presence> presence_;  // where this launcher serves the store: who is connected to it
-  std::string host_;
   PortReservation ports_;
-  proto::ClientOptions store_opts_;
+  proto::ClientOptions store_opts_;  // the round's store
   el::Self self_;
   el::Place place_;
-  int64_t version_ = 0;
   std::map<int, Clock::time_point> quorum_seen_;
   mn::JobLayout layout_;
   mn::MonitorConfig monitor_cfg_;
   ms timeout_{0}, close_timeout_{0}, save_{0};
   Clock::time_point first_deadline_;
   std::unique_ptr<mn::JobMonitor> monitor_;
-  std::unique_ptr<JoinWatcher> watcher_;
+  std::unique_ptr<RoundWatcher> watcher_;
 };
 
 }  // namespace

@@ -27,7 +27,9 @@ std::string who(const NodeRegistration& n) {
   return n.hostname.empty() || n.hostname == n.host ? n.host : n.hostname + " (" + n.host + ")";
 }
 
-std::string range(const State& s) { return std::to_string(s.min_nodes) + ":" + std::to_string(s.max_nodes); }
+// "2:3", or "2" for a fixed size (an etcd job's --nnodes 2).
+std::string range(int min, int max) { return (min == max ? "" : std::to_string(min) + ":") + std::to_string(max); }
+std::string range(const State& s) { return range(s.min_nodes, s.max_nodes); }
 
 Decision write(State next) {
   Decision d;
@@ -124,7 +126,11 @@ Decision running(const State& s, const Self& self) {
       for (const auto& other : *group)
         if (other.node.id != id && std::find(end.lost.begin(), end.lost.end(), other.node.id) == end.lost.end())
           next.expected.push_back(other.node.id);
-    next.members = {*m};
+    // Its registration as it is now: under etcd the node that serves the store may have changed.
+    Member back = *m;
+    back.node = self.me.node;
+    back.node.requested_rank = -1;
+    next.members = {back};
     next.waiting.clear();
     return write(std::move(next));
   }
@@ -165,15 +171,14 @@ Decision step(const State& s, const Self& self, Clock::time_point now) {
   }
   if (s.min_nodes != self.min_nodes || s.max_nodes != self.max_nodes)
     return over(Decision::Kind::Refuse,
-                "this node was started with --nnodes " + std::to_string(self.min_nodes) + ":" +
-                    std::to_string(self.max_nodes) + ", the job it joins runs --nnodes " + range(s) +
-                    ": give every node the same --nnodes MIN:MAX",
+                "this node was started with --nnodes " + range(self.min_nodes, self.max_nodes) +
+                    ", the job it joins runs --nnodes " + range(s) + ": give every node the same --nnodes",
                 2);
   if (s.nproc != self.me.node.nproc)
     return over(Decision::Kind::Refuse,
                 "this node runs " + std::to_string(self.me.node.nproc) + " worker process(es), the job's nodes " +
                     std::to_string(s.nproc) + " each (" + who(s.members.empty() ? self.me.node : s.members[0].node) +
-                    "): under --nnodes MIN:MAX every node runs the same --nproc_per_node",
+                    "): every node of the job runs the same --nproc_per_node",
                 2);
   return s.phase == Phase::Forming ? forming(s, self, now) : running(s, self);
 }
@@ -187,6 +192,47 @@ std::optional<State> leave(const State& s, const std::string& id) {
   };
   const bool gone = (s.phase == Phase::Forming && drop(next.members)) || (s.phase == Phase::Running && drop(next.waiting));
   if (!gone) return std::nullopt;
+  ++next.version;
+  return next;
+}
+
+std::optional<State> prune(const State& s, const std::vector<std::string>& alive, int max_restart) {
+  auto gone = [&](const std::string& id) { return std::find(alive.begin(), alive.end(), id) == alive.end(); };
+  auto drop = [&](std::vector<Member>& v) {
+    const size_t before = v.size();
+    v.erase(std::remove_if(v.begin(), v.end(), [&](const Member& m) { return gone(m.node.id); }), v.end());
+    return v.size() != before;
+  };
+  State next = s;
+  bool changed = false;
+  if (s.phase == Phase::Forming) {
+    changed = drop(next.members);
+    const size_t before = next.expected.size();
+    next.expected.erase(std::remove_if(next.expected.begin(), next.expected.end(), gone), next.expected.end());
+    changed = changed || next.expected.size() != before;
+  } else if (s.phase == Phase::Running) {
+    if (!s.members.empty() && std::all_of(s.members.begin(), s.members.end(), [&](const Member& m) { return gone(m.node.id); })) {
+      // Nobody is left to reopen the round: the node that sees it does, as a failure.
+      next.failures += 1;
+      const std::string what = "every node of round " + std::to_string(s.round) + " is gone (their liveness ended)";
+      if (next.failures > max_restart) {
+        next.phase = Phase::Failed;
+        next.exit_code = 1;
+        next.outcome = what + " (no restart left: --max_restart " + std::to_string(max_restart) + ")";
+      } else {
+        next.round = s.round + 1;
+        next.phase = Phase::Forming;
+        next.members.clear();
+        drop(next.waiting);
+        for (const auto& w : next.waiting) next.expected.push_back(w.node.id);
+        next.waiting.clear();
+      }
+      changed = true;
+    } else {
+      changed = drop(next.waiting);
+    }
+  }
+  if (!changed) return std::nullopt;
   ++next.version;
   return next;
 }

@@ -108,6 +108,14 @@ Decision step(const State& s, const Self& self, Clock::time_point now);
 // A node that gives up waiting: the record without it (nullopt: it is not in it).
 std::optional<State> leave(const State& s, const std::string& id);
 
+// The record without the nodes a backend that knows liveness (etcd's leases) says are gone:
+// `alive` holds the ids of the nodes alive now, read AFTER the record (a node registers before it
+// writes itself in, so one missing there has left or died). A forming round loses them from its
+// members and expected ids, a running one from its waiting list; a running round none of whose
+// members is alive is reopened by whoever sees it, as a failure (Failed past `max_restart`): a
+// job every node of which was lost goes on with the nodes that come. nullopt: nothing to change.
+std::optional<State> prune(const State& s, const std::vector<std::string>& alive, int max_restart);
+
 // The job's end, for nodes that come late: Finished (code 0) or Failed.
 State finished(const State& s, int exit_code, const std::string& outcome);
 

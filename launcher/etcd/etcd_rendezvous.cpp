@@ -56,6 +56,8 @@ void check_id(std::string_view what, std::string_view id) {
 std::string job_prefix(std::string_view job_id) { return "/launch/" + std::string(job_id) + "/"; }
 std::string nodes_prefix(std::string_view job_id) { return job_prefix(job_id) + "nodes/"; }
 std::string store_key(std::string_view job_id) { return job_prefix(job_id) + "store"; }
+std::string job_key(std::string_view job_id) { return job_prefix(job_id) + "job"; }
+std::string membership_key(std::string_view job_id) { return job_prefix(job_id) + "membership"; }
 
 std::string encode_node_record(std::string_view record) {
   if (record.size() > kMaxRecordBytes)
@@ -92,7 +94,35 @@ StoreHolder decode_store_record(std::string_view key, const KeyValue& kv) {
   h.node_id = string_member(j, "node", key);
   h.address = string_member(j, "address", key);
   h.mod_revision = kv.mod_revision;
+  h.lease = kv.lease;
   return h;
+}
+
+std::string encode_job_record(std::string_view token_fingerprint) {
+  return json{{"format", kJobFormat}, {"version", kRecordVersion}, {"token_fingerprint", std::string(token_fingerprint)}}
+      .dump();
+}
+
+std::string decode_job_record(std::string_view key, std::string_view value) {
+  if (value.size() > 4096)
+    throw RendezvousError("etcd key '" + printable(key) + "' holds " + std::to_string(value.size()) +
+                          " bytes, more than a job record may");
+  return string_member(open_envelope(key, value, kJobFormat), "token_fingerprint", key);
+}
+
+std::vector<std::pair<std::string, size_t>> jobs_with_nodes(const Listing& listing, std::string_view except) {
+  std::vector<std::pair<std::string, size_t>> jobs;
+  for (const KeyValue& kv : listing.kvs) {
+    // /launch/<job>/nodes/<node>
+    if (kv.key.compare(0, kJobsPrefix.size(), kJobsPrefix) != 0) continue;
+    const size_t slash = kv.key.find('/', kJobsPrefix.size());
+    if (slash == std::string::npos || kv.key.compare(slash, 7, "/nodes/") != 0 || kv.key.size() == slash + 7) continue;
+    const std::string job = kv.key.substr(kJobsPrefix.size(), slash - kJobsPrefix.size());
+    if (job == except) continue;
+    if (jobs.empty() || jobs.back().first != job) jobs.emplace_back(job, 0);  // etcd lists keys in order
+    ++jobs.back().second;
+  }
+  return jobs;
 }
 
 int Membership::rank_of(std::string_view node_id) const {
@@ -183,6 +213,7 @@ StoreHolder EtcdRendezvous::claim_store(std::string_view address) {
     h.node_id = cfg_.node_id;
     h.address = std::string(address);
     h.mod_revision = r.revision;
+    h.lease = lease_->id();
     h.mine = true;
     return h;
   }
@@ -214,6 +245,29 @@ bool EtcdRendezvous::wait_store_vacant(const StoreHolder& holder, ms timeout) {
 
 void EtcdRendezvous::resign_store(const StoreHolder& mine) {
   if (mine.mine) delete_if_unchanged(client_, store_key(cfg_.job_id), mine.mod_revision);
+}
+
+bool EtcdRendezvous::evict_store(const StoreHolder& holder) {
+  if (holder.mine || holder.lease == 0) return false;
+  return client_.revoke(holder.lease);
+}
+
+bool EtcdRendezvous::admit(std::string_view token_fingerprint) {
+  const std::string key = job_key(cfg_.job_id);
+  CreateResult r = create_if_absent(client_, key, encode_job_record(token_fingerprint));
+  if (r.created) return true;
+  const std::string theirs = decode_job_record(key, r.existing.value);
+  return theirs.size() == token_fingerprint.size() &&
+         std::equal(theirs.begin(), theirs.end(), token_fingerprint.begin());
+}
+
+void EtcdRendezvous::expire_job(int64_t ttl_s) {
+  std::vector<KeyValue> open;  // the records without an end of their own yet
+  for (const std::string& key : {membership_key(cfg_.job_id), job_key(cfg_.job_id)})
+    if (std::optional<KeyValue> kv = client_.get(key); kv && kv->lease == 0) open.push_back(std::move(*kv));
+  if (open.empty()) return;  // gone, or another node's end put them on a lease already
+  const LeaseGrant g = client_.grant_lease(ttl_s);
+  for (const KeyValue& kv : open) compare_and_swap(client_, kv.key, kv.mod_revision, kv.value, g.id);
 }
 
 }  // namespace launch::etcd

@@ -7,6 +7,10 @@
 //   store            the serving node and its address, with that node's lease: the first node
 //                    to create it serves; when it goes, the others' wait returns and the first
 //                    of them to create it again takes over
+//   job              who may take part: a fingerprint of the job's token (never the token), made
+//                    by the first node; a node with another token is refused (admit)
+//   membership       the elastic membership record (launcher/elastic/etcd_backend.h)
+// An ended job's records go a while after its end (expire_job), so that its id can be used again.
 // Node ranks follow the order in which the nodes joined (their keys' create_revision): every
 // node computes the same ranks from the same listing, and a node that joins later never moves
 // the rank of one before it. Values are versioned JSON envelopes (kNodeFormat, kStoreFormat).
@@ -19,6 +23,7 @@
 #include <stdexcept>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 #include "launcher/etcd/client.h"
@@ -37,6 +42,7 @@ class RendezvousError : public std::runtime_error {
 // --- Keys and records (pure) ---
 inline constexpr std::string_view kNodeFormat = "launch.etcd.node";
 inline constexpr std::string_view kStoreFormat = "launch.etcd.store";
+inline constexpr std::string_view kJobFormat = "launch.etcd.job";
 inline constexpr int kRecordVersion = 1;
 // A node's record (the caller's, e.g. its hosts and ports) is at most this long: a listing of
 // 1,000 nodes stays far below Options::max_response_bytes.
@@ -48,6 +54,9 @@ void check_id(std::string_view what, std::string_view id);
 std::string job_prefix(std::string_view job_id);    // "/launch/<job_id>/"
 std::string nodes_prefix(std::string_view job_id);  // "/launch/<job_id>/nodes/"
 std::string store_key(std::string_view job_id);     // "/launch/<job_id>/store"
+std::string job_key(std::string_view job_id);       // "/launch/<job_id>/job"
+std::string membership_key(std::string_view job_id);  // "/launch/<job_id>/membership"
+inline constexpr std::string_view kJobsPrefix = "/launch/";  // every job's keys
 
 std::string encode_node_record(std::string_view record);
 // The caller's record; RendezvousError naming `key` for another format, version or size.
@@ -57,10 +66,19 @@ struct StoreHolder {
   std::string node_id;
   std::string address;       // where the store listens, "HOST:PORT"
   int64_t mod_revision = 0;  // of the store key, for wait_store_vacant and resign_store
+  int64_t lease = 0;         // the holder's lease, for evict_store
   bool mine = false;         // this node serves it
 };
 std::string encode_store_record(std::string_view node_id, std::string_view address);
 StoreHolder decode_store_record(std::string_view key, const KeyValue& kv);
+
+// The job record: the fingerprint of the job's token (proto::token_fingerprint, 64 hex).
+std::string encode_job_record(std::string_view token_fingerprint);
+std::string decode_job_record(std::string_view key, std::string_view value);  // the fingerprint
+
+// The other jobs at an etcd, for the message of a rendezvous that found nobody: from a listing
+// of kJobsPrefix, the ids of the jobs with nodes registered and how many, but `except`.
+std::vector<std::pair<std::string, size_t>> jobs_with_nodes(const Listing& listing, std::string_view except);
 
 struct Member {
   std::string node_id;
@@ -109,6 +127,18 @@ class EtcdRendezvous {
   bool wait_store_vacant(const StoreHolder& holder, std::chrono::milliseconds timeout);
   // Gives the store up, if this node still holds it.
   void resign_store(const StoreHolder& mine);
+  // The job has found `holder`'s node lost (its store unreachable): revokes that node's lease,
+  // so that its claim and its node key go now rather than a TTL later. A node that is alive after
+  // all finds its lease lost and joins again. false: the lease was gone already.
+  bool evict_store(const StoreHolder& holder);
+
+  // The first node writes the job record with `token_fingerprint`; every other is let in when
+  // its fingerprint is the record's (false: another token).
+  bool admit(std::string_view token_fingerprint);
+  // The job is over: its records (the membership record and the job record) are attached to a
+  // lease of `ttl_s` seconds of their own, so that they go that long after the end and the job id
+  // can be used again. Best effort (a record changed meanwhile is left as it is).
+  void expire_job(int64_t ttl_s);
 
   // Readable once this node's lease is lost (lease_keeper.h): it is no member any more, and no
   // longer the store's host; the caller stops its workers and joins again.

@@ -159,6 +159,19 @@ void JobMonitor::peer_lost(int rank, const std::string& what) {
   }
 }
 
+void JobMonitor::node_lost(int node_rank, const std::string& why, ms timeout) {
+  if (node_rank < 0 || size_t(node_rank) >= cfg_.layout.nodes.size() || failure()) return;
+  FailureRecord f;
+  f.node_rank = node_rank;
+  f.host = cfg_.layout.nodes[size_t(node_rank)].host;
+  f.reason = why;
+  // The store's node: its launcher is the store, so there is nowhere to record it (a write would
+  // wait out `timeout` on a store that is gone: 2 s more before the round re-forms).
+  if (node_rank == cfg_.store_node) return fire(f);
+  std::lock_guard<std::mutex> lock(writer_mu_);
+  declare(*writer_, f, timeout);
+}
+
 FailureRecord JobMonitor::report_failure(const FailureRecord& f, ms timeout) {
   FailureRecord root = f;
   {

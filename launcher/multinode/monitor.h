@@ -80,6 +80,13 @@ class JobMonitor {
   // by probe_timeout.
   void peer_lost(int rank, const std::string& what);
 
+  // Evidence from outside the store that node `node_rank`'s launcher is gone -- under etcd, its
+  // lease ended (this node's own, when it is ours) -- `why` naming it: recorded as the round's
+  // root cause unless one is there already (first record wins), and event_fd() fires. Bounded
+  // by `timeout` when the store is slow or gone; the store's node is not recorded (its launcher
+  // is the store), only fired.
+  void node_lost(int node_rank, const std::string& why, std::chrono::milliseconds timeout = std::chrono::seconds(2));
+
   // This node's workers all exited 0: tell the others not to count our silence as a failure
   // from now on, and stop heartbeating. Idempotent; bounded by `timeout`.
   void finish(std::chrono::milliseconds timeout = std::chrono::seconds(5));

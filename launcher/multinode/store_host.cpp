@@ -25,26 +25,30 @@ double seconds_left(Clock::time_point deadline) {
   return std::max(0.0, std::chrono::duration<double>(deadline - Clock::now()).count());
 }
 
-std::string resolve_master(const proto::HostPort& m, const Plan& p, StopSignals& stops, Clock::time_point deadline) {
+}  // namespace
+
+std::string resolve_master_host(const std::string& host, const Plan& p, StopSignals& stops, Clock::time_point deadline) {
   const auto start = Clock::now();
   for (;;) {
     std::string why;
-    if (auto ip = resolve_host(m.host, &why)) {
-      if (Clock::now() - start > kResolveRetry) log::info("rendezvous: '" + m.host + "' resolves to " + *ip + " now");
+    if (auto ip = resolve_host(host, &why)) {
+      if (Clock::now() - start > kResolveRetry) log::info("rendezvous: '" + host + "' resolves to " + *ip + " now");
       return *ip;
     }
     const double left = seconds_left(deadline);
     if (left <= 0)
       throw std::runtime_error("rendezvous timed out after " + seconds_text(p.opt.elastic_timeout_s) +
-                               " s: the host '" + m.host + "' of " + p.master_origin + " does not resolve (" + why +
+                               " s: the host '" + host + "' of " + p.master_origin + " does not resolve (" + why +
                                "); check the name, or raise --elastic_timeout");
-    log::info("rendezvous: the host '" + m.host + "' of " + p.master_origin + " does not resolve yet (" + why +
+    log::info("rendezvous: the host '" + host + "' of " + p.master_origin + " does not resolve yet (" + why +
               "); trying again in " + seconds_text(std::chrono::duration<double>(kResolveRetry).count()) +
               " s, for up to " + seconds_text(std::round(left)) + " s more");
     const int wait_ms = static_cast<int>(std::min<double>(kResolveRetry.count(), left * 1000) + 1);
     stops.wait_readable(-1, wait_ms, "resolving --master");
   }
 }
+
+namespace {
 
 enum class Role { Auto, Serve, Join };
 
@@ -59,7 +63,7 @@ MeetingPoint meet_at_master(const Plan& p, StopSignals& stops, Clock::time_point
   const std::optional<proto::HostPort> m = proto::split_host_port(p.master);
   if (!m) throw UsageError(p.master_origin + " '" + p.master + "' must be HOST:PORT, e.g. 10.0.0.1:29400");
   MeetingPoint mp;
-  mp.master_ip = resolve_master(*m, p, stops, deadline);
+  mp.master_ip = resolve_master_host(m->host, p, stops, deadline);
   mp.master = proto::join_host_port(mp.master_ip, m->port);
   mp.host = p.opt.host_given ? p.opt.host : route_source_address(mp.master_ip);
 

@@ -27,6 +27,12 @@ struct MeetingPoint {
   std::shared_ptr<multinode::Presence> presence;  // ... and who is connected to it (presence.h)
 };
 
+// The address of the master's host `host` (a name is looked up again every second, one log line
+// each time, until `deadline`; a stop signal ends the wait: StopRequested). std::runtime_error
+// naming p.master_origin when it never resolved.
+std::string resolve_master_host(const std::string& host, const Plan& p, StopSignals& stops,
+                                std::chrono::steady_clock::time_point deadline);
+
 // Resolves --master until `deadline` (one log line per retry; a stop signal ends the wait:
 // StopRequested) and serves or joins the store as above. A launch with --rank 1 or more joins;
 // --rdzv-conf is_host=1/0 forces serving/joining. Throws UsageError when the store cannot be

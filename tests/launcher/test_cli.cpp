@@ -1,5 +1,6 @@
 #include <catch2/catch.hpp>
 
+#include <algorithm>
 #include <csignal>
 
 #include "launcher/cli.h"
@@ -247,4 +248,51 @@ TEST_CASE("cli: --nnodes MIN:MAX is elastic membership; MIN > MAX and 0 are refu
   CHECK_THAT(usage_error({"--nnodes", "0:2", "--master", "10.0.0.1:1", "p"}), Catch::Contains("MIN '0' must be"));
   CHECK_THAT(usage_error({"--nnodes", "2:x", "--master", "10.0.0.1:1", "p"}), Catch::Contains("MAX 'x' must be"));
   CHECK_THAT(usage_error({"--nnodes", "1:3", "p"}), Catch::Contains("needs --master"));
+}
+
+// --- the etcd rendezvous backend (issue 21, item 3) ----------------------------------------------
+
+TEST_CASE("cli: --rdzv-backend etcd|etcd-v2 and --master etcd:// (PADDLE_MASTER too) meet at etcd, port 2379 by default", "[launcher][cli][etcd]") {
+  auto o = *parse({"--nnodes", "2", "--rdzv-backend", "etcd", "--rdzv-endpoint", "10.0.0.5", "p"}).options;
+  CHECK(o.rdzv_backend == RdzvBackend::Etcd);
+  CHECK(*o.master == "10.0.0.5:2379");
+  o = *parse({"--nnodes", "1:3", "--rdzv-backend", "etcd-v2", "--rdzv-endpoint", "etcd-0:12379", "p"}).options;
+  CHECK(o.rdzv_backend == RdzvBackend::Etcd);
+  CHECK(*o.master == "etcd-0:12379");
+  CHECK(o.nnodes_min == 1);
+  o = *parse({"--nnodes", "2", "--master", "etcd://[fd00::5]", "p"}).options;
+  CHECK(o.rdzv_backend == RdzvBackend::Etcd);
+  CHECK(*o.master == "[fd00::5]:2379");
+  o = *parse_env({"p"}, {{"PADDLE_MASTER", "etcd://10.0.0.5:2379"}, {"PADDLE_NNODES", "2:4"}}).options;
+  CHECK(o.rdzv_backend == RdzvBackend::Etcd);
+  CHECK(*o.master == "10.0.0.5:2379");
+  // c10d and static stay launch's own store, whose endpoint's port is torchrun's 29400.
+  o = *parse({"--nnodes", "2", "--rdzv-backend", "c10d", "--rdzv-endpoint", "10.0.0.5", "p"}).options;
+  CHECK(o.rdzv_backend == RdzvBackend::Store);
+  CHECK(*o.master == "10.0.0.5:29400");
+  CHECK(parse({"--nnodes", "2", "--master", "10.0.0.5:29400", "p"}).options->rdzv_backend == RdzvBackend::Store);
+  // One node meets nobody: said once.
+  auto one = parse({"--rdzv-backend", "etcd", "--rdzv-endpoint", "10.0.0.5", "p"});
+  CHECK(one.options->rdzv_backend == RdzvBackend::Etcd);
+  CHECK(std::count_if(one.infos.begin(), one.infos.end(), [](const std::string& i) {
+          return i.find("etcd's rendezvous: no effect with one node") != std::string::npos;
+        }) == 1);
+  // --rdzv-conf over etcd: the prefix has no effect, TLS is refused.
+  auto conf = parse({"--nnodes", "2", "--rdzv-backend", "etcd", "--rdzv-endpoint", "h", "--rdzv-conf",
+                     "etcd_prefix=/x,protocol=http", "p"});
+  CHECK_THAT(conf.infos.back(), Catch::Contains("etcd_prefix, protocol: no effect over etcd"));
+  for (const char* tls : {"protocol=https", "cacert=/ca.pem", "cert=/c.pem", "key=/k.pem"})
+    CHECK_THAT(usage_error({"--nnodes", "2", "--rdzv-backend", "etcd", "--rdzv-endpoint", "h", "--rdzv-conf", tls, "p"}),
+               Catch::Contains("not TLS yet"));
+  CHECK(parse({"--nnodes", "2", "--rdzv-conf", "cacert=/ca.pem", "--rdzv-endpoint", "h", "p"}).infos.size() == 1);
+
+  CHECK_THAT(usage_error({"--nnodes", "2", "--rdzv-backend", "zookeeper", "--rdzv-endpoint", "h", "p"}),
+             Catch::Contains("must be c10d or static (launch's own store, served on the endpoint by the launch that "
+                             "binds it) or etcd"));
+  CHECK_THAT(usage_error({"--nnodes", "2", "--rdzv-backend", "c10d", "--master", "etcd://h:2379", "p"}),
+             Catch::Contains("names etcd, --rdzv-backend c10d launch's own store"));
+  CHECK_THAT(usage_error({"--nnodes", "2", "--master", "http://h:2379", "p"}),
+             Catch::Contains("the one scheme launch knows is etcd://HOST:PORT"));
+  CHECK_THAT(usage_error({"--nnodes", "2", "--rdzv-backend", "etcd", "--master-addr", "h", "p"}),
+             Catch::Contains("give its endpoint as --rdzv-endpoint HOST:2379"));
 }

@@ -118,8 +118,12 @@ std::unique_ptr<Comm> make_comm(const TrainOptions& opt, const WorkerEnv& env, c
                    " is not set" + (nccl ? "" : std::string(" (nor ") + kPaddleTrainerEndpoints + ")") +
                    ": run the ranks under `launch`, whose store they meet in");
   }
+  // Launch's store outlives the generations: a restart meets under keys of its own. Under
+  // torchrun's contract rank 0 serves a fresh store every round, and an agent that joined an
+  // elastic job counts its restarts from 0 where the others count on: there the store is the round.
+  const int meeting = master ? 0 : env.restart_count;
 #ifdef WORKER_HAVE_GPU
-  if (nccl) return make_nccl_comm(ops, client, env.rank, env.world, "world", env.restart_count, timeout);
+  if (nccl) return make_nccl_comm(ops, client, env.rank, env.world, "world", meeting, timeout);
 #endif
   RingConfig rc;
   rc.rank = env.rank;
@@ -127,7 +131,7 @@ std::unique_ptr<Comm> make_comm(const TrainOptions& opt, const WorkerEnv& env, c
   rc.job_id = env.job_id;
   if (!env.current_host().empty()) rc.bind_host = env.current_host();
   else if (master) rc.bind_host = master->local_host();
-  rc.key_prefix = "ring/world/" + std::to_string(env.restart_count);  // a restart meets anew
+  rc.key_prefix = "ring/world/" + std::to_string(meeting);
   rc.timeout = timeout;
   // The set-up's MACs are keyed with the store's token (LAUNCH_STORE_TOKEN; under torchrun's
   // contract rank 0's store has no secret); without a store there is none (RingConfig::token).

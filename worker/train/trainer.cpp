@@ -163,7 +163,9 @@ TrainResult TrainingSession::run() {
       if (pos_.batch == 0 && !asked.stop_signal && validation_due(epoch)) validate(epoch);
       const bool scheduled = opt_.save_every > 0 && state_.step % opt_.save_every == 0;
       if (scheduled || asked.save) save(pos_);
-      if (lead_ && asked.save && !scheduled) {
+      // Said whenever the checkpoint signal asked for it, also when the schedule saves at that step:
+      // whoever sent the signal (launch's re-forming job, Slurm) waits for this line.
+      if (lead_ && asked.save) {
         out_ << "Saved " << opt_.save << " at step " << state_.step << " (checkpoint signal)" << std::endl;
       }
       if (asked.stop_signal) return stop(asked.stop_signal);

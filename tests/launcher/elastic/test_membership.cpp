@@ -197,3 +197,82 @@ TEST_CASE("membership: the record's format is checked", "[elastic]") {
   std::string good = encode_state(three_running());
   CHECK_THROWS_WITH(decode_state(good.replace(good.find("\"running\""), 9, "\"paused\"")), Catch::Contains("unknown phase"));
 }
+
+TEST_CASE("membership: prune() takes the nodes a backend knows are gone off the record", "[elastic][etcd]") {
+  // Forming: a member and an expected id whose leases ended go; the round then closes on the rest.
+  Self a = node("a", 2, 3, true), b = node("b"), c = node("c");
+  State r = three_running();
+  RoundEnd lost;
+  lost.round = 0;
+  lost.failed = true;
+  a.ended = lost;  // nobody named as lost: b and c are expected
+  State s = apply(r, a);
+  s = apply(s, c);  // c appends itself, then dies
+  REQUIRE(s.expected == std::vector<std::string>{"id-b", "id-c"});
+  CHECK_FALSE(prune(s, {"id-a", "id-b", "id-c"}, 1));  // everyone alive: nothing to write
+  auto p = prune(s, {"id-a", "id-b"}, 1);
+  REQUIRE(p);
+  CHECK(p->version == s.version + 1);
+  CHECK(ids(p->members) == std::vector<std::string>{"id-a"});
+  CHECK(p->expected == std::vector<std::string>{"id-b"});
+  CHECK(decode_state(encode_state(*p)) == *p);
+  a.ended.reset();
+  State t = apply(*p, b);  // b, the one expected left, is in: the round closes at once
+  t = apply(t, b);
+  CHECK(t.phase == Phase::Running);
+  CHECK(ids(t.members) == std::vector<std::string>{"id-a", "id-b"});
+
+  // Running: a waiting node that died goes; a member that died is the monitor's (not touched).
+  State w = apply(t, node("d"));
+  REQUIRE(ids(w.waiting) == std::vector<std::string>{"id-d"});
+  p = prune(w, {"id-a", "id-b"}, 1);
+  REQUIRE(p);
+  CHECK(p->waiting.empty());
+  CHECK(p->phase == Phase::Running);
+  CHECK_FALSE(prune(w, {"id-b", "id-d"}, 1));  // a's loss is its round's failure, found by the others
+
+  // Running, every member gone: whoever sees it reopens the round as a failure, the living
+  // waiting nodes expected; past --max_restart the job fails.
+  REQUIRE(w.failures == 1);  // round 0's
+  p = prune(w, {"id-d", "id-z"}, 2);
+  REQUIRE(p);
+  CHECK(p->phase == Phase::Forming);
+  CHECK(p->round == w.round + 1);
+  CHECK(p->failures == w.failures + 1);
+  CHECK(p->members.empty());
+  CHECK(p->expected == std::vector<std::string>{"id-d"});
+  CHECK(p->waiting.empty());
+  State z = apply(*p, node("z"));  // a newcomer joins the reopened round
+  CHECK(ids(z.members) == std::vector<std::string>{"id-z"});
+  p = prune(w, {"id-z"}, 1);
+  REQUIRE(p);
+  CHECK(p->phase == Phase::Failed);
+  CHECK(p->exit_code == 1);
+  CHECK_THAT(p->outcome, Catch::Contains("every node of round") && Catch::Contains("--max_restart 1"));
+  // An ended job is left as it is.
+  CHECK_FALSE(prune(finished(r, 0, "done"), {}, 1));
+}
+
+TEST_CASE("membership: the node that reopens a round writes its registration as it is now", "[elastic][etcd]") {
+  // Under etcd the store's host can change between rounds: b serves the new store.
+  State r = three_running();
+  Self b = node("b");
+  RoundEnd lost;
+  lost.round = 0;
+  lost.failed = true;
+  lost.lost = {"id-a"};
+  b.ended = lost;
+  b.me.node.serves_store = true;
+  b.me.node.endpoints = {"10.0.0.b:7100"};
+  State s = apply(r, b);
+  REQUIRE(s.members.size() == 1);
+  CHECK(s.members[0].node.serves_store);
+  CHECK(s.members[0].node.endpoints == std::vector<std::string>{"10.0.0.b:7100"});
+  CHECK(s.members[0].since == 0);  // its seniority kept
+  Self c = node("c");
+  c.ended = lost;
+  s = apply(s, c);
+  s = apply(s, c);  // the last expected: closed
+  REQUIRE(s.phase == Phase::Running);
+  CHECK(ids(s.members) == std::vector<std::string>{"id-b", "id-c"});  // the store's host first
+}

@@ -70,3 +70,35 @@ TEST_CASE("rendezvous records: ranks follow the join order, the same from any li
   CHECK(later.rank_of("b") == 0);
   CHECK(later.rank_of("0-first-by-key") == 3);
 }
+
+TEST_CASE("rendezvous records: the job record, the holder's lease, the other jobs at an endpoint", "[etcd][rendezvous]") {
+  CHECK(job_key("job-1") == "/launch/job-1/job");
+  CHECK(membership_key("job-1") == "/launch/job-1/membership");
+  const std::string fp(64, 'f');
+  CHECK(decode_job_record("/launch/j/job", encode_job_record(fp)) == fp);
+  CHECK_THROWS_WITH(decode_job_record("/launch/j/job", encode_store_record("n", "a:1")),
+                    Catch::Contains("does not hold a launch.etcd.job record"));
+  CHECK_THROWS_WITH(decode_job_record("/launch/j/job", R"({"format":"launch.etcd.job","version":1})"),
+                    Catch::Contains("no string 'token_fingerprint'"));
+  CHECK_THROWS_WITH(decode_job_record("/launch/j/job", std::string(5000, ' ')), Catch::Contains("more than a job record may"));
+
+  KeyValue kv;
+  kv.value = encode_store_record("node-a", "10.0.0.1:29500");
+  kv.lease = 0x38f8;
+  CHECK(decode_store_record("/launch/j/store", kv).lease == 0x38f8);
+
+  auto key = [](const std::string& k) {
+    KeyValue x;
+    x.key = k;
+    return x;
+  };
+  // As etcd lists /launch/: by key. Only node keys count; the asking job is left out.
+  const Listing l{9, {key("/launch/a-b/nodes/n1"), key("/launch/a/job"), key("/launch/a/membership"),
+                      key("/launch/a/nodes/n1"), key("/launch/a/nodes/n2"), key("/launch/a/store"),
+                      key("/launch/mine/nodes/n3"), key("/launch/x/nodes/"), key("/elsewhere/nodes/n")}};
+  const auto jobs = jobs_with_nodes(l, "mine");
+  REQUIRE(jobs.size() == 2);
+  CHECK(jobs[0] == std::make_pair(std::string("a-b"), size_t(1)));
+  CHECK(jobs[1] == std::make_pair(std::string("a"), size_t(2)));
+  CHECK(jobs_with_nodes(l, "a").size() == 2);  // a-b and mine
+}

@@ -151,6 +151,20 @@ def case_train_torchrun(a, tmp):
     check("Checksums: all 2 rank(s) agree" in outs[0][0], outs[0][0][-2000:])
     got = re.findall(r"rank 0: params checksum (\S+ \S+ \S+)", outs[0][0])
     check(got == ref, f"torchrun-style training differs from launch's: {got} vs {ref}")
+    # After an elastic join under torchrun the agents' restart counts differ (the new one counts from
+    # 0, the others on), while rank 0's store on MASTER_PORT is new for the round: the ranks meet.
+    port = free_port()
+    procs = []
+    for r in range(2):
+        env = clean_env({"RANK": str(r), "WORLD_SIZE": "2", "LOCAL_RANK": str(r), "MASTER_ADDR": "127.0.0.1",
+                         "MASTER_PORT": str(port), "TORCHELASTIC_RESTART_COUNT": str(1 - r)})
+        procs.append(subprocess.Popen([a.train] + small + ["--comm-timeout", "30"], cwd=tmp, env=env,
+                                      stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True))
+    outs = [pr.communicate(timeout=120) for pr in procs]
+    for r, (pr, (out, err)) in enumerate(zip(procs, outs)):
+        check(pr.returncode == 0, f"restart counts 1 and 0, rank {r}: exit {pr.returncode}: {err[-2000:]}")
+    got = re.findall(r"rank 0: params checksum (\S+ \S+ \S+)", outs[0][0])
+    check(got == ref, f"restart counts 1 and 0: {got} vs {ref}")
     # torchrun's static rendezvous serves its own TCPStore on MASTER_PORT: refused, saying what to do.
     env = clean_env({"RANK": "0", "WORLD_SIZE": "2", "LOCAL_RANK": "0", "MASTER_ADDR": "127.0.0.1",
                      "MASTER_PORT": str(port), "TORCHELASTIC_USE_AGENT_STORE": "True"})

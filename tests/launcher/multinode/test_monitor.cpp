@@ -283,3 +283,26 @@ TEST_CASE("a lost peer on the store's node: a PING it does not answer names node
   CHECK_THAT(f->reason, Catch::Contains("its store at") && Catch::Contains("no answer to a PING within 0.5 s") &&
                             Catch::Contains("rank 0 there was lost: rank 0 closed the connection"));
 }
+
+TEST_CASE("node_lost: another node's loss is recorded for all; the store's node's fires at once, the store gone",
+          "[multinode][store][etcd]") {
+  {
+    Store s;
+    auto m = monitors(s, milliseconds(100), milliseconds(10000));
+    m[1]->node_lost(2, "launcher stopped responding (its lease ended)");
+    REQUIRE(readable_within(m[1]->event_fd(), milliseconds(1000)));
+    REQUIRE(readable_within(m[0]->event_fd(), milliseconds(2000)));  // through the store
+    CHECK(m[0]->failure()->node_rank == 2);
+    CHECK_THAT(m[0]->failure()->reason, Catch::Contains("its lease ended"));
+  }
+  // Under etcd a survivor learns that the store's node is gone from its lease, while its own
+  // store connection still retries: nothing to write to, no 2 s spent trying.
+  Store s;
+  auto m = monitors(s, milliseconds(100), milliseconds(10000));
+  s.server.reset();
+  const auto t0 = Clock::now();
+  m[1]->node_lost(0, "launcher stopped responding (its lease ended)");
+  REQUIRE(readable_within(m[1]->event_fd(), milliseconds(3000)));
+  CHECK(seconds_since(t0) < 0.5);
+  CHECK(m[1]->failure()->node_rank == 0);
+}
