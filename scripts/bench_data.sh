@@ -8,7 +8,9 @@
 #       and torchvision.io.decode_jpeg(device='cuda') + antialiased resize
 #   end to end (GPU only): ResNet-50 bf16 batch 256 on 1 GPU, on the JPEG folder vs --data random.
 # The JPEG set is made in a temporary folder: BENCH_IMAGES ImageNet-like files (500x375 and
-# similar, quality 87, ~110 KB). Prints a table with the ratios last.
+# similar, quality 87, ~110 KB). Prints a table with the ratios last; the CPU loader's rows also
+# give the CPU time per image of each side (all its threads and processes), which other load on a
+# shared machine does not dilute as it does images/s (the ratio there: theirs / ours).
 #   THREADS="1 2"        decode threads / DataLoader workers (default: 1 and all cores)
 #   BENCH_IMAGES=2048    BENCH_SECONDS=12 (per loader row)   BENCH_E2E_STEPS=60
 #   BUILD_DIR / GPU_BIN  where data_bench, train_resnet and launch are (default build/bin, .gpu/bin)
@@ -48,6 +50,8 @@ for t in $THREADS; do
   o="$(field "$ours" images_per_s)"; p="$(field "$theirs" images_per_s)"
   rows+=("$(printf '%-44s %10s %10s %8s' "CPU back end vs DataLoader+PIL, $t thread(s)" "$o" "$p" "$(ratio "$o" "$p")")")
   rows+=("$(printf '%-44s %10s %10s %8s' "  per thread" "$("$PY" -c "print(round($o/$t,1))" 2>/dev/null)" "$("$PY" -c "print(round($p/$t,1))" 2>/dev/null)" "")")
+  oc="$(field "$ours" cpu_ms_per_image)"; pc="$(field "$theirs" cpu_ms_per_image)"
+  rows+=("$(printf '%-44s %10s %10s %8s' "  CPU ms per image (all processes)" "$oc" "$pc" "$(ratio "$pc" "$oc")")")
   last_dl="$p"; last_t="$t"
 done
 if [ "$gpu" = 1 ]; then

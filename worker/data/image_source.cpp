@@ -240,7 +240,7 @@ class CpuImageSource final : public BatchSource {
   struct Scratch {
     std::vector<uint8_t> file;
     RgbRegion region;
-    std::vector<float> tmp;
+    RenderScratch render_scratch;
   };
 
   void work(int slot, int pos, int64_t sample, int64_t epoch, int thread) {
@@ -258,7 +258,7 @@ class CpuImageSource final : public BatchSource {
                                                       : plan_eval(h.width, h.height, cfg_.tf);
       const Geometry g = plan_geometry(p, h.format, h.width, h.height, cfg_.tf.dct_scaling);
       decode_region(sc.file.data(), sc.file.size(), g.scale_num, g.region, &sc.region);
-      render(sc.region, g, p, cfg_.tf, dtype_, s.images.data() + size_t(pos) * image_bytes_, &sc.tmp);
+      render(sc.region, g, p, cfg_.tf, dtype_, s.images.data() + size_t(pos) * image_bytes_, &sc.render_scratch);
       return;
     } catch (const DecodeError& e) {
       err = e.what();

@@ -66,7 +66,11 @@ void Prefetcher::loop(int thread) {
       error_batch_ = b;
     }
     ++done_[size_t(slot)];
-    cv_done_.notify_all();
+    // Waking the consumer for every image costs it a futex wake-up each (thousands a second
+    // with many threads): only what a waiter waits for is signalled, a complete batch (take),
+    // a failed item (take), no item in flight (start).
+    const bool complete = b < int64_t(order_.size()) && done_[size_t(slot)] >= int(order_[size_t(b)].size());
+    if (complete || err || in_flight_ == 0) cv_done_.notify_all();
   }
 }
 

@@ -25,6 +25,7 @@
 #pragma once
 
 #include <cstdint>
+#include <vector>
 
 #include "worker/core/ops.h"
 #include "worker/data/decode.h"
@@ -100,9 +101,20 @@ struct Geometry {
 // as many pixels as its resized size in both directions (JPEG only; else 8/8).
 Geometry plan_geometry(const SamplePlan& p, ImageFormat format, int width, int height, bool dct_scaling);
 
+// render's working memory, kept by its caller between images (one per thread), so that an
+// image allocates nothing once the buffers have grown to the largest.
+struct RenderScratch {
+  std::vector<float> line;     // one source row in float
+  std::vector<float> rows;     // the horizontal pass: the rows the vertical taps read x size x 3
+  std::vector<float> weights;  // the horizontal taps' weights, each 4 lanes wide
+  std::vector<int> at;         // where each output pixel's taps start in `line`
+  std::vector<float> out;      // one output row before its conversion to bf16
+};
+
 // Resizes, flips, normalises: writes size x size x 3 values (NHWC, F32 or BF16) to dst from the
-// decoded region. `tmp` is scratch.
+// decoded region. Bit-identical to evaluating the filter one value at a time as described
+// above (each sum from +0 in the taps' order, each product and sum rounded to float).
 void render(const RgbRegion& src, const Geometry& g, const SamplePlan& p, const TransformConfig& tf, DType dtype,
-            void* dst, std::vector<float>* tmp);
+            void* dst, RenderScratch* scratch);
 
 }  // namespace worker

@@ -6,28 +6,49 @@
   nvjpeg:     torchvision.io.decode_jpeg(device='cuda') on batches of files read by the main
               process, then RandomResizedCrop-like crop + antialiased resize + flip + normalize on
               the GPU (torchvision >= 0.19 batched decode)
-Prints one JSON line.
+Prints one JSON line: images/s, and the CPU time per image after the warm-up of this process
+and its live worker processes (on a shared machine the cost that other load does not dilute).
 """
 import argparse
 import json
 import os
+import resource
 import time
 
 import torch
 
 
-def windows(step, seconds):
+def cpu_seconds(pids):
+    """User + system time of this process and of the processes `pids` (the DataLoader's workers)."""
+    u = resource.getrusage(resource.RUSAGE_SELF)
+    t = u.ru_utime + u.ru_stime
+    tick = os.sysconf("SC_CLK_TCK")
+    for pid in pids:
+        try:
+            with open(f"/proc/{pid}/stat") as f:
+                fields = f.read().rsplit(")", 1)[1].split()
+            t += (int(fields[11]) + int(fields[12])) / tick  # utime, stime
+        except OSError:
+            pass
+    return t
+
+
+def windows(step, seconds, pids=lambda: []):
     step()  # warm-up: worker processes start, the first batches fill the queue
     t0 = tw = time.time()
-    n, out, warm = 0, [], False
+    cpu0 = cpu_seconds(pids())
+    n, out, total = 0, [], 0
     while time.time() - t0 < seconds:
-        n += step()
+        k = step()
+        n += k
+        total += k
         dt = time.time() - tw
         if dt >= 1.0:
             out.append(n / dt)
             n, tw = 0, time.time()
+    cpu_ms = (cpu_seconds(pids()) - cpu0) * 1e3 / total if total else 0.0
     out.sort()
-    return out[len(out) // 2] if out else 0.0, len(out)
+    return out[len(out) // 2] if out else 0.0, len(out), cpu_ms
 
 
 def dataloader(a):
@@ -52,7 +73,7 @@ def dataloader(a):
             x = x.to("cuda", non_blocking=True).to(memory_format=torch.channels_last)
             torch.cuda.synchronize()
         return x.shape[0]
-    return windows(step, a.seconds)
+    return windows(step, a.seconds, lambda: [w.pid for w in getattr(it, "_workers", [])])
 
 
 def nvjpeg(a):
@@ -93,8 +114,9 @@ def main():
     a = ap.parse_args()
     torch.set_num_threads(1)
     try:
-        ips, n = dataloader(a) if a.what == "dataloader" else nvjpeg(a)
-        print(json.dumps({"what": a.what, "workers": a.workers, "images_per_s": round(ips, 1), "windows": n}))
+        ips, n, cpu_ms = dataloader(a) if a.what == "dataloader" else nvjpeg(a)
+        print(json.dumps({"what": a.what, "workers": a.workers, "images_per_s": round(ips, 1),
+                          "cpu_ms_per_image": round(cpu_ms, 3), "windows": n}))
     except Exception as e:  # e.g. torchvision too old for batched decode_jpeg on the GPU
         print(json.dumps({"what": a.what, "error": f"{type(e).__name__}: {e}"}))
 

@@ -1,7 +1,11 @@
 // Loader-alone benchmark (scripts/bench_data.sh): micro-batches of an image folder delivered
 // into the backend's memory (host on the CPU backend, device on the GPU), nothing else running.
 //   data_bench DIR LOADER DEVICE BATCH THREADS SIZE SECONDS
-//   LOADER: cpu|gpu  DEVICE: cpu|gpu  -> one JSON line: images/s (median of 1 s windows), ...
+//   LOADER: cpu|gpu  DEVICE: cpu|gpu  -> one JSON line: images/s (median of 1 s windows), the
+//   process's CPU time per image after the first window (all threads: on a shared machine the
+//   cost per image that other load does not dilute), ...
+#include <sys/resource.h>
+
 #include <algorithm>
 #include <chrono>
 #include <iostream>
@@ -14,6 +18,16 @@
 #include "worker/train/sampler.h"
 
 using namespace worker;
+
+namespace {
+
+double cpu_seconds() {  // user + system time of every thread of the process
+  rusage u{};
+  getrusage(RUSAGE_SELF, &u);
+  return double(u.ru_utime.tv_sec + u.ru_stime.tv_sec) + double(u.ru_utime.tv_usec + u.ru_stime.tv_usec) * 1e-6;
+}
+
+}  // namespace
 
 int main(int argc, char** argv) {
   if (argc != 8) {
@@ -50,8 +64,8 @@ int main(int argc, char** argv) {
     using Clock = std::chrono::steady_clock;
     const auto t0 = Clock::now();
     auto tw = t0;
-    int64_t images = 0, total = 0;
-    double wait = 0;
+    int64_t images = 0, total = 0, measured = 0;
+    double wait = 0, cpu0 = 0;
     bool warm = false;
     for (int64_t epoch = 0; std::chrono::duration<double>(Clock::now() - t0).count() < seconds; ++epoch) {
       const auto perm = sampler.permutation(epoch);
@@ -65,7 +79,12 @@ int main(int argc, char** argv) {
         wait += w;
         const double dt_w = std::chrono::duration<double>(Clock::now() - tw).count();
         if (dt_w >= 1.0) {
-          if (warm) windows.push_back(double(images) / dt_w);  // the first window warms up
+          if (warm) {
+            windows.push_back(double(images) / dt_w);
+            measured += images;
+          } else {
+            cpu0 = cpu_seconds();  // the first window warms up
+          }
           warm = true;
           total += images;
           images = 0;
@@ -73,11 +92,15 @@ int main(int argc, char** argv) {
         }
       }
     }
+    if (warm) measured += images;  // the last, partial window's images cost CPU time too
+    const double cpu_ms = measured > 0 ? (cpu_seconds() - cpu0) * 1e3 / double(measured) : 0;
     std::sort(windows.begin(), windows.end());
     const double med = windows.empty() ? 0 : windows[windows.size() / 2];
     std::cout << "{\"loader\": \"" << argv[2] << "\", \"device\": \"" << argv[3] << "\", \"threads\": "
               << o.images.read.threads
-              << ", \"batch\": " << o.batch << ", \"images_per_s\": " << double(int64_t(med * 10 + 0.5)) / 10 << ", \"windows\": " << windows.size()
+              << ", \"batch\": " << o.batch << ", \"images_per_s\": " << double(int64_t(med * 10 + 0.5)) / 10
+              << ", \"cpu_ms_per_image\": " << double(int64_t(cpu_ms * 1000 + 0.5)) / 1000
+              << ", \"windows\": " << windows.size()
               << ", \"skipped\": " << src->skipped() << ", \"describe\": \"" << src->describe() << "\"}" << std::endl;
     return 0;
   } catch (const std::exception& e) {

@@ -96,8 +96,9 @@ int run(int argc, char** argv) {
       const Geometry g = plan_geometry(p, h.format, h.width, h.height, tf.dct_scaling);
       RgbRegion r;
       decode_region(file.data(), file.size(), g.scale_num, g.region, &r);
-      std::vector<float> img(size_t(tf.size) * size_t(tf.size) * 3), tmp;
-      render(r, g, p, tf, DType::F32, img.data(), &tmp);
+      std::vector<float> img(size_t(tf.size) * size_t(tf.size) * 3);
+      RenderScratch scratch;
+      render(r, g, p, tf, DType::F32, img.data(), &scratch);
       const std::string name = std::to_string(j - 2);
       out.push_back(tensor(name, "F32", {tf.size, tf.size, 3}, img.data(), img.size() * 4));
       meta["scale_num_" + name] = std::to_string(g.scale_num);

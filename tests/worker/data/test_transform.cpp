@@ -1,9 +1,13 @@
 // The transforms' geometry: RandomResizedCrop's boxes (in bounds, a pure function of the sample,
 // torchvision's distribution of areas and ratios), the evaluation plan, the resize weights and
-// DCT-scale choice. (Pixels against torchvision and Pillow: check_data.py transforms.)
+// DCT-scale choice; render bit for bit against the filter evaluated one value at a time. (Pixels
+// against torchvision and Pillow: check_data.py transforms.)
 #include <catch2/catch.hpp>
 
+#include <algorithm>
 #include <cmath>
+#include <cstring>
+#include <vector>
 
 #include "worker/data/image_source.h"
 #include "worker/data/transform.h"
@@ -117,4 +121,122 @@ TEST_CASE("DCT scaling: only when the box keeps at least the output's pixels") {
 TEST_CASE("substitutes: the next good sample of the micro-batch, cyclically") {
   CHECK(substitutes({0, 1, 0, 1}, "") == std::vector<int>{0, 2, 2, 0});
   CHECK_THROWS(substitutes({1, 1}, "x"));
+}
+
+// --- render against its definition, bit for bit: the filter one value at a time, as Pillow orders
+// it (horizontal pass, then vertical, then normalisation), each sum from 0 in the taps' order and
+// each product and sum rounded to float. The CPU loader is the GPU loader's oracle, so a faster
+// render must not move a single bit (an FMA, a reordered sum or a tap out of place would).
+namespace {
+
+uint16_t bf16_reference(float f) {
+  uint32_t u;
+  std::memcpy(&u, &f, 4);
+  if ((u & 0x7fffffffu) > 0x7f800000u) return uint16_t((u >> 16) | 0x40);
+  return uint16_t((u + 0x7fffu + ((u >> 16) & 1u)) >> 16);
+}
+
+std::vector<uint8_t> render_reference(const RgbRegion& src, const Geometry& g, const SamplePlan& p,
+                                      const TransformConfig& tf, DType dtype) {
+  const int n = p.size, rows = g.region.y1 - g.region.y0;
+  std::vector<float> h(size_t(rows) * size_t(n) * 3);
+  for (int r = 0; r < rows; ++r) {
+    for (int i = 0; i < n; ++i) {
+      for (int c = 0; c < 3; ++c) {
+        float a = 0;
+        for (int k = 0; k < g.x.count[size_t(i)]; ++k) {
+          const int x = g.lo_x + g.x.first[size_t(i)] + k;
+          a += g.x.w[size_t(i) * size_t(g.x.ksize) + size_t(k)] * src.row(g.region.y0 + r)[size_t(x - src.x0) * 3 + size_t(c)];
+        }
+        h[(size_t(r) * size_t(n) + size_t(i)) * 3 + size_t(c)] = a;
+      }
+    }
+  }
+  std::vector<uint8_t> out(size_t(n) * size_t(n) * 3 * dtype_size(dtype));
+  for (int j = 0; j < n; ++j) {
+    for (int i = 0; i < n; ++i) {
+      for (int c = 0; c < 3; ++c) {
+        float a = 0;
+        for (int k = 0; k < g.y.count[size_t(j)]; ++k) {
+          const int r = g.lo_y + g.y.first[size_t(j)] + k - g.region.y0;
+          a += g.y.w[size_t(j) * size_t(g.y.ksize) + size_t(k)] * h[(size_t(r) * size_t(n) + size_t(i)) * 3 + size_t(c)];
+        }
+        const float v = a * (1.0f / (255.0f * tf.std[c])) + -tf.mean[c] / tf.std[c];
+        const size_t at = (size_t(j) * size_t(n) + size_t(p.flip ? n - 1 - i : i)) * 3 + size_t(c);
+        if (dtype == DType::F32) {
+          std::memcpy(out.data() + at * 4, &v, 4);
+        } else {
+          const uint16_t b = bf16_reference(v);
+          std::memcpy(out.data() + at * 2, &b, 2);
+        }
+      }
+    }
+  }
+  return out;
+}
+
+// A decoded region covering the plan's taps with a few pixels more on each side (as the JPEG
+// decoder's margin and iMCU widening give), filled with noise that includes 0 and 255.
+RgbRegion noise_region(const Geometry& g, int width, int height, uint64_t seed) {
+  RgbRegion r;
+  r.scale_num = g.scale_num;
+  r.full_w = scaled_size(width, g.scale_num);
+  r.full_h = scaled_size(height, g.scale_num);
+  r.x0 = std::max(0, g.region.x0 - 5);
+  r.y0 = std::max(0, g.region.y0 - 3);
+  r.w = std::min(r.full_w, g.region.x1 + 7) - r.x0;
+  r.h = std::min(r.full_h, g.region.y1 + 2) - r.y0;
+  r.pixels.resize(size_t(r.w) * size_t(r.h) * 3);
+  for (auto& v : r.pixels) {
+    seed = seed * 6364136223846793005ULL + 1442695040888963407ULL;
+    const int b = int(seed >> 56);
+    v = uint8_t(b < 16 ? 0 : b > 240 ? 255 : b);
+  }
+  return r;
+}
+
+}  // namespace
+
+TEST_CASE("render: bit-identical to the filter evaluated one value at a time (fp32 and bf16)") {
+  RenderScratch scratch;  // one for every case, as a loader thread keeps it: a stale buffer must not leak in
+  int cases = 0, flipped = 0, scaled = 0, padded = 0;
+  for (int64_t i = 0; i < 96; ++i) {
+    TransformConfig tf;
+    tf.size = std::vector<int>{224, 17, 32, 5, 64, 130}[size_t(i % 6)];
+    const int W = 60 + int((i * 97) % 900), H = 50 + int((i * 61) % 700);
+    std::vector<SamplePlan> plans;
+    tf.augment = Augment::Standard;
+    plans.push_back(plan_train(W, H, tf, 5, 0, i));
+    plans.push_back(plan_eval(W, H, tf));
+    tf.augment = Augment::PadCrop;  // windows partly outside the image: outputs without taps
+    tf.padding = 4 + int(i % 3) * 20;
+    plans.push_back(plan_train(W, H, tf, 5, 0, i));
+    plans.push_back(plan_eval(W, H, tf));
+    for (const SamplePlan& p : plans) {
+      const Geometry g = plan_geometry(p, ImageFormat::Jpeg, W, H, i % 4 != 0);
+      if (g.region.x1 <= g.region.x0 || g.region.y1 <= g.region.y0) continue;  // a window wholly outside
+      const RgbRegion src = noise_region(g, W, H, uint64_t(i));
+      for (DType dt : {DType::F32, DType::BF16}) {
+        const std::vector<uint8_t> want = render_reference(src, g, p, tf, dt);
+        std::vector<uint8_t> got(want.size() + 8, 0xAB);  // + a guard: nothing written past the image
+        render(src, g, p, tf, dt, got.data(), &scratch);
+        size_t first_diff = want.size();
+        for (size_t b = 0; b < want.size() && first_diff == want.size(); ++b) first_diff = got[b] != want[b] ? b : first_diff;
+        INFO("image " << W << "x" << H << ", size " << tf.size << ", box " << p.box_x0 << "," << p.box_y0 << " - "
+                      << p.box_x1 << "," << p.box_y1 << ", window " << p.win_x << "," << p.win_y << ", flip " << p.flip
+                      << ", DCT scale " << g.scale_num << "/8, " << dtype_name(dt) << ": first differing byte "
+                      << first_diff << " of " << want.size());
+        REQUIRE(first_diff == want.size());
+        REQUIRE(std::all_of(got.end() - 8, got.end(), [](uint8_t b) { return b == 0xAB; }));
+        ++cases;
+      }
+      flipped += p.flip;
+      scaled += g.scale_num != 8;
+      padded += std::find(g.x.count.begin(), g.x.count.end(), 0) != g.x.count.end();
+    }
+  }
+  CHECK(cases > 700);
+  CHECK(flipped > 40);  // every branch of the faster code was taken
+  CHECK(scaled > 40);
+  CHECK(padded > 10);
 }
