@@ -3,7 +3,7 @@
 # from a build folder of this machine: .gpu/bin/{launch,train_resnet,test_worker_gpu,gpu_model_driver}
 # (and cudnn_fusion_probe, data_driver... when built)
 # and .gpu/lib/ with the shared libraries the GPU machine lacks (libgomp, libfmt, nvJPEG's
-# libnvjpeg.so.13, Debian's libjpeg.so.62 and libpng16; CUDA, cuDNN
+# libnvjpeg.so.13, Debian's libjpeg.so.62, libpng16 and libcurl with what it loads; CUDA, cuDNN
 # and NCCL come from the machine's torch wheel folders, see ../shared/DEVICE.md).
 # Usage: scripts/gpu_pack.sh [BUILD_DIR]   (default build; build the four targets first)
 # Then, on the GPU machine, with carry [".gpu"]: scripts/gpu_check.sh
@@ -29,8 +29,11 @@ for b in test_worker_gpu_data data_driver data_bench cudnn_fusion_probe; do
   if [ -x "$build/bin/$b" ]; then cp "$build/bin/$b" "$tmp/bin/"; bins+=("$b"); fi
 done
 # Every non-system library the binaries load that is not CUDA/cuDNN/NCCL/cuBLAS.
+# Everything the binaries load but glibc, the compiler's runtime and CUDA's own libraries (the
+# machine has those): libgomp, libfmt, nvJPEG, libjpeg, libpng, and libcurl with its closure
+# (launch's etcd client: libssh2, libnghttp2, GnuTLS, Kerberos, ... are not on the GPU machine).
 libs=$(for b in "${bins[@]}"; do ldd "$build/bin/$b"; done | awk '$3 ~ /^\// {print $3}' | sort -u |
-       grep -E 'libgomp|libfmt|libspdlog|libopenblas|libnvjpeg|libjpeg|libpng|libcurl|libcrypto|libssl' || true)
+       grep -vE '/(libc|libm|libstdc\+\+|libgcc_s|libpthread|libdl|librt|libresolv|ld-linux[^/]*)\.so|/lib(cuda|cudart|cudnn|nccl|cublas|cublasLt|nvrtc|nvJitLink|cufft|curand|cusolver|cusparse|cupti)[^/]*\.so' || true)
 for l in $libs; do cp -L "$l" "$tmp/lib/"; done
 # The CUPTI profile (bench/cupti_trace.cpp), with the CUPTI it was built against, when built:
 #   CUDA_INJECTION64_PATH=$PWD/.gpu/lib/libcupti_trace.so .gpu/bin/train_resnet ...
