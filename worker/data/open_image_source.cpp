@@ -76,6 +76,24 @@ void check_same_classes(const std::string& data, const std::string& val_name, co
   throw DataError(msg + " make both hold the same class folders");
 }
 
+// --loader auto: the CPU loader where the backend is the CPU or nvJPEG is not built in; else the
+// one choose_loader() finds faster for the training images' median size, measured from a sample
+// of their headers (the same choice for both splits), `why` saying so for the log.
+Loader auto_loader(const DataSourceOptions& o, bool gpu, int threads, std::string* why) {
+  if (!gpu || !nvjpeg_built()) return Loader::Cpu;
+  const ImageSizeSample s = sample_image_sizes(o, kImageSizeSample);
+  if (s.sampled == 0) return Loader::Gpu;  // nothing readable in the sample: the loader names the files
+  const LoaderChoice c = choose_loader(s.median_pixels, threads);
+  std::ostringstream w;
+  w.precision(0);
+  w << std::fixed << " (--loader auto: images of median " << s.median_pixels << " px over " << s.sampled
+    << " sampled, where " << plural(threads, "CPU thread") << " would decode about " << c.cpu_images_per_s
+    << " images/s and nvJPEG about " << c.gpu_images_per_s << "; --loader " << (c.loader == Loader::Cpu ? "gpu" : "cpu")
+    << " picks the other)";
+  *why = w.str();
+  return c.loader;
+}
+
 }  // namespace
 
 bool nvjpeg_built() {
@@ -96,28 +114,6 @@ std::string val_split_name(const DataSourceOptions& o) {
   if (!f.empty()) return f.path();
   return o.images.val_data;
 }
-
-namespace {
-
-// --loader auto: the CPU loader where the backend is the CPU or nvJPEG is not built in; else the
-// one choose_loader() finds faster for the training images' median size, measured from a sample
-// of their headers (the same choice for both splits), `why` saying so for the log.
-Loader auto_loader(const DataSourceOptions& o, bool gpu, int threads, std::string* why) {
-  if (!gpu || !nvjpeg_built()) return Loader::Cpu;
-  const ImageSizeSample s = sample_image_sizes(o, kImageSizeSample);
-  if (s.sampled == 0) return Loader::Gpu;  // nothing readable in the sample: the loader names the files
-  const LoaderChoice c = choose_loader(s.median_pixels, threads);
-  std::ostringstream w;
-  w.precision(0);
-  w << std::fixed << " (--loader auto: images of median " << s.median_pixels << " px over " << s.sampled
-    << " sampled, where " << plural(threads, "CPU thread") << " would decode about " << c.cpu_images_per_s
-    << " images/s and nvJPEG about " << c.gpu_images_per_s << "; --loader " << (c.loader == Loader::Cpu ? "gpu" : "cpu")
-    << " picks the other)";
-  *why = w.str();
-  return c.loader;
-}
-
-}  // namespace
 
 std::unique_ptr<BatchSource> open_image_source(const DataSourceOptions& o, Split split, Ops& ops) {
   struct stat st{};
