@@ -78,10 +78,11 @@ void check_same_classes(const std::string& data, const std::string& val_name, co
 
 // --loader auto: the CPU loader where the backend is the CPU or nvJPEG is not built in; else the
 // one choose_loader() finds faster for the training images' median size, measured from a sample
-// of their headers (the same choice for both splits), `why` saying so for the log.
+// of their headers (at start-up, or here where nothing measured it; the same choice for both
+// splits), `why` saying so for the log.
 Loader auto_loader(const DataSourceOptions& o, bool gpu, int threads, std::string* why) {
   if (!gpu || !nvjpeg_built()) return Loader::Cpu;
-  const ImageSizeSample s = sample_image_sizes(o, kImageSizeSample);
+  const ImageSizeSample s = o.images.sizes ? *o.images.sizes : sample_image_sizes(o, kImageSizeSample);
   if (s.sampled == 0) return Loader::Gpu;  // nothing readable in the sample: the loader names the files
   const LoaderChoice c = choose_loader(s.median_pixels, threads);
   std::ostringstream w;

@@ -5,6 +5,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 
 #include "worker/core/ops.h"
@@ -19,6 +20,14 @@ namespace worker {
 // that exists is the split; --val-data DIR names another).
 inline constexpr const char* kValFolders[] = {"val", "validation", "test"};
 
+// The sizes of a sample of the training images, read from their headers (issue 25: the image
+// size a run picks when none is given, and the warning when the one given is far above them).
+struct ImageSizeSample {
+  int sampled = 0;                             // headers read (unreadable files are left out)
+  int median_short = 0, min_short = 0, max_short = 0;  // the short side, pixels
+  int64_t median_pixels = 0;                   // width x height
+};
+
 // The image data set as the command line names it, how it is read and how it is augmented
 // (train_resnet's --data DIR|LISTFILE, --val-data, --loader, --data-threads, ..., --crop-scale,
 // --augment, ...): TrainOptions holds one, and each layer below takes the part it needs whole.
@@ -30,6 +39,9 @@ struct ImageSetOptions {
   // Crop scale, flip, augment, padding, DCT scaling. Its size is not an option of its own: a source
   // opens at the run's image size (DataSourceOptions::image_size, --image-size).
   TransformConfig tf;
+  // The training images' sizes, measured once at start-up (worker/train/settle.cpp) for the image
+  // size and --loader auto; unset where nothing measured them (--loader auto then does).
+  std::optional<ImageSizeSample> sizes;
 };
 
 struct DataSourceOptions {
@@ -58,13 +70,6 @@ bool has_split(const DataSourceOptions& o, Split split);
 // The val split's folder or list file as the log names it ("" when there is none).
 std::string val_split_name(const DataSourceOptions& o);
 
-// The sizes of a sample of the training images, read from their headers (issue 25: the image
-// size a run picks when none is given, and the warning when the one given is far above them).
-struct ImageSizeSample {
-  int sampled = 0;                             // headers read (unreadable files are left out)
-  int median_short = 0, min_short = 0, max_short = 0;  // the short side, pixels
-  int64_t median_pixels = 0;                   // width x height
-};
 // `count` files spread evenly over the training split. Throws DataError as open_image_source.
 ImageSizeSample sample_image_sizes(const DataSourceOptions& o, int count);
 // How many training images' headers are read for their size (the image size a run picks when none

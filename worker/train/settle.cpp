@@ -68,6 +68,7 @@ Settled settle_options(TrainOptions& o) {
   } catch (const DataError&) {  // a missing or bad data set: the loader says what is wrong, later
     return out;
   }
+  o.images.sizes = s;  // --loader auto reads it too
   if (s.sampled == 0) return out;  // nothing readable: the loader names the files
   const std::string measured = "median short side " + std::to_string(s.median_short) + " px (" +
                                std::to_string(s.min_short) + "-" + std::to_string(s.max_short) + " over " +

@@ -4,7 +4,8 @@
 //     does not give them; an architecture option that contradicts the checkpoint is an error;
 //   image data without an --image-size (from the command line or the recipe): the image size
 //     from a sample of the training images' headers: their median short side, at most 224;
-//   a warning where --image-size is more than twice the images' median short side.
+//   a warning where --image-size is more than twice the images' median short side;
+//   the sample itself, kept in ImageSetOptions::sizes for --loader auto.
 #pragma once
 
 #include <string>
