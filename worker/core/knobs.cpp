@@ -93,6 +93,8 @@ Knobs read_knobs(const proto::EnvMap& env) {
   read_choice(env, "WORKER_CONV_ENGINES", {{"auto", true}, {"legacy", false}}, &k.conv_graph_engines);
   read_flag(env, "WORKER_WGRAD_STREAM", "weight gradients on a second stream", &k.wgrad_stream);
   read_flag(env, "WORKER_CUDNN_DETERMINISTIC", "only cuDNN's deterministic algorithms", &k.cudnn_deterministic);
+  read_choice(env, "WORKER_FP16_FUSED",
+              {{"auto", FusedStats::Timed}, {"0", FusedStats::Off}, {"1", FusedStats::Always}}, &k.fp16_fused);
   read_seconds(env, "WORKER_NCCL_INIT_TIMEOUT_S", &k.nccl_init_timeout_s);
   read_choice(env, "WORKER_NVJPEG_BACKEND",
               {{"hardware", NvjpegBackend::Hardware}, {"hybrid", NvjpegBackend::Hybrid}}, &k.nvjpeg_backend);

@@ -21,6 +21,15 @@ namespace worker {
 // (cudnnFind*Ex, as torch.backends.cudnn.benchmark).
 enum class AlgoSearch : uint8_t { Find, Heuristic };
 
+// fp16: a convolution whose output feeds a training batch norm may write that batch norm's fp32 sums in
+// its epilogue (cuDNN's conv+genstats), and the batch norm then skips its statistics pass (docs/gpu.md).
+enum class FusedStats : uint8_t {
+  Off,     // never
+  Timed,   // per shape, where timing on the first calls finds it faster than the plain convolution and
+           // the statistics pass together
+  Always,  // wherever an engine builds it, untimed (comparisons and tests)
+};
+
 // Which nvJPEG back end the GPU JPEG loader decodes with.
 enum class NvjpegBackend : uint8_t {
   Hardware,  // the hardware decode engine where the GPU has one, else the GPU hybrid back end
@@ -39,6 +48,7 @@ struct Knobs {
   bool conv_graph_engines = true;
   bool wgrad_stream = true;  // WORKER_WGRAD_STREAM=0|1: backward's weight gradients on a second stream
   bool cudnn_deterministic = false;  // WORKER_CUDNN_DETERMINISTIC=0|1: only cuDNN's deterministic algorithms
+  FusedStats fp16_fused = FusedStats::Timed;  // WORKER_FP16_FUSED=auto|0|1: fp16 conv+genstats (1: always)
   // --- The NCCL communicator
   double nccl_init_timeout_s = 300;  // WORKER_NCCL_INIT_TIMEOUT_S: how long every rank has to join
   // --- The GPU JPEG loader

@@ -220,6 +220,10 @@ class Ops {
   // Runs the captured step again, its optimizer reading `v`.
   virtual void replay_step(const StepValues& v);
   virtual CaptureInfo captured() const { return {}; }
+  // Whether this backend, computing in fp16, runs convolutions fused with their batch norms'
+  // statistics for this model (the GPU: once its engine tuning chose the fused forward somewhere);
+  // for --precision auto.
+  virtual bool fused_half_faster() const { return false; }
 };
 
 }  // namespace worker

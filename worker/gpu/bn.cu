@@ -3,7 +3,8 @@
 // warp reads contiguous memory and the per-channel parameters stay in registers. Every kernel
 // that streams rows issues several independent 16-byte loads per thread before using them, and
 // the reductions run one wave of blocks, each over many rows.
-//   forward:  stats (+ finalize, by the last block of each column) -> apply
+//   forward:  stats (+ finalize, by the last block of each column) -> apply; or, in fp16 after a
+//             convolution that wrote the sums (conv+genstats), a finalize of those sums -> apply
 //   backward: reduce (sum g, sum g*(x-mean); writes dresidual; + finalize) -> dx
 // Each block adds its sums into per-channel double accumulators (atomics, kStripes copies); the last block of
 // a column of blocks to finish reads them, finalizes its channels and zeroes the accumulators
@@ -188,6 +189,28 @@ struct FwdFinalize {
   float* scale_shift;
 };
 
+// One channel's batch statistics (var: the biased variance, may be slightly negative from
+// cancellation) into the saved and running statistics and the apply's scale/shift; without gamma
+// (the statistics pass timed alone, conv_planner.h) only the statistics.
+__device__ __forceinline__ void finalize_channel(const FwdFinalize& f, int ch, int c, int64_t m, float mean,
+                                                 double var) {
+  if (var < 0) var = 0;
+  const float invstd = float(1.0 / sqrt(var + double(f.eps)));
+  if (f.save_mean) f.save_mean[ch] = mean;
+  if (f.save_invstd) f.save_invstd[ch] = invstd;
+  if (f.running_mean)
+    f.running_mean[ch] = (1.f - f.momentum) * f.running_mean[ch] + f.momentum * mean;
+  if (f.running_var) {
+    const double unbiased = m > 1 ? var * double(m) / double(m - 1) : var;
+    f.running_var[ch] = (1.f - f.momentum) * f.running_var[ch] + f.momentum * float(unbiased);
+  }
+  if (!f.gamma) return;
+  float scale, shift;
+  bn_scale_shift(f.gamma[ch], f.beta[ch], mean, invstd, scale, shift);
+  f.scale_shift[ch] = scale;
+  f.scale_shift[c + ch] = shift;
+}
+
 template <typename T, int V>
 __global__ void __launch_bounds__(kThreads)
     stats_kernel(const T* __restrict__ x, int64_t m, int c, FwdFinalize f, BnSync sync) {
@@ -217,23 +240,23 @@ __global__ void __launch_bounds__(kThreads)
   if (!block_accumulate<V>(s, ss, c, sync)) return;
   finalize_column<V>(c, sync, [&](int ch, double sum, double sumsq) {
     const double mu = sum / double(m);  // relative to the shift x[0, ch]
-    double var = sumsq / double(m) - mu * mu;
-    if (var < 0) var = 0;
-    const float mean = float(double(to_f(x[ch])) + mu);
-    const float invstd = float(1.0 / sqrt(var + double(f.eps)));
-    if (f.save_mean) f.save_mean[ch] = mean;
-    if (f.save_invstd) f.save_invstd[ch] = invstd;
-    if (f.running_mean)
-      f.running_mean[ch] = (1.f - f.momentum) * f.running_mean[ch] + f.momentum * mean;
-    if (f.running_var) {
-      const double unbiased = m > 1 ? var * double(m) / double(m - 1) : var;
-      f.running_var[ch] = (1.f - f.momentum) * f.running_var[ch] + f.momentum * float(unbiased);
-    }
-    float scale, shift;
-    bn_scale_shift(f.gamma[ch], f.beta[ch], mean, invstd, scale, shift);
-    f.scale_shift[ch] = scale;
-    f.scale_shift[c + ch] = shift;
+    finalize_channel(f, ch, c, m, float(double(to_f(x[ch])) + mu), sumsq / double(m) - mu * mu);
   });
+}
+
+// The same finalize from a convolution's fp32 sum and sum of squares of y (fp16's conv+genstats,
+// sums[0, c) and sums[c, 2c)), one thread per channel, in double: E[y^2] - E[y]^2 cancels where |mean|
+// >> std, but in double the fp32 sums' own rounding (relative 2^-24 and their accumulation's) stays
+// the only error; the variance is clamped at 0. Zeroes the sums after reading them (the slot's rule,
+// stats_pairing.h).
+__global__ void finalize_sums_kernel(float* __restrict__ sums, int64_t m, int c, FwdFinalize f) {
+  const int ch = blockIdx.x * blockDim.x + threadIdx.x;
+  if (ch >= c) return;
+  const double mu = double(sums[ch]) / double(m);
+  const double var = double(sums[c + ch]) / double(m) - mu * mu;
+  sums[ch] = 0.f;
+  sums[c + ch] = 0.f;
+  finalize_channel(f, ch, c, m, float(mu), var);
 }
 
 __global__ void finalize_eval_kernel(int c, const float* gamma, const float* beta, float eps,
@@ -475,11 +498,16 @@ void apply_v(const T* x, const T* res, T* y, int64_t m, int c, const float* ss, 
 }
 
 template <typename T, int V>
-void forward_train_v(const T* x, int64_t m, int c, const FwdFinalize& f, const T* res, bool relu,
-                     T* y, BnSync sync, cudaStream_t s) {
+void stats_v(const T* x, int64_t m, int c, const FwdFinalize& f, BnSync sync, cudaStream_t s) {
   const Grid st = reduce_grid(m, c / V, kStatsBlocksPerSm);
   stats_kernel<T, V><<<st.grid, st.block, reduce_shmem(V), s>>>(x, m, c, f, sync);
   KERNEL_CHECK();
+}
+
+template <typename T, int V>
+void forward_train_v(const T* x, int64_t m, int c, const FwdFinalize& f, const T* res, bool relu,
+                     T* y, BnSync sync, cudaStream_t s) {
+  stats_v<T, V>(x, m, c, f, sync, s);
   apply_v<T, V>(x, res, y, m, c, f.scale_shift, relu, s);
 }
 
@@ -553,6 +581,36 @@ void bn_forward_train(DType t, const void* x, int64_t m, int c, const float* gam
       forward_train_v<T, 16 / sizeof(T)>(xt, m, c, f, rt, relu, yt, sync, s);
     else
       forward_train_v<T, 1>(xt, m, c, f, rt, relu, yt, sync, s);
+  });
+}
+
+void bn_forward_train_sums(DType t, float* sums, const void* x, int64_t m, int c, const float* gamma,
+                           const float* beta, float eps, float momentum, float* running_mean,
+                           float* running_var, float* save_mean, float* save_invstd,
+                           const void* residual, bool relu, void* y, float* scale_shift, cudaStream_t s) {
+  const FwdFinalize f{gamma, beta, eps, momentum, running_mean, running_var, save_mean, save_invstd,
+                      scale_shift};
+  finalize_sums_kernel<<<(c + 127) / 128, 128, 0, s>>>(sums, m, c, f);
+  KERNEL_CHECK();
+  WK_DISPATCH(t, {
+    const T* xt = static_cast<const T*>(x);
+    const T* rt = static_cast<const T*>(residual);
+    T* yt = static_cast<T*>(y);
+    if (pick_vec<T>(c, {x, residual, y}) > 1)
+      apply_v<T, 16 / sizeof(T)>(xt, rt, yt, m, c, scale_shift, relu, s);
+    else
+      apply_v<T, 1>(xt, rt, yt, m, c, scale_shift, relu, s);
+  });
+}
+
+void bn_stats_pass(DType t, const void* x, int64_t m, int c, BnSync sync, float* scratch, cudaStream_t s) {
+  const FwdFinalize f{nullptr, nullptr, 1e-5f, 0.f, nullptr, nullptr, scratch, scratch + c, nullptr};
+  WK_DISPATCH(t, {
+    const T* xt = static_cast<const T*>(x);
+    if (pick_vec<T>(c, {x}) > 1)
+      stats_v<T, 16 / sizeof(T)>(xt, m, c, f, sync, s);
+    else
+      stats_v<T, 1>(xt, m, c, f, sync, s);
   });
 }
 

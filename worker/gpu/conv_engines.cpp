@@ -32,6 +32,7 @@ const char* conv_dir_name(ConvDir d) {
     case ConvDir::Fwd: return "fwd";
     case ConvDir::Data: return "dgrad";
     case ConvDir::Filter: return "wgrad";
+    case ConvDir::FwdStats: return "fwd+stats";
   }
   return "?";
 }
@@ -43,13 +44,14 @@ namespace fe = cudnn_frontend;
 
 struct GraphConv::Impl {
   cudnnHandle_t handle = nullptr;
+  int64_t stats_c = 0;  // FwdStats: the channels of the sums
   std::vector<fe::ExecutionPlan> plans;
   std::vector<std::string> names;
 };
 
 namespace {
 
-constexpr int64_t kUidX = 'x', kUidW = 'w', kUidY = 'y';
+constexpr int64_t kUidX = 'x', kUidW = 'w', kUidY = 'y', kUidSum = 's', kUidSq = 'q';
 
 fe::Tensor nhwc(int64_t uid, int64_t n, int64_t c, int64_t h, int64_t w, cudnnDataType_t t) {
   const std::array<int64_t, 4> dim{n, c, h, w}, stride{c * h * w, 1, c * w, c};
@@ -62,15 +64,31 @@ fe::Tensor nhwc(int64_t uid, int64_t n, int64_t c, int64_t h, int64_t w, cudnnDa
       .build();
 }
 
+// A per-channel fp32 vector of c values (genstats' sum and sum of squares), NHWC strides as the
+// frontend's graph layer gives them.
+fe::Tensor channels(int64_t uid, int64_t c) {
+  const std::array<int64_t, 4> dim{1, c, 1, 1}, stride{c, 1, c, c};
+  return fe::TensorBuilder()
+      .setDim(4, dim.data())
+      .setStride(4, stride.data())
+      .setId(uid)
+      .setAlignment(16)
+      .setDataType(CUDNN_DATA_FLOAT)
+      .build();
+}
+
 // Engines whose numerics differ from the legacy plan's (lower precision somewhere, or a
 // transform) or that compile kernels at run time (seconds each) are not candidates. (Split-K
 // weight gradients, non-deterministic in the last bit, are: the legacy API picks them too.)
-bool unwanted(cudnnBackendDescriptor_t cfg) {
-  return fe::hasBehaviorNote<CUDNN_BEHAVIOR_NOTE_RUNTIME_COMPILATION>(cfg) ||
-         fe::hasNumericalNote<CUDNN_NUMERICAL_NOTE_DOWN_CONVERT_INPUTS>(cfg) ||
-         fe::hasNumericalNote<CUDNN_NUMERICAL_NOTE_REDUCED_PRECISION_REDUCTION>(cfg) ||
-         fe::hasNumericalNote<CUDNN_NUMERICAL_NOTE_FFT>(cfg) ||
-         fe::hasNumericalNote<CUDNN_NUMERICAL_NOTE_WINOGRAD>(cfg);
+// Returns why (for the report when nothing is left), or null.
+const char* unwanted(cudnnBackendDescriptor_t cfg) {
+  if (fe::hasBehaviorNote<CUDNN_BEHAVIOR_NOTE_RUNTIME_COMPILATION>(cfg)) return "run-time compiled";
+  if (fe::hasNumericalNote<CUDNN_NUMERICAL_NOTE_DOWN_CONVERT_INPUTS>(cfg) ||
+      fe::hasNumericalNote<CUDNN_NUMERICAL_NOTE_REDUCED_PRECISION_REDUCTION>(cfg) ||
+      fe::hasNumericalNote<CUDNN_NUMERICAL_NOTE_FFT>(cfg) ||
+      fe::hasNumericalNote<CUDNN_NUMERICAL_NOTE_WINOGRAD>(cfg))
+    return "lower precision or a transform";
+  return nullptr;
 }
 
 }  // namespace
@@ -95,6 +113,7 @@ std::unique_ptr<GraphConv> GraphConv::make(cudnnHandle_t h, ConvDir dir, const C
     auto op = [&] {
       switch (dir) {
         case ConvDir::Fwd:
+        case ConvDir::FwdStats:
           return fe::OperationBuilder(CUDNN_BACKEND_OPERATION_CONVOLUTION_FORWARD_DESCRIPTOR)
               .setxDesc(x).setwDesc(w).setyDesc(y).setcDesc(conv).setAlpha(1.f).setBeta(beta)
               .build();
@@ -109,14 +128,35 @@ std::unique_ptr<GraphConv> GraphConv::make(cudnnHandle_t h, ConvDir dir, const C
           .setxDesc(x).setdwDesc(w).setdyDesc(y).setcDesc(conv).setAlpha(1.f).setBeta(beta)
           .build();
     }();
-    std::array<fe::Operation const*, 1> ops{&op};
-    auto graph = fe::OperationGraphBuilder().setHandle(h).setOperationGraph(1, ops.data()).build();
+    // FwdStats: genstats reads the convolution's y (a real tensor: written too) in the same graph.
+    const bool stats = dir == ConvDir::FwdStats;
+    const auto sum = channels(kUidSum, d.cout), sq = channels(kUidSq, d.cout);
+    std::array<fe::Operation const*, 2> ops{&op, nullptr};
+    std::unique_ptr<fe::Operation> gen;
+    if (stats) {
+      gen = std::make_unique<fe::Operation>(fe::OperationBuilder(CUDNN_BACKEND_OPERATION_GEN_STATS_DESCRIPTOR)
+                                                .setxDesc(y)
+                                                .setSumDesc(sum)
+                                                .setSqSumDesc(sq)
+                                                .setGenStatsMode(CUDNN_GENSTATS_SUM_SQSUM)
+                                                .setMathPrecision(CUDNN_DATA_FLOAT)
+                                                .build());
+      ops[1] = gen.get();
+    }
+    auto graph = fe::OperationGraphBuilder()
+                     .setHandle(h)
+                     .setOperationGraph(stats ? 2 : 1, ops.data())
+                     .build();
     auto impl = std::make_unique<Impl>();
     impl->handle = h;
+    impl->stats_c = d.cout;
     size_t configs = 0;
-    int considered = 0;
-    // Mode A's list first; mode B (a different model) adds engines A ranks low or misses.
-    for (cudnnBackendHeurMode_t mode : {CUDNN_HEUR_MODE_A, CUDNN_HEUR_MODE_B}) {
+    int considered = 0, compiled = 0;
+    // Mode A's list first; mode B (a different model) adds engines A ranks low or misses; for the
+    // fused graph also the fallback list (the probe's, docs/fusion-probe.md).
+    std::vector<cudnnBackendHeurMode_t> modes{CUDNN_HEUR_MODE_A, CUDNN_HEUR_MODE_B};
+    if (stats) modes.push_back(CUDNN_HEUR_MODE_FALLBACK);
+    for (cudnnBackendHeurMode_t mode : modes) {
       if (int(impl->plans.size()) >= max_plans) break;
       std::vector<fe::ManagedOpaqueDescriptor> cfgs;
       try {
@@ -128,7 +168,10 @@ std::unique_ptr<GraphConv> GraphConv::make(cudnnHandle_t h, ConvDir dir, const C
       configs += cfgs.size();
       for (auto& cfg : cfgs) {
         if (int(impl->plans.size()) >= max_plans) break;
-        if (unwanted(cfg->get_backend_descriptor())) continue;
+        if (const char* no = unwanted(cfg->get_backend_descriptor())) {
+          compiled += no[0] == 'r';
+          continue;
+        }
         ++considered;
         try {
           auto plan = fe::ExecutionPlanBuilder().setHandle(h).setEngineConfig(cfg, graph.getTag()).build();
@@ -144,7 +187,7 @@ std::unique_ptr<GraphConv> GraphConv::make(cudnnHandle_t h, ConvDir dir, const C
     }
     if (impl->plans.empty()) {
       *why = "no graph-API plan builds (" + std::to_string(configs) + " engine configs, " +
-             std::to_string(considered) + " wanted)";
+             std::to_string(considered) + " wanted, " + std::to_string(compiled) + " run-time compiled)";
       return nullptr;
     }
     return std::unique_ptr<GraphConv>(new GraphConv(std::move(impl)));
@@ -161,17 +204,24 @@ size_t GraphConv::workspace(size_t i) const { return size_t(impl_->plans[i].getW
 const std::string& GraphConv::name(size_t i) const { return impl_->names[i]; }
 
 void GraphConv::run(size_t i, const void* x, const void* w, const void* y, void* out, void* ws,
-                    cudaStream_t s) const {
-  // The output is one of x, w, y (by direction): its pointer replaces that role's.
-  std::array<void*, 3> ptrs{const_cast<void*>(x), const_cast<void*>(w), const_cast<void*>(y)};
-  for (void*& p : ptrs)
-    if (!p) p = out;
-  const std::array<int64_t, 3> uids{kUidX, kUidW, kUidY};
+                    cudaStream_t s, float* stats) const {
+  // The output is one of x, w, y (by direction): its pointer replaces that role's. FwdStats: the
+  // sums follow (its graph has them; a plain graph never gets `stats`).
+  std::array<void*, 5> ptrs{const_cast<void*>(x), const_cast<void*>(w), const_cast<void*>(y), nullptr, nullptr};
+  for (size_t k = 0; k < 3; ++k)
+    if (!ptrs[k]) ptrs[k] = out;
+  const std::array<int64_t, 5> uids{kUidX, kUidW, kUidY, kUidSum, kUidSq};
+  int64_t n = 3;
+  if (stats) {
+    ptrs[3] = stats;
+    ptrs[4] = stats + impl_->stats_c;
+    n = 5;
+  }
   (void)s;  // the handle is bound to the backend's stream
   auto pack = fe::VariantPackBuilder()
                   .setWorkspacePointer(ws)
-                  .setDataPointers(3, ptrs.data())
-                  .setUids(3, uids.data())
+                  .setDataPointers(n, ptrs.data())
+                  .setUids(n, uids.data())
                   .build();
   CUDNN_CHECK(cudnnBackendExecute(impl_->handle, impl_->plans[i].get_raw_desc(), pack.get_raw_desc()));
 }
@@ -192,7 +242,7 @@ const std::string& GraphConv::name(size_t) const {
   static const std::string none;
   return none;
 }
-void GraphConv::run(size_t, const void*, const void*, const void*, void*, void*, cudaStream_t) const {}
+void GraphConv::run(size_t, const void*, const void*, const void*, void*, void*, cudaStream_t, float*) const {}
 
 #endif
 
@@ -202,22 +252,26 @@ ConvTuner::~ConvTuner() {
   for (cudaEvent_t e : ev_) cudaEventDestroy(e);
 }
 
-void ConvTuner::run(const Legacy& legacy, const Make& make, const Workspace& workspace,
+bool ConvTuner::run(const Legacy& legacy, const Make& make, const Workspace& workspace,
                     const void* x, const void* w, const void* y, void* out, cudaStream_t s,
-                    int64_t host_waits) {
+                    int64_t host_waits, float* stats, const Legacy* legacy_extra) {
   auto graph_run = [&](int i) {
-    graph_->run(size_t(i), x, w, y, out, workspace(graph_->workspace(size_t(i))), s);
+    graph_->run(size_t(i), x, w, y, out, workspace(graph_->workspace(size_t(i))), s, stats);
   };
   if (state_ == State::First) {
     if (first_wait_ < 0) first_wait_ = host_waits;
-    if (!enabled_ || host_waits == first_wait_) {
+    if (!enabled_ || (opt_.wait_first_step && host_waits == first_wait_)) {
       legacy();  // the first step: untimed (it loads modules), nothing built
       if (!enabled_) state_ = State::Done;
-      return;
+      return false;
     }
     graph_ = make(&why_);
     ms_.assign(1 + (graph_ ? graph_->plans() : 0), -1.f);
     state_ = ms_.size() > 1 ? State::Exploring : State::Done;
+    if (opt_.always_graph && state_ == State::Exploring) {
+      chosen_ = 1;  // untimed: the first plan that built
+      state_ = State::Done;
+    }
   }
   const int cands = int(ms_.size()), trials = cands * kTrials;
   if (state_ == State::Exploring) {
@@ -232,6 +286,7 @@ void ConvTuner::run(const Legacy& legacy, const Make& make, const Workspace& wor
       bool ran = true;
       if (c == 0) {
         legacy();
+        if (legacy_extra) (*legacy_extra)();
       } else {
         try {
           graph_run(c - 1);
@@ -246,14 +301,22 @@ void ConvTuner::run(const Legacy& legacy, const Make& make, const Workspace& wor
         legacy();
       }
       ++next_;
-      return;
+      return ran && c != 0;
     }
     resolve(false);
   }
-  if (chosen_ == 0)
-    legacy();
-  else
-    graph_run(chosen_ - 1);
+  if (chosen_ > 0) {
+    try {
+      graph_run(chosen_ - 1);
+      return true;
+    } catch (const GpuError& e) {
+      if (!opt_.always_graph) throw;  // (a timed choice ran before)
+      why_ = std::string("the graph plan failed to run: ") + e.what();
+      chosen_ = 0;
+    }
+  }
+  legacy();
+  return false;
 }
 
 void ConvTuner::resolve(bool wait) {
@@ -297,16 +360,20 @@ double ConvTuner::legacy_ms() const { return ms_.empty() ? -1 : ms_[0]; }
 std::string ConvTuner::describe() const {
   char b[96];
   std::string s = label_ + ": ";
+  const std::string& base = opt_.baseline;
+  if (chosen_ > 0 && ms_[size_t(chosen_)] < 0)  // always_graph: nothing timed
+    return s + "graph " + graph_->name(size_t(chosen_ - 1)) + " (untimed, " + std::to_string(ms_.size() - 1) +
+           " built)";
   if (chosen_ > 0) {
-    std::snprintf(b, sizeof b, " %.3f ms (legacy %.3f ms, %zu tried)", ms_[size_t(chosen_)], ms_[0],
+    std::snprintf(b, sizeof b, " %.3f ms (%s %.3f ms, %zu tried)", ms_[size_t(chosen_)], base.c_str(), ms_[0],
                   ms_.size() - 1);
     return s + "graph " + graph_->name(size_t(chosen_ - 1)) + b;
   }
   if (!ms_.empty() && ms_[0] >= 0) {
     std::snprintf(b, sizeof b, " %.3f ms (%zu graph plans slower)", ms_[0], ms_.size() - 1);
-    return s + "legacy" + b + (why_.empty() ? "" : "; " + why_);
+    return s + base + b + (why_.empty() ? "" : "; " + why_);
   }
-  return s + "legacy" + (why_.empty() ? (enabled_ ? " (not tuned yet)" : "") : " (" + why_ + ")");
+  return s + base + (why_.empty() ? (enabled_ ? " (not tuned yet)" : "") : " (" + why_ + ")");
 }
 
 }  // namespace gpu

@@ -33,12 +33,16 @@
 namespace worker {
 namespace gpu {
 
-enum class ConvDir : uint8_t { Fwd, Data, Filter };
+// FwdStats: the forward with cuDNN's genstats after it in the same graph (fp16 only: cuDNN has no
+// bf16 engine for it), which writes the per-channel fp32 sum and sum of squares of y as well.
+enum class ConvDir : uint8_t { Fwd, Data, Filter, FwdStats };
 const char* conv_dir_name(ConvDir d);
 
 // One convolution direction as a cuDNN operation graph with its built execution plans.
 // Tensors by role: x (the input / its gradient), w (the filter / its gradient), y (the output /
-// its gradient); out = beta * out + conv(...), beta 0 or 1.
+// its gradient); out = beta * out + conv(...), beta 0 or 1. FwdStats also writes `stats` (sum of y
+// per channel at [0, cout), sum of squares at [cout, 2 cout), fp32; zero before the call, see
+// stats_pairing.h).
 class GraphConv {
  public:
   // Null (and *why set) when the graph API offers no usable plan, or when this binary was
@@ -51,7 +55,7 @@ class GraphConv {
   size_t workspace(size_t i) const;
   const std::string& name(size_t i) const;
   void run(size_t i, const void* x, const void* w, const void* y, void* out, void* ws,
-           cudaStream_t s) const;
+           cudaStream_t s, float* stats = nullptr) const;
 
  private:
   struct Impl;
@@ -70,17 +74,31 @@ class ConvTuner {
   using Legacy = std::function<void()>;
   using Make = std::function<std::unique_ptr<GraphConv>(std::string* why)>;
   using Workspace = std::function<void*(size_t bytes)>;
+  struct Options {
+    // The first call runs the legacy plan untimed and the exploration starts after the host's next
+    // wait (the first step untouched); off: the first call explores (a tuner that starts later).
+    bool wait_first_step = true;
+    // No timing: the first graph plan that builds runs every call (the legacy plan where none does).
+    bool always_graph = false;
+    // What candidate 0 is called in describe().
+    std::string baseline = "legacy";
+  };
 
-  ConvTuner(std::string label, bool enabled) : label_(std::move(label)), enabled_(enabled) {}
+  ConvTuner(std::string label, bool enabled) : ConvTuner(std::move(label), enabled, Options()) {}
+  ConvTuner(std::string label, bool enabled, Options o)
+      : label_(std::move(label)), enabled_(enabled), opt_(std::move(o)) {}
   ~ConvTuner();
   ConvTuner(const ConvTuner&) = delete;
   ConvTuner& operator=(const ConvTuner&) = delete;
 
   // Runs the convolution once, with the plan this call is due (see above). The graph plans
-  // get x/w/y/out (the output's own role null). host_waits: how often the host has waited for
-  // the device so far (a counter of the backend's).
-  void run(const Legacy& legacy, const Make& make, const Workspace& workspace, const void* x,
-           const void* w, const void* y, void* out, cudaStream_t s, int64_t host_waits);
+  // get x/w/y/out (the output's own role null) and `stats` (FwdStats). host_waits: how often the
+  // host has waited for the device so far (a counter of the backend's). legacy_extra, when set,
+  // runs after the legacy plan inside its timed trials only: the work the graph plans do besides
+  // the convolution (FwdStats: our statistics pass). True when a graph plan ran.
+  bool run(const Legacy& legacy, const Make& make, const Workspace& workspace, const void* x,
+           const void* w, const void* y, void* out, cudaStream_t s, int64_t host_waits,
+           float* stats = nullptr, const Legacy* legacy_extra = nullptr);
   // Waits for outstanding timings and fixes the choice (the fastest measured; the legacy plan
   // when nothing else was measured). Calls after this never explore.
   void settle();
@@ -97,6 +115,7 @@ class ConvTuner {
 
   std::string label_;
   bool enabled_;
+  Options opt_;
   State state_ = State::First;
   int64_t first_wait_ = -1;  // host_waits at the first call
   std::unique_ptr<GraphConv> graph_;

@@ -102,7 +102,12 @@ ConvPlanner::~ConvPlanner() = default;
 
 // --- Plans
 
-ConvPlan& ConvPlanner::plan(const ConvDesc& d) {
+bool ConvPlanner::fusable(const ConvDesc& d) const {
+  return opt_.precision == DType::F16 && opt_.fused_stats != FusedStats::Off && opt_.graph_engines &&
+         d.cin % 8 == 0 && d.cout % 8 == 0;
+}
+
+ConvPlan& ConvPlanner::plan(const ConvDesc& d, bool may_fuse) {
   const Key key{d.n, d.h, d.w, d.cin, d.cout, d.kh, d.kw, d.stride, d.pad};
   auto it = plans_.find(key);
   if (it != plans_.end()) return *it->second;
@@ -199,13 +204,20 @@ ConvPlan& ConvPlanner::plan(const ConvDesc& d) {
   CUDNN_CHECK(cudnnGetConvolutionBackwardFilterWorkspaceSize(dev_.cudnn, p->x, p->y, p->cw, p->w,
                                                              p->bwd_filter, &p->ws_filter));
   search_seconds_ += seconds_since(t0);
+  if (may_fuse && fusable(d)) {
+    // Set up with the plan, outside the training loop; zero as the slot's rule wants.
+    const size_t bytes = 2 * size_t(d.cout) * sizeof(float);
+    p->stats = static_cast<float*>(pool_.alloc(bytes));
+    CUDA_CHECK(cudaMemsetAsync(p->stats, 0, bytes, dev_.stream));
+    stats_bytes_ += bytes;
+  }
   ConvPlan& ref = *p;
   ws_.note_plan(std::max({p->ws_fwd, p->ws_data, p->ws_filter}),
                 size_t(d.cout) * d.kh * d.kw * d.cin * dtype_size(opt_.precision));
   plans_.emplace(key, std::move(p));
   if (opt_.space_to_depth && s2d_applies(d)) {
     ref.s2d_geom = s2d_desc(d);
-    ref.s2d = &plan(s2d_conv(d));  // map insertions keep references valid
+    ref.s2d = &plan(s2d_conv(d), false);  // map insertions keep references valid
   }
   return ref;
 }
@@ -276,6 +288,55 @@ void ConvPlanner::wgrad(ConvPlan& p, const void* x, const void* dy, void* dw, bo
     CUDNN_CHECK(cudnnConvolutionBackwardFilter(dev_.cudnn, &kOne, p.x, x, p.y, dy, p.cw, p.bwd_filter,
                                                ws, p.ws_filter, accumulate ? &kOne : &kZero, p.w, dw));
   }, x, nullptr, dy, dw, side);
+}
+
+bool ConvPlanner::fwd_stats(ConvPlan& p, const void* x, const void* w, void* y,
+                            const std::function<void()>& stats_pass) {
+  if (!p.stats) {
+    fwd(p, x, w, y);
+    return false;
+  }
+  const bool always = opt_.fused_stats == FusedStats::Always;
+  if (!p.tune[4]) {
+    // Made at the first call, while the plain forward may still explore, so that still_tuning() waits
+    // for this choice too.
+    ConvTuner::Options o;
+    o.wait_first_step = false;  // it starts after the plain forward's tuning, long after the first step
+    o.always_graph = always;
+    o.baseline = "unfused";
+    p.tune[4] = std::make_unique<ConvTuner>(conv_label(p.desc) + " fwd+stats", true, o);
+  }
+  ConvTuner& t = *p.tune[4];
+  auto aligned = [](const void* q) { return (reinterpret_cast<uintptr_t>(q) & 15u) == 0; };
+  const ConvTuner* plain = p.tune[0].get();
+  if (!aligned(x) || !aligned(w) || !aligned(y) || (!always && !plain)) {
+    fwd(p, x, w, y);  // no graph-API engine for these pointers: no fused one either
+    t.settle();
+    return false;
+  }
+  if (!always && !plain->settled()) {  // timed against the plain forward's settled choice only
+    fwd(p, x, w, y);
+    return false;
+  }
+  const ConvTuner::Legacy extra = stats_pass;
+  return t.run(
+      [&] { fwd(p, x, w, y); },
+      [&](std::string* why) {
+        return GraphConv::make(dev_.cudnn, ConvDir::FwdStats, p.desc, CUDNN_DATA_HALF, 0.f,
+                               std::max(ws_.bytes(), size_t(64) << 20), ConvTuner::kCandidates, why);
+      },
+      [&](size_t bytes) { return ws_.main(bytes); }, x, w, nullptr, y, dev_.stream, dev_.host_waits, p.stats,
+      &extra);
+}
+
+bool ConvPlanner::stats_chosen(const ConvPlan& p) const {
+  return p.tune[4] && p.tune[4]->settled() && p.tune[4]->chose_graph();
+}
+
+int ConvPlanner::fused_shapes() const {
+  int n = 0;
+  for (const auto& kv : plans_) n += stats_chosen(*kv.second);
+  return n;
 }
 
 void ConvPlanner::settle() {

@@ -1,7 +1,8 @@
 // Convolution plans, one per shape: the legacy cuDNN API's algorithms, chosen once per shape by
 // cuDNN's heuristics or a timed search (AlgoSearch); per direction, the fastest of the legacy plan
 // and a few graph-API engines, timed on the first calls (conv_engines.h); the stem in
-// space-to-depth form (space_to_depth.cu). Each direction runs with its piece of the workspace the
+// space-to-depth form (space_to_depth.cu); in fp16, the forward that also writes its batch norm's
+// sums (conv+genstats, fwd_stats()). Each direction runs with its piece of the workspace the
 // two streams share (workspace.h): a weight gradient on the side stream from its end.
 #pragma once
 
@@ -48,8 +49,11 @@ struct ConvPlan {
   void* s2d_x = nullptr;
   void* s2d_w = nullptr;
   const void* s2d_x_of = nullptr;  // the x that s2d_x holds rearranged
-  // Engine choice per direction: fwd, dgrad, dgrad accumulating, wgrad (conv_engines.h).
-  std::unique_ptr<ConvTuner> tune[4];
+  // Engine choice per direction: fwd, dgrad, dgrad accumulating, wgrad, fwd+stats (conv_engines.h).
+  std::unique_ptr<ConvTuner> tune[5];
+  // fp16 conv+genstats: this shape's statistics slot (sum of y per channel, then sum of squares:
+  // 2 * cout fp32, zero between uses; stats_pairing.h). Null where the fusion does not apply.
+  float* stats = nullptr;
 
   ConvPlan() = default;
   ~ConvPlan();
@@ -70,7 +74,7 @@ class ConvPlanner {
 
   // The plan of this shape, made at its first call (with the space-to-depth form's beside it
   // where that applies). References stay valid.
-  ConvPlan& plan(const ConvDesc& d);
+  ConvPlan& plan(const ConvDesc& d) { return plan(d, true); }
   // The space-to-depth form's input (and, in the forward, its filter from w, the compute-dtype
   // weight) for this call: p.s2d_x, p.s2d_w. Returns the form's plan.
   ConvPlan& s2d_prepare(ConvPlan& p, const void* x, const void* w, bool forward);
@@ -81,6 +85,17 @@ class ConvPlanner {
   // side: on the side stream, inside a Workspace side task (the cuDNN handle is bound to that
   // stream meanwhile).
   void wgrad(ConvPlan& p, const void* x, const void* dy, void* dw, bool accumulate, bool side);
+  // The forward, writing y's sums into p.stats as well where this shape's choice is the fused graph
+  // (true then; p.stats zero before). The choice (GpuOptions::fused_stats): timed once the plain
+  // forward's own choice is settled, the fused plans against that plain plan followed by
+  // `stats_pass` (our statistics pass over y, as the batch norm would run it), on the training's
+  // own calls like every tuner; or the first fused plan untimed (Always). The stem's
+  // space-to-depth form never comes here.
+  bool fwd_stats(ConvPlan& p, const void* x, const void* w, void* y, const std::function<void()>& stats_pass);
+  // The fused forward is this shape's settled choice (the profile's label).
+  bool stats_chosen(const ConvPlan& p) const;
+  // Shapes whose settled choice is the fused forward.
+  int fused_shapes() const;
 
   bool still_tuning() const;  // a convolution engine still being timed
   // Waits for the outstanding timings and fixes every choice (before a CUDA graph is captured).
@@ -89,9 +104,13 @@ class ConvPlanner {
   std::vector<std::string> report() const;
   double search_seconds() const { return search_seconds_; }  // choosing algorithms so far
   size_t s2d_bytes() const { return s2d_bytes_; }  // the space-to-depth forms' buffers
+  size_t stats_bytes() const { return stats_bytes_; }  // the fp16 statistics slots
 
  private:
   using Key = std::tuple<int, int, int, int, int, int, int, int, int>;
+  // may_fuse: false for the stem's space-to-depth form (which loses fused: docs/fusion-probe.md).
+  ConvPlan& plan(const ConvDesc& d, bool may_fuse);
+  bool fusable(const ConvDesc& d) const;
   // x/w/y by role, the output's role null; `side` as in wgrad.
   void tuned(ConvPlan& p, int slot, float beta, const std::function<void()>& legacy, const void* x,
              const void* w, const void* y, void* out, bool side = false);
@@ -104,6 +123,7 @@ class ConvPlanner {
   std::map<Key, std::unique_ptr<ConvPlan>> plans_;
   double search_seconds_ = 0;
   size_t s2d_bytes_ = 0;
+  size_t stats_bytes_ = 0;
 };
 
 }  // namespace gpu

@@ -71,7 +71,11 @@ std::string GpuOps::describe() const {
          ", cuDNN " + std::to_string(v / 10000) + "." + std::to_string(v / 100 % 100) + "." +
          std::to_string(v % 100) + ", conv algorithms by " +
          (opt_.search == AlgoSearch::Find ? "timed search" : "heuristics") +
-         (graph ? " + graph-API engines timed on the first calls" : "") + ")";
+         (graph ? " + graph-API engines timed on the first calls" : "") +
+         (opt_.precision == DType::F16 && graph && opt_.fused_stats != FusedStats::Off
+              ? (opt_.fused_stats == FusedStats::Always ? ", conv+genstats always" : ", conv+genstats where faster")
+              : "") +
+         ")";
 }
 
 // --- Memory
@@ -86,6 +90,7 @@ std::vector<std::pair<std::string, size_t>> GpuOps::memory_breakdown() const {
       {"cuBLAS workspace", Device::kCublasWorkspace},
       {"backend scratch (BN sums, half dW, max-pool argmax)", mem_scratch_},
       {"stem space-to-depth input", convs_.s2d_bytes()},
+      {"fp16 conv+genstats sums", convs_.stats_bytes()},
       {"pool reserved, not handed out", pool_.reserved() - pool_.used()}};
   if (weights_.sharded()) {
     rows.insert(rows.begin() + 1, {{"fp32 master weights, this rank's shard (ZeRO-1)", weights_.master_bytes()},
@@ -152,6 +157,12 @@ void* GpuOps::scratch_half(size_t bytes) {
 
 void GpuOps::writes(const void* p, size_t bytes) {
   if (side_) side_->guard_write(p, bytes);
+  pairing_.written(p, bytes);  // an output written over loses its convolution's sums
+}
+
+void GpuOps::zero_untaken_stats() {
+  for (const Range& slot : pairing_.drop_untaken())
+    CUDA_CHECK(cudaMemsetAsync(const_cast<void*>(slot.p), 0, slot.bytes, dev_.stream));
 }
 
 void GpuOps::join_side_work() {
@@ -197,20 +208,44 @@ void GpuOps::conv_forward(const ConvDesc& d, const Act& x, ParamView w, Act& y) 
   check_act(x, "conv_forward input");
   check_act(y, "conv_forward output");
   ConvPlan& p = convs_.plan(d);
-  auto timed = timer_->scope("conv fwd", [&] { return conv_label(d) + (p.s2d ? " s2d" : ""); });
+  // (Before the prediction below: writing y settles what followed the last call's output.)
   writes(y);
   if (p.s2d) {
+    auto timed = timer_->scope("conv fwd", [&] { return conv_label(d) + " s2d"; });
     ConvPlan& q = convs_.s2d_prepare(p, x.data, weights_.weight(w), true);
     convs_.fwd(q, p.s2d_x, p.s2d_w, y.data);
     return;
   }
-  convs_.fwd(p, x.data, weights_.weight(w), y.data);
+  // fp16: the sums of y in the convolution's epilogue where a training batch norm is expected to
+  // read y (stats_pairing.h), not in a validation pass (its batch norms are evaluation ones).
+  const StatsPairing::Conv call{{p.stats, 2 * size_t(d.cout) * sizeof(float)}, x.data, {y.data, y.bytes()},
+                                in_backward_};
+  const bool want = p.stats && last_bn_train_ && pairing_.predicted(call);
+  auto timed = timer_->scope(want && convs_.stats_chosen(p) ? "conv fwd+stats" : "conv fwd",
+                             [&] { return conv_label(d); });
+  bool stats = false;
+  if (want) {
+    if (pairing_.needs_zero(p.stats)) {
+      CUDA_CHECK(cudaMemsetAsync(p.stats, 0, call.slot.bytes, dev_.stream));
+      pairing_.zeroed(p.stats);
+    }
+    const int64_t m = int64_t(d.n) * d.ho * d.wo;
+    stats = convs_.fwd_stats(p, x.data, weights_.weight(w), y.data, [&] {
+      gpu::bn_stats_pass(opt_.precision, y.data, m, d.cout, bn_sync(d.cout), scratch_f32(2 * size_t(d.cout)),
+                         dev_.stream);
+    });
+  } else {
+    convs_.fwd(p, x.data, weights_.weight(w), y.data);
+  }
+  pairing_.conv_wrote(call, stats);
 }
 
 void GpuOps::conv_backward(const ConvDesc& d, const Act& x, ParamView w, const Act& dy, Act* dx,
                            bool accumulate_dx, ParamView dw) {
   check_act(x, "conv_backward input");
   check_act(dy, "conv_backward output gradient");
+  // A forward call from here until the first layer's weight gradient (no dx) is a recomputation.
+  in_backward_ = dx != nullptr;
   ConvPlan& p = convs_.plan(d);
   // The weight gradient goes to the side stream when backward has more to do after this layer
   // (dx: not the stem, which the optimizer follows) and when it is not being timed on the main
@@ -260,11 +295,24 @@ void GpuOps::bn_forward_train(const BnDesc& d, const Act& x, ParamView gamma, Pa
                               float* running_mean, float* running_var, float* save_mean,
                               float* save_invstd, const Act* residual, bool relu, Act& y) {
   check_act(x, "bn_forward_train input");
-  auto timed = timer_->scope("bn fwd", [&] { return bn_label(d, residual != nullptr, relu); });
+  last_bn_train_ = true;
+  // The sums of x when the convolution that wrote x wrote them and nothing wrote over x since;
+  // taken before y is written (y may be x's memory).
+  float* sums = static_cast<float*>(const_cast<void*>(pairing_.train_reads(x.data, x.bytes())));
+  auto timed = timer_->scope("bn fwd", [&] {
+    return bn_label(d, residual != nullptr, relu) + (sums ? " from conv stats" : "");
+  });
   const int64_t m = int64_t(d.n) * d.h * d.w;
   float* s = scratch_f32(2 * size_t(d.c));
   writes(y);
   bn_forwards_[y.data] = BnForward{x.data, gamma.offset, relu && residual == nullptr};
+  if (sums) {
+    ++fused_bn_forwards_;
+    gpu::bn_forward_train_sums(opt_.precision, sums, x.data, m, d.c, weights_.f32(gamma), weights_.f32(beta),
+                               d.eps, d.momentum, running_mean, running_var, save_mean, save_invstd,
+                               residual ? residual->data : nullptr, relu, y.data, s, dev_.stream);
+    return;
+  }
   gpu::bn_forward_train(opt_.precision, x.data, m, d.c, weights_.f32(gamma),
                         weights_.f32(beta), d.eps, d.momentum, running_mean, running_var,
                         save_mean, save_invstd, residual ? residual->data : nullptr, relu, y.data,
@@ -275,6 +323,8 @@ void GpuOps::bn_forward_eval(const BnDesc& d, const Act& x, ParamView gamma, Par
                              const float* running_mean, const float* running_var,
                              const Act* residual, bool relu, Act& y) {
   check_act(x, "bn_forward_eval input");
+  last_bn_train_ = false;
+  pairing_.eval_reads(x.data, x.bytes());
   auto timed = timer_->scope("bn fwd", [&] { return bn_label(d, residual != nullptr, relu) + " eval"; });
   bn_forwards_.erase(y.data);  // y no longer holds a training forward's output
   const int64_t m = int64_t(d.n) * d.h * d.w;
@@ -296,6 +346,7 @@ void GpuOps::bn_backward(const BnDesc& d, const Act& x, const Act& y, const Act&
       throw GpuError(GpuError::Kind::Invalid,
                      "bn_backward: a second output gradient needs dresidual (" + where() + ")");
   }
+  in_backward_ = true;
   auto timed = timer_->scope("bn bwd", [&] { return bn_label(d, dresidual != nullptr, relu); });
   const int64_t m = int64_t(d.n) * d.h * d.w;
   float* s = scratch_f32(3 * size_t(d.c));
@@ -388,6 +439,7 @@ void GpuOps::fc_forward(const Act& x, ParamView w, ParamView b, int out, float* 
 void GpuOps::fc_backward(const Act& x, ParamView w, const float* dlogits, int out, Act& dx,
                          ParamView dw, ParamView db) {
   check_act(x, "fc_backward input");
+  in_backward_ = true;
   auto timed = timer_->scope("fc", [&] { return std::to_string(x.c) + "->" + std::to_string(out) + " bwd"; });
   const int n = x.n, in = x.h * x.w * x.c;
   const cudaDataType_t t = cuda_type(opt_.precision);
@@ -478,6 +530,10 @@ void GpuOps::adam_step(float lr, float beta1, float beta2, float eps, float weig
 
 bool GpuOps::still_tuning() const { return convs_.still_tuning(); }
 
+bool GpuOps::fused_half_faster() const {
+  return opt_.precision == DType::F16 && convs_.fused_shapes() > 0;
+}
+
 void GpuOps::capture_step(const std::function<void()>& body) {
   if (timer_->on())
     throw GpuError(GpuError::Kind::Invalid, "capture_step while the per-operation profile runs (" + where() + ")");
@@ -485,7 +541,12 @@ void GpuOps::capture_step(const std::function<void()>& body) {
   convs_.settle();
   // Side-stream work from before the capture must not become part of it.
   join_side_work();
-  capture_.capture(body);  // (on one stream: conv_backward keeps off the side stream meanwhile)
+  // Every replay starts with the fp16 statistics slots zero, as the capture does (stats_pairing.h).
+  zero_untaken_stats();
+  capture_.capture([&] {
+    body();  // (on one stream: conv_backward keeps off the side stream meanwhile)
+    zero_untaken_stats();
+  });
   replay_step(capture_.captured_values());  // the capturing step itself
 }
 

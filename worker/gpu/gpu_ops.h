@@ -10,7 +10,8 @@
 //   - Workspace (workspace.h): the cuDNN workspace both streams share, every piece of it;
 //   - ConvPlanner (conv_planner.h): a convolution plan per shape, its engines and their tuning;
 //   - MasterWeights (master_weights.h): the compute-dtype shadow, ZeRO-1's sharded fp32 masters;
-//   - CapturedStep (captured_step.h): the step as a CUDA graph, the optimizer's per-step values.
+//   - CapturedStep (captured_step.h): the step as a CUDA graph, the optimizer's per-step values;
+//   - StatsPairing (stats_pairing.h): in fp16, which convolution's sums a batch norm may use.
 #pragma once
 
 #include <cstddef>
@@ -34,6 +35,7 @@
 #include "worker/gpu/op_timer.h"
 #include "worker/gpu/pool.h"
 #include "worker/gpu/side_stream.h"
+#include "worker/gpu/stats_pairing.h"
 #include "worker/gpu/workspace.h"
 
 namespace worker {
@@ -103,6 +105,9 @@ class GpuOps final : public Ops {
   void capture_step(const std::function<void()>& body) override;
   void replay_step(const StepValues& v) override;
   CaptureInfo captured() const override;
+  // fp16: at least one convolution settled on the fused conv+genstats forward (its batch norm skips
+  // the statistics pass); false before the engines' tuning ends, and in bf16/fp32.
+  bool fused_half_faster() const override;
 
   // For the NCCL communicator.
   cudaStream_t stream() const { return dev_.stream; }
@@ -123,6 +128,8 @@ class GpuOps final : public Ops {
   void settle_conv_engines() { convs_.settle(); }
   // One line per convolution shape and direction: which plan runs it and its measured time.
   std::vector<std::string> conv_engine_report() const { return convs_.report(); }
+  // Training batch-norm forwards so far that took a convolution's sums instead of their own pass.
+  int64_t fused_bn_forwards() const { return fused_bn_forwards_; }
 
  private:
   // What bn_backward needs to know about the forward that wrote y (keyed by y's address).
@@ -141,6 +148,8 @@ class GpuOps final : public Ops {
   // The batch norms' zero-kept accumulators, large enough for c channels (kernels.h).
   BnSync bn_sync(int c);
   void check_act(const Act& a, const char* what) const;
+  // The statistics slots no batch norm took, zeroed now (before and at the end of a captured step).
+  void zero_untaken_stats();
 
   GpuOptions opt_;
   DevicePool pool_;
@@ -158,6 +167,11 @@ class GpuOps final : public Ops {
   void* half_scratch_ = nullptr;
   size_t half_scratch_bytes_ = 0;
   std::map<const void*, BnForward> bn_forwards_;
+  // fp16 conv+genstats: which convolution output's sums a training batch norm may take.
+  StatsPairing pairing_;
+  bool in_backward_ = false;   // a backward call since the last first-layer weight gradient
+  bool last_bn_train_ = true;  // the last batch-norm forward was a training one (not a validation's)
+  int64_t fused_bn_forwards_ = 0;
   void* bn_sync_ = nullptr;
   int bn_sync_c_ = 0;
   // The argmax bytes of the last max-pool forward, and which x/y/shape they belong to.

@@ -15,6 +15,7 @@ GpuOptions gpu_options(const Knobs& k, int device, DType precision) {
   o.graph_engines = k.conv_graph_engines;
   o.deterministic = k.cudnn_deterministic;
   o.wgrad_stream = k.wgrad_stream;
+  o.fused_stats = k.fp16_fused;
   return o;
 }
 

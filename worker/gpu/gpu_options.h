@@ -27,6 +27,9 @@ struct GpuOptions {
   // Backward's weight gradients on a second stream (side_stream.h), beside the batch norms that
   // follow their data gradients; off: everything on the one stream.
   bool wgrad_stream = Knobs{}.wgrad_stream;
+  // fp16: convolutions that feed a training batch norm write its sums (conv+genstats, conv_planner.h),
+  // where timing chooses it (Timed), always (Always) or never (Off). Needs graph_engines.
+  FusedStats fused_stats = Knobs{}.fp16_fused;
 };
 
 // Pure: the options the knobs give for this device and precision.

@@ -22,6 +22,7 @@ void check_defaults(const Knobs& k) {
   CHECK(k.conv_graph_engines);
   CHECK(k.wgrad_stream);
   CHECK_FALSE(k.cudnn_deterministic);
+  CHECK(k.fp16_fused == FusedStats::Timed);
   CHECK(k.nccl_init_timeout_s == 300);
   CHECK(k.nvjpeg_backend == NvjpegBackend::Hardware);
   CHECK_FALSE(k.mem_report);
@@ -46,6 +47,7 @@ TEST_CASE("knobs: every knob set to its other value", "[knobs]") {
       {"WORKER_CONV_ENGINES", "legacy"},
       {"WORKER_WGRAD_STREAM", "0"},
       {"WORKER_CUDNN_DETERMINISTIC", "1"},
+      {"WORKER_FP16_FUSED", "0"},
       {"WORKER_NCCL_INIT_TIMEOUT_S", "2.5"},
       {"WORKER_NVJPEG_BACKEND", "hybrid"},
       {"WORKER_MEM_REPORT", "1"},
@@ -60,6 +62,8 @@ TEST_CASE("knobs: every knob set to its other value", "[knobs]") {
   CHECK_FALSE(k.conv_graph_engines);
   CHECK_FALSE(k.wgrad_stream);
   CHECK(k.cudnn_deterministic);
+  CHECK(k.fp16_fused == FusedStats::Off);
+  CHECK(read_knobs({{"WORKER_FP16_FUSED", "1"}}).fp16_fused == FusedStats::Always);
   CHECK(k.nccl_init_timeout_s == 2.5);
   CHECK(k.nvjpeg_backend == NvjpegBackend::Hybrid);
   CHECK(k.mem_report);
@@ -80,6 +84,7 @@ TEST_CASE("knobs: the default values spelled out, and empty values, read as the 
         {"WORKER_CONV_ENGINES", v("auto")},
         {"WORKER_WGRAD_STREAM", v("1")},
         {"WORKER_CUDNN_DETERMINISTIC", v("0")},
+        {"WORKER_FP16_FUSED", v("auto")},
         {"WORKER_NCCL_INIT_TIMEOUT_S", v("300")},
         {"WORKER_NVJPEG_BACKEND", v("hardware")},
         {"WORKER_MEM_REPORT", v("0")},
@@ -103,6 +108,7 @@ TEST_CASE("knobs: a bad value names the variable, the value and what it takes", 
       {"WORKER_MEM_REPORT", "01", "is not 0 or 1"},
       {"WORKER_CUDNN_SEARCH", "fastest", "is not one of: find, heuristic"},
       {"WORKER_CONV_ENGINES", "graph", "is not one of: auto, legacy"},
+      {"WORKER_FP16_FUSED", "on", "is not one of: auto, 0, 1"},
       {"WORKER_NVJPEG_BACKEND", "cpu", "is not one of: hardware, hybrid"},
       {"WORKER_CUDNN_WORKSPACE_MB", "12abc", "is not a positive number of MiB; unset it or give e.g. 512"},
       {"WORKER_CUDNN_WORKSPACE_MB", "0", "is not a positive number of MiB"},

@@ -70,6 +70,8 @@ TEST_CASE("the backend's options come from the knobs", "[gpu_host]") {
   CHECK(o.graph_engines == d.graph_engines);
   CHECK(o.deterministic == d.deterministic);
   CHECK(o.wgrad_stream == d.wgrad_stream);
+  CHECK(o.fused_stats == worker::FusedStats::Timed);
+  CHECK(o.fused_stats == d.fused_stats);
   const worker::Knobs k = worker::read_knobs({{"WORKER_GPU_TF32", "1"},
                                               {"WORKER_CUDNN_SEARCH", "find"},
                                               {"WORKER_CUDNN_WORKSPACE_MB", "64"},
@@ -77,7 +79,8 @@ TEST_CASE("the backend's options come from the knobs", "[gpu_host]") {
                                               {"WORKER_CONV_S2D", "0"},
                                               {"WORKER_CONV_ENGINES", "legacy"},
                                               {"WORKER_WGRAD_STREAM", "0"},
-                                              {"WORKER_CUDNN_DETERMINISTIC", "1"}});
+                                              {"WORKER_CUDNN_DETERMINISTIC", "1"},
+                                              {"WORKER_FP16_FUSED", "0"}});
   o = worker::gpu::gpu_options(k, 0, worker::DType::BF16);
   CHECK(o.precision == worker::DType::BF16);
   CHECK(o.allow_tf32);
@@ -88,4 +91,5 @@ TEST_CASE("the backend's options come from the knobs", "[gpu_host]") {
   CHECK_FALSE(o.graph_engines);
   CHECK(o.deterministic);
   CHECK_FALSE(o.wgrad_stream);
+  CHECK(o.fused_stats == worker::FusedStats::Off);
 }
