@@ -10,6 +10,8 @@
 #   `launch --gpus 0,..,N-1 train_resnet`, PyTorch through `torchrun --nproc_per_node N` + DDP
 #   (N = 1: the single-process PyTorch run above, which has no DDP to pay for). On 1 GPU the
 #   trainer also runs with --cuda-graph off: its step with and without the CUDA graph.
+#   fp16 (ours only: the PyTorch rows stay bf16): ResNet-50 b256 with the fused conv+genstats
+#   forward (WORKER_FP16_FUSED=auto, the default) and without it (=0), each against bf16's row.
 # Images/s are medians of timed windows after warm-up; peak memory is what each framework's
 # allocator handed out (ours: the pool's high-water mark; torch: max_memory_allocated); time to
 # the first step counts from the command's start (BENCH_T0). For ours on N GPUs the trainer
@@ -150,6 +152,9 @@ echo "bench_gpu: $ngpu GPU(s), GPU_COUNTS=$GPU_COUNTS, binaries from $BIN"
 ours1 50 bf16 256
 torch1 50 bf16 256
 [ "${BENCH_COMPILE:-1}" = 1 ] && torch1 50 bf16 256 default
+# fp16 with the convolutions that feed a batch norm fused with its statistics, and without.
+ours1 50 fp16 256
+ours1 50 fp16 256 WORKER_FP16_FUSED=0
 for b in ${BENCH_BATCHES-512}; do ours1 50 bf16 "$b"; done
 if [ -x "$BIN/launch" ] && [ -x "$BIN/train_resnet" ]; then
   for n in $GPU_COUNTS; do [ "$n" -le "$ngpu" ] && oursN "$n" 50 bf16 256; done
@@ -207,6 +212,19 @@ for (d, p, b, label) in [(50, "bf16", 256, "ResNet-50 bf16 b256"), (18, "bf16", 
               f"{(o['images_per_s_stream'] / best if best else 0):>6.2f}")
     for t in ts:
         line(f"  torch {t.get('mode', 'eager')}", t, best)
+# fp16 against the same PyTorch rows (bf16 autocast: PyTorch's fp16 would need loss scaling too) and ours bf16.
+bf = find("ours", 1, 50, "bf16", lambda r: r.get("batch") == 256 and not r.get("env"))
+best50 = max((t["images_per_s"] for t in torch_rows(50, "bf16", 256) if ok(t)), default=None)
+for env, label in [("", "ResNet-50 fp16 b256 ours (CUDA graph)"), ("WORKER_FP16_FUSED=0", "  fp16 b256, WORKER_FP16_FUSED=0")]:
+    h = find("ours", 1, 50, "fp16", lambda r: r.get("batch") == 256 and r.get("env", "") == env)
+    if not h:
+        continue
+    line(label, h, best50)
+    if ok(h) and ok(bf):
+        fused = sum(": graph " in l for l in h.get("conv_engines", []) if " fwd+stats: " in l)
+        tuned = sum(" fwd+stats: " in l for l in h.get("conv_engines", []))
+        print(f"{'    fp16 / ours bf16 (CUDA graph)':38s} {h['images_per_s'] / bf['images_per_s']:>9.3f}"
+              + (f"   fused forward on {fused} of {tuned} shapes, {h.get('warmup_steps', '?')} warm-up steps" if tuned else ""))
 for r in rows:
     if r.get("what") == "ours" and r.get("depth") == 50 and r.get("precision") == "bf16" and r.get("batch") != 256 \
             and not r.get("env"):

@@ -237,7 +237,7 @@ void GpuOps::conv_forward(const ConvDesc& d, const Act& x, ParamView w, Act& y) 
   } else {
     convs_.fwd(p, x.data, weights_.weight(w), y.data);
   }
-  pairing_.conv_wrote(call, stats);
+  if (p.stats) pairing_.conv_wrote(call, stats);  // (bf16, fp32 and unfusable shapes: nothing to pair)
 }
 
 void GpuOps::conv_backward(const ConvDesc& d, const Act& x, ParamView w, const Act& dy, Act* dx,

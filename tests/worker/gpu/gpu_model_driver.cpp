@@ -7,7 +7,8 @@
 //   gpu_model_driver bench --depth D --batch N --precision P [--steps-per-window 10 --windows 5]
 //                          [--graph 1] [--profile 1]
 //     trains on synthetic data (SGD momentum) and prints images/s (median of timed windows after
-//     warm-up), the time to the first finished step and the pool's peak bytes, as JSON.
+//     warm-up: 14 steps, more while the convolution engines are still timed, 40 at most), the time to
+//     the first finished step and the pool's peak bytes, as JSON.
 //     --graph 1: the step (zero, forward, backward, SGD, weight shadow) is then captured as a CUDA
 //     graph and timed again replayed (images_per_s is that figure; images_per_s_stream the one
 //     without); the graph's kernel count is the number of kernels per step.
@@ -114,9 +115,12 @@ int bench(const std::map<std::string, std::string>& a, Clock::time_point t_start
                        std::chrono::system_clock::now().time_since_epoch()).count() - std::atof(t0);
   std::fprintf(stderr, "startup (s from main): backend %.2f, model and plans %.2f, init %.2f, first step done %.2f\n",
                t_ops, t_model, t_init, since());
-  // Warm-up: the convolution engines are timed during these steps (conv_engines.h).
-  for (int i = 0; i < 14; ++i) train_step(false);
+  // Warm-up: the convolution engines are timed during these steps (conv_engines.h), 14 at least and
+  // until the tuning ends (fp16's fused forwards are timed after the plain ones), 40 at most (the
+  // trainer's kMaxWarmupSteps).
   auto* gops = dynamic_cast<gpu::GpuOps*>(ops.get());
+  int warmup = 0;
+  for (; warmup < 40 && (warmup < 14 || (gops && gops->still_tuning())); ++warmup) train_step(false);
   if (gops) gops->settle_conv_engines();
   ops->synchronize();
   auto time_windows = [&](const std::function<void()>& one_step) {
@@ -133,7 +137,9 @@ int bench(const std::map<std::string, std::string>& a, Clock::time_point t_start
   };
   std::vector<double> rates = time_windows([&] { train_step(false); });
   std::string extra;
+  extra += ", \"warmup_steps\": " + std::to_string(warmup);
   if (gops) {
+    extra += ", \"fused_half_faster\": " + std::string(gops->fused_half_faster() ? "true" : "false");
     extra += ", \"conv_engines\": [";
     const auto lines = gops->conv_engine_report();
     for (size_t i = 0; i < lines.size(); ++i) extra += std::string(i ? ", " : "") + "\"" + lines[i] + "\"";

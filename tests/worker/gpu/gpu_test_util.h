@@ -1,5 +1,5 @@
 // Helpers of the GPU tests: the same layer run on the CPU backend (the oracle) and on the GPU
-// backend, from the same host data; bf16/fp16 conversions on the host; the error measure
+// backend, from the same host data; bf16 and fp16 conversions on the host; the error measure
 // max|ours - ref| / max|ref| with the worst element for the failure message, and the L2 one;
 // the small whole model the model tests run.
 #pragma once
@@ -35,7 +35,36 @@ inline float bf16_to_f32(uint16_t h) {
   std::memcpy(&f, &u, 4);
   return f;
 }
-inline float round_to(DType t, float f) { return t == DType::BF16 ? bf16_to_f32(f32_to_bf16(f)) : f; }
+// IEEE half, round to nearest even (overflow to infinity, subnormals kept).
+inline uint16_t f32_to_f16(float f) {
+  uint32_t u;
+  std::memcpy(&u, &f, 4);
+  const uint32_t sign = (u >> 16) & 0x8000u, a = u & 0x7fffffffu;
+  if (a > 0x7f800000u) return uint16_t(sign | 0x7e00u);   // NaN
+  if (a >= 0x477ff000u) return uint16_t(sign | 0x7c00u);  // rounds to infinity (>= 65520)
+  if (a < 0x38800000u) {                                   // below 2^-14: a subnormal half
+    float v;
+    std::memcpy(&v, &a, 4);
+    return uint16_t(sign | uint32_t(std::nearbyint(v * 16777216.0f)));  // units of 2^-24 (exact product)
+  }
+  uint32_t r = a - 0x38000000u;  // exponent 127 -> 15 bias
+  r += 0x0fffu + ((r >> 13) & 1u);
+  return uint16_t(sign | (r >> 13));
+}
+inline float f16_to_f32(uint16_t h) {
+  const uint32_t sign = uint32_t(h & 0x8000u) << 16, e = (h >> 10) & 0x1fu, m = h & 0x3ffu;
+  if (e == 0) {
+    const float v = std::ldexp(float(m), -24);
+    return sign ? -v : v;
+  }
+  const uint32_t u = sign | (e == 31 ? 0x7f800000u | (m << 13) : ((e + 112) << 23) | (m << 13));
+  float f;
+  std::memcpy(&f, &u, 4);
+  return f;
+}
+inline uint16_t to_half(DType t, float f) { return t == DType::F16 ? f32_to_f16(f) : f32_to_bf16(f); }
+inline float from_half(DType t, uint16_t h) { return t == DType::F16 ? f16_to_f32(h) : bf16_to_f32(h); }
+inline float round_to(DType t, float f) { return t == DType::F32 ? f : from_half(t, to_half(t, f)); }
 
 inline std::vector<float> randn(size_t n, uint64_t seed, float scale = 1.f, float mean = 0.f) {
   std::mt19937_64 g(seed);
@@ -87,7 +116,7 @@ struct Side {
       ops->upload(a.data, v.data(), v.size() * 4);
     } else {
       std::vector<uint16_t> h(v.size());
-      for (size_t i = 0; i < v.size(); ++i) h[i] = f32_to_bf16(v[i]);
+      for (size_t i = 0; i < v.size(); ++i) h[i] = to_half(a.dtype, v[i]);
       ops->upload(a.data, h.data(), h.size() * 2);
     }
   }
@@ -98,7 +127,7 @@ struct Side {
     } else {
       std::vector<uint16_t> h(v.size());
       ops->download(h.data(), a.data, h.size() * 2);
-      for (size_t i = 0; i < v.size(); ++i) v[i] = bf16_to_f32(h[i]);
+      for (size_t i = 0; i < v.size(); ++i) v[i] = from_half(a.dtype, h[i]);
     }
     return v;
   }

@@ -1,0 +1,492 @@
+// fp16's fused forward (docs/gpu.md, "fp16: the convolution writes its batch norm's sums"): a convolution
+// that feeds a training batch norm runs as cuDNN's conv+genstats graph and the batch norm takes its fp32
+// sums instead of its own statistics pass. Against the unfused fp16 path (WORKER_FP16_FUSED=0) and the
+// CPU backend (the oracle), per layer on ResNet-50's shapes, forward and the backward that follows; the
+// pairing's safety (a write between the convolution and the batch norm); a captured CUDA graph; the whole
+// small ResNet-50 (with and without --recompute block); the timed choice.
+//
+// Tolerances, from what the references vary by:
+//   - outputs (y, the batch norm's output z, its dx, the convolution's dx and dW, dgamma/dbeta) against
+//     the CPU's fp32 chain: twice what storing the GPU's fp16 tensors (y, z, the batch norm's dx) alone
+//     changes that chain (the CPU chain run again with those tensors rounded to fp16), plus the output's
+//     own fp16 rounding (2^-11), in max|.| / max|ref| as every layer test;
+//   - mean and invstd against the exact (double) statistics of the very y the batch norm read: what the
+//     sums may be off by, propagated: per channel, 2^-11 * sum|y| for the sum (cuDNN may sum y before
+//     its rounding to fp16) plus twice what a sequential fp32 sum of the same values is off by (what
+//     fp32 sums of them vary by), likewise for the sum of squares; twice the result, plus fp32's
+//     rounding of the outputs. The unfused path meets the same bound.
+#include <catch2/catch.hpp>
+
+#include <algorithm>
+#include <cmath>
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "tests/worker/gpu/gpu_test_util.h"
+#include "worker/core/knobs.h"
+#include "worker/gpu/gpu_ops.h"
+#include "worker/model/model.h"
+
+using namespace gputest;
+
+namespace {
+
+constexpr double kU16 = 1.0 / 2048;      // fp16's unit roundoff
+constexpr double kU32 = 1.0 / 16777216;  // fp32's
+constexpr int kN = 4;
+
+std::unique_ptr<Ops> fp16_ops(FusedStats mode) {
+  gpu::GpuOptions o = gpu::gpu_options(process_knobs(), 0, DType::F16);
+  o.fused_stats = mode;
+  return std::make_unique<gpu::GpuOps>(o);
+}
+
+gpu::GpuOps& gpu_of(Ops& ops) {
+  auto* g = dynamic_cast<gpu::GpuOps*>(&ops);
+  REQUIRE(g);
+  return *g;
+}
+
+struct Shape {
+  int hw, cin, cout, k, stride;
+};
+
+// ResNet-50's convolutions that feed a batch norm, 1x1 and 3x3, stride 1 and 2.
+const Shape kShapes[] = {
+    {56, 64, 256, 1, 1},    // l1.b1.ds, c3
+    {56, 256, 64, 1, 1},    // l1.b2.c1
+    {56, 64, 64, 3, 1},     // l1.b1.c2
+    {56, 128, 128, 3, 2},   // l2.b1.c2
+    {56, 256, 512, 1, 2},   // l2.b1.ds
+    {14, 1024, 256, 1, 1},  // l3.b2.c1
+    {7, 512, 512, 3, 1},    // l4.b2.c2
+};
+
+// One convolution and its batch norm (+ ReLU), their parameters (the filter, then gamma and beta, in
+// the flat buffer) and inputs, all fp16-representable.
+struct Layer {
+  ConvDesc d;
+  BnDesc b;
+  size_t wn = 0, c = 0;
+  ParamView w, gamma, beta;
+  std::vector<float> params, x, dz, rm0, rv0;
+};
+
+Layer make_layer(const Shape& s) {
+  Layer L;
+  const int pad = s.k / 2;
+  L.d = ConvDesc{kN, s.hw, s.hw, s.cin, s.cout, s.k, s.k, s.stride, pad, 0, 0};
+  L.d.ho = L.d.wo = (s.hw + 2 * pad - s.k) / s.stride + 1;
+  L.b = BnDesc{kN, L.d.ho, L.d.wo, s.cout, 1e-5f, 0.1f};
+  L.c = size_t(s.cout);
+  L.wn = size_t(s.cout) * s.k * s.k * s.cin;
+  L.w = {0, L.wn};
+  L.gamma = {L.wn, L.c};
+  L.beta = {L.wn + L.c, L.c};
+  const uint64_t seed = uint64_t(s.cin * 131 + s.cout * 7 + s.k * 3 + s.stride);
+  const float fan = float(s.cin * s.k * s.k);
+  // Filters with a mean: the outputs' channel means are several of their standard deviations, where the
+  // one-pass variance from sums cancels most.
+  L.params = rounded(randn(L.wn, seed, 1.f / std::sqrt(fan), 0.3f / std::sqrt(fan)), DType::F16);
+  for (float v : randn(L.c, seed + 1, 0.2f, 1.f)) L.params.push_back(v);  // gamma
+  for (float v : randn(L.c, seed + 2, 0.2f, 0.f)) L.params.push_back(v);  // beta
+  auto x = randn(size_t(kN) * s.hw * s.hw * s.cin, seed + 3, 1.f, 0.5f);
+  for (float& v : x) v = std::max(v, 0.f);  // post-ReLU activations
+  L.x = rounded(x, DType::F16);
+  L.dz = rounded(randn(size_t(kN) * L.d.ho * L.d.wo * L.c, seed + 4), DType::F16);
+  L.rm0 = randn(L.c, seed + 5);
+  L.rv0 = randn(L.c, seed + 6, 0.1f, 1.f);
+  return L;
+}
+
+// What one call of the layer leaves (grads: dW, then dgamma and dbeta).
+struct Out {
+  std::vector<float> y, z, mean, invstd, rm, rv, dyc, dx, grads;
+};
+
+// The layer `calls` times on one backend (running statistics and gradients reset before each call), every
+// call's results handed to `each`; returns the last call's. round16 (the CPU): y, z and the batch norm's
+// dx rounded to fp16 where the GPU stores them.
+Out run_layer(Side& sd, const Layer& L, int calls, bool round16 = false,
+              const std::function<void(int, const Out&)>& each = nullptr) {
+  Act x = sd.act(kN, L.d.h, L.d.w, L.d.cin, L.x);
+  Act y = sd.act(kN, L.d.ho, L.d.wo, L.d.cout), z = sd.act(kN, L.d.ho, L.d.wo, L.d.cout);
+  Act dz = sd.act(kN, L.d.ho, L.d.wo, L.d.cout, L.dz), dyc = sd.act(kN, L.d.ho, L.d.wo, L.d.cout);
+  Act dx = sd.act(kN, L.d.h, L.d.w, L.d.cin);
+  float* rm = sd.floats(L.rm0);
+  float* rv = sd.floats(L.rv0);
+  float* sm = sd.floats(std::vector<float>(L.c));
+  float* si = sd.floats(std::vector<float>(L.c));
+  const std::vector<float> zeros(sd.count, 0.f);
+  auto round_act = [&](Act& a) {
+    if (round16) sd.put(a, rounded(sd.get(a), DType::F16));
+  };
+  Out o;
+  for (int k = 0; k < calls; ++k) {
+    sd.ops->upload(rm, L.rm0.data(), L.c * 4);
+    sd.ops->upload(rv, L.rv0.data(), L.c * 4);
+    sd.ops->upload(sd.grads, zeros.data(), zeros.size() * 4);
+    sd.ops->conv_forward(L.d, x, L.w, y);
+    round_act(y);
+    sd.ops->bn_forward_train(L.b, y, L.gamma, L.beta, rm, rv, sm, si, nullptr, true, z);
+    round_act(z);
+    sd.ops->bn_backward(L.b, y, z, dz, L.gamma, sm, si, true, dyc, nullptr, L.gamma, L.beta);
+    round_act(dyc);
+    sd.ops->conv_backward(L.d, x, L.w, dyc, &dx, false, L.w);
+    o.y = sd.get(y);
+    o.z = sd.get(z);
+    o.mean = sd.get_f(sm, L.c);
+    o.invstd = sd.get_f(si, L.c);
+    o.rm = sd.get_f(rm, L.c);
+    o.rv = sd.get_f(rv, L.c);
+    o.dyc = sd.get(dyc);
+    o.dx = sd.get(dx);
+    o.grads = sd.get_grads();
+    if (each) each(k, o);
+  }
+  return o;
+}
+
+// The CPU's exact chain and the one with the GPU's fp16 storage, and the tolerance of each output.
+struct Reference {
+  Out exact, rounded;
+  double y = 0, z = 0, dyc = 0, dx = 0, dw = 0, dbn = 0;
+};
+
+Reference cpu_reference(const Layer& L) {
+  Side cpu(make_cpu_ops(2), L.params, std::vector<float>(L.params.size(), 0.f));
+  Reference r;
+  r.exact = run_layer(cpu, L, 1);
+  r.rounded = run_layer(cpu, L, 1, true);
+  auto tol = [](const std::vector<float>& a, const std::vector<float>& b, size_t begin = 0, size_t end = SIZE_MAX) {
+    return 2 * (rel_err(a, b, begin, end).rel + kU16);
+  };
+  r.y = tol(r.rounded.y, r.exact.y);
+  r.z = tol(r.rounded.z, r.exact.z);
+  r.dyc = tol(r.rounded.dyc, r.exact.dyc);
+  r.dx = tol(r.rounded.dx, r.exact.dx);
+  r.dw = tol(r.rounded.grads, r.exact.grads, 0, L.wn);
+  r.dbn = tol(r.rounded.grads, r.exact.grads, L.wn, L.wn + 2 * L.c);
+  return r;
+}
+
+#define CHECK_WITHIN(what, ours, ref, tol, begin, end)                         \
+  do {                                                                         \
+    const Err e_ = rel_err(ours, ref, begin, end);                             \
+    INFO(what << ": " << e_.where << " (tolerance " << (tol) << ")");          \
+    CHECK(e_.rel <= (tol));                                                    \
+  } while (0)
+
+// Every output of `o` against the CPU's exact chain (and, when given, against another GPU run `u`).
+void check_outputs(const Layer& L, const Reference& r, const Out& o, const char* what) {
+  INFO(what);
+  const Out& e = r.exact;
+  CHECK_WITHIN("y", o.y, e.y, r.y, 0, SIZE_MAX);
+  CHECK_WITHIN("z = relu(bn(y))", o.z, e.z, r.z, 0, SIZE_MAX);
+  CHECK_WITHIN("the batch norm's dx", o.dyc, e.dyc, r.dyc, 0, SIZE_MAX);
+  CHECK_WITHIN("the convolution's dx", o.dx, e.dx, r.dx, 0, SIZE_MAX);
+  CHECK_WITHIN("dW", o.grads, e.grads, r.dw, 0, L.wn);
+  CHECK_WITHIN("dgamma, dbeta", o.grads, e.grads, r.dbn, L.wn, L.wn + 2 * L.c);
+}
+
+// o's saved and running statistics against the exact statistics of y (the fp16 values its batch norm
+// read), within what fp32 sums of y may be off by (see the file's comment); the running statistics
+// (updated once from L's initial ones) too unless `running` is false.
+void check_stats(const Layer& L, const std::vector<float>& y, const Out& o, const char* what, bool running = true) {
+  INFO(what);
+  const int c = int(L.c);
+  const int64_t m = int64_t(y.size()) / c;
+  const double mom = L.b.momentum, eps = L.b.eps;
+  int bad = 0;
+  for (int ch = 0; ch < c; ++ch) {
+    double s = 0, q = 0, a = 0;
+    float s32 = 0, q32 = 0;
+    for (int64_t r = 0; r < m; ++r) {
+      const float v = y[size_t(r) * c + ch];
+      s += v;
+      q += double(v) * v;
+      a += std::fabs(v);
+      s32 += v;
+      q32 += v * v;
+    }
+    const double ds = kU16 * a + 2 * std::fabs(double(s32) - s), dq = 2 * kU16 * q + 2 * std::fabs(double(q32) - q);
+    const double mean = s / m, var = std::max(0.0, q / m - mean * mean), inv = 1 / std::sqrt(var + eps);
+    const double dmean = ds / m, dvar = dq / m + 2 * std::fabs(mean) * dmean;
+    const double t_mean = 2 * dmean + 4 * kU32 * std::fabs(mean);
+    const double t_inv = 2 * (0.5 * inv * inv * inv * dvar) + 4 * kU32 * inv;
+    const double rm = (1 - mom) * L.rm0[size_t(ch)] + mom * mean;
+    const double rv = (1 - mom) * L.rv0[size_t(ch)] + mom * var * double(m) / double(m - 1);
+    const double t_rm = mom * t_mean + 4 * kU32 * (std::fabs(rm) + std::fabs(L.rm0[size_t(ch)]));
+    const double t_rv = mom * 2 * dvar * double(m) / double(m - 1) + 4 * kU32 * (std::fabs(rv) + L.rv0[size_t(ch)]);
+    const bool ok = std::fabs(o.mean[size_t(ch)] - mean) <= t_mean && std::fabs(o.invstd[size_t(ch)] - inv) <= t_inv &&
+                    (!running || (std::fabs(o.rm[size_t(ch)] - rm) <= t_rm && std::fabs(o.rv[size_t(ch)] - rv) <= t_rv));
+    if (!ok && bad++ < 3) {
+      INFO("channel " << ch << ": mean " << o.mean[size_t(ch)] << " exact " << mean << " (tol " << t_mean
+                      << "), invstd " << o.invstd[size_t(ch)] << " exact " << inv << " (tol " << t_inv << ")"
+                      << (running ? ", running mean " + std::to_string(o.rm[size_t(ch)]) + " expected " +
+                                        std::to_string(rm) + " (tol " + std::to_string(t_rm) + "), running var " +
+                                        std::to_string(o.rv[size_t(ch)]) + " expected " + std::to_string(rv) +
+                                        " (tol " + std::to_string(t_rv) + ")"
+                                  : std::string()));
+      CHECK(ok);
+    }
+  }
+  CHECK(bad == 0);
+}
+
+std::string describe(const Shape& s) {
+  return std::to_string(s.k) + "x" + std::to_string(s.k) + "/" + std::to_string(s.stride) + " " +
+         std::to_string(s.cin) + "->" + std::to_string(s.cout) + " " + std::to_string(s.hw) + "x" +
+         std::to_string(s.hw);
+}
+
+}  // namespace
+
+TEST_CASE("fp16 conv+genstats and its batch norm match the unfused path and the CPU backend, forward and backward",
+          "[gpu][fused]") {
+  for (const Shape& s : kShapes) {
+    INFO("conv " << describe(s) << ", batch " << kN);
+    const Layer L = make_layer(s);
+    const Reference r = cpu_reference(L);
+    const std::vector<float> zeros(L.params.size(), 0.f);
+    Side off(fp16_ops(FusedStats::Off), L.params, zeros), on(fp16_ops(FusedStats::Always), L.params, zeros);
+    // Two calls: the first shows the pairing that the convolution feeds this batch norm.
+    const Out u = run_layer(off, L, 2), f = run_layer(on, L, 2);
+    CHECK(gpu_of(*off.ops).fused_bn_forwards() == 0);
+    REQUIRE(gpu_of(*on.ops).fused_bn_forwards() == 1);  // the second call
+    for (const std::string& line : gpu_of(*on.ops).conv_engine_report())
+      if (line.find("fwd+stats") != std::string::npos) WARN(line);
+    check_outputs(L, r, u, "unfused fp16");
+    check_outputs(L, r, f, "fused fp16");
+    check_stats(L, u.y, u, "unfused fp16 statistics");
+    check_stats(L, f.y, f, "fused fp16 statistics");
+    // The two GPU paths against each other, held as each is against the CPU.
+    CHECK_WITHIN("z, fused against unfused", f.z, u.z, r.z, 0, SIZE_MAX);
+    CHECK_WITHIN("the convolution's dx, fused against unfused", f.dx, u.dx, r.dx, 0, SIZE_MAX);
+    CHECK_WITHIN("dW, fused against unfused", f.grads, u.grads, r.dw, 0, L.wn);
+  }
+}
+
+TEST_CASE("fp16 conv+genstats timed: every call of the tuning matches, and the choice settles", "[gpu][fused]") {
+  // First call, the plain forward's trials, its choice, then the fused choice's trials and its choice.
+  const int calls = 4 + 2 * (gpu::ConvTuner::kCandidates + 1) * gpu::ConvTuner::kTrials;
+  for (const Shape& s : {kShapes[0], kShapes[3]}) {
+    INFO("conv " << describe(s));
+    const Layer L = make_layer(s);
+    const Reference r = cpu_reference(L);
+    Side on(fp16_ops(FusedStats::Timed), L.params, std::vector<float>(L.params.size(), 0.f));
+    run_layer(on, L, calls, false, [&](int k, const Out& o) {
+      INFO("call " << k);
+      check_outputs(L, r, o, "timed");
+      check_stats(L, o.y, o, "timed statistics");
+    });
+    gpu::GpuOps& g = gpu_of(*on.ops);
+    CHECK_FALSE(g.still_tuning());
+    g.settle_conv_engines();
+    bool reported = false;
+    for (const std::string& line : g.conv_engine_report())
+      if (line.find("fwd+stats") != std::string::npos) {
+        WARN(line);
+        reported = true;
+      }
+    CHECK(reported);
+    // The fused candidates ran during the trials (their sums taken), whichever won.
+    CHECK(g.fused_bn_forwards() >= gpu::ConvTuner::kTrials);
+    WARN("fused batch-norm forwards: " << g.fused_bn_forwards() << " of " << calls << " calls; fused_half_faster "
+                                       << g.fused_half_faster());
+  }
+}
+
+TEST_CASE("fp16 conv+genstats: a write between the convolution and its batch norm makes the batch norm compute its "
+          "own statistics",
+          "[gpu][fused]") {
+  const Layer L = make_layer(kShapes[0]);
+  Side on(fp16_ops(FusedStats::Always), L.params, std::vector<float>(L.params.size(), 0.f));
+  gpu::GpuOps& g = gpu_of(*on.ops);
+  Act x = on.act(kN, L.d.h, L.d.w, L.d.cin, L.x);
+  Act y = on.act(kN, L.d.ho, L.d.wo, L.d.cout), y2 = on.act(kN, L.d.ho, L.d.wo, L.d.cout);
+  Act z = on.act(kN, L.d.ho, L.d.wo, L.d.cout), other = on.act(kN, L.d.ho, L.d.wo, L.d.cout);
+  float* rm = on.floats(L.rm0);
+  float* rv = on.floats(L.rv0);
+  float* sm = on.floats(std::vector<float>(L.c));
+  float* si = on.floats(std::vector<float>(L.c));
+  // The batch norm of `a` (running statistics from their initial values), checked against a's statistics.
+  auto bn = [&](Act& a, const char* what) {
+    on.ops->upload(rm, L.rm0.data(), L.c * 4);
+    on.ops->upload(rv, L.rv0.data(), L.c * 4);
+    on.ops->bn_forward_train(L.b, a, L.gamma, L.beta, rm, rv, sm, si, nullptr, true, z);
+    Out o;
+    o.mean = on.get_f(sm, L.c);
+    o.invstd = on.get_f(si, L.c);
+    o.rm = on.get_f(rm, L.c);
+    o.rv = on.get_f(rv, L.c);
+    check_stats(L, on.get(a), o, what);
+  };
+  auto conv = [&](Act& out) { on.ops->conv_forward(L.d, x, L.w, out); };
+  const auto replaced = rounded(randn(y.numel(), 99, 3.f, -2.f), DType::F16);
+
+  // Learning the pairing: the first call of a convolution runs it plain.
+  conv(y);
+  bn(y, "first call");
+  CHECK(g.fused_bn_forwards() == 0);
+  conv(y);
+  bn(y, "fused");
+  REQUIRE(g.fused_bn_forwards() == 1);
+
+  SECTION("y replaced between them") {
+    conv(y);
+    on.put(y, replaced);
+    bn(y, "y replaced");
+    CHECK(g.fused_bn_forwards() == 1);
+  }
+  SECTION("a part of y written between them") {
+    conv(y);
+    on.ops->zero(static_cast<char*>(y.data) + y.bytes() / 2, 4096);
+    bn(y, "part of y zeroed");
+    CHECK(g.fused_bn_forwards() == 1);
+  }
+  SECTION("a write elsewhere changes nothing") {
+    conv(y);
+    on.ops->zero(other.data, other.bytes());
+    bn(y, "another tensor written");
+    CHECK(g.fused_bn_forwards() == 2);
+  }
+  SECTION("the same shape's slot written again by another output before the batch norm") {
+    conv(y2);
+    bn(y2, "y2's first call");
+    conv(y);
+    conv(y2);  // the slot holds y2's sums now
+    bn(y, "y after y2's convolution");
+    CHECK(g.fused_bn_forwards() == 1);
+    bn(y2, "y2");
+    CHECK(g.fused_bn_forwards() == 2);
+  }
+  SECTION("two batch norms of one output: the second computes its own") {
+    conv(y);
+    bn(y, "first");
+    bn(y, "second");
+    CHECK(g.fused_bn_forwards() == 2);
+  }
+}
+
+TEST_CASE("fp16 conv+genstats inside a captured CUDA graph: every replay as the uncaptured call", "[gpu][fused]") {
+  const Layer L = make_layer(kShapes[1]);
+  const Reference r = cpu_reference(L);
+  Side on(fp16_ops(FusedStats::Always), L.params, std::vector<float>(L.params.size(), 0.f));
+  gpu::GpuOps& g = gpu_of(*on.ops);
+  Act x = on.act(kN, L.d.h, L.d.w, L.d.cin, L.x);
+  Act y = on.act(kN, L.d.ho, L.d.wo, L.d.cout), z = on.act(kN, L.d.ho, L.d.wo, L.d.cout);
+  Act dz = on.act(kN, L.d.ho, L.d.wo, L.d.cout, L.dz), dyc = on.act(kN, L.d.ho, L.d.wo, L.d.cout);
+  Act dx = on.act(kN, L.d.h, L.d.w, L.d.cin);
+  float* rm = on.floats(L.rm0);
+  float* rv = on.floats(L.rv0);
+  float* sm = on.floats(std::vector<float>(L.c));
+  float* si = on.floats(std::vector<float>(L.c));
+  auto step = [&] {
+    on.ops->zero(on.grads, on.count * 4);
+    on.ops->conv_forward(L.d, x, L.w, y);
+    on.ops->bn_forward_train(L.b, y, L.gamma, L.beta, rm, rv, sm, si, nullptr, true, z);
+    on.ops->bn_backward(L.b, y, z, dz, L.gamma, sm, si, true, dyc, nullptr, L.gamma, L.beta);
+    on.ops->conv_backward(L.d, x, L.w, dyc, &dx, false, L.w);
+  };
+  auto outputs = [&] {
+    Out o;
+    o.y = on.get(y);
+    o.z = on.get(z);
+    o.mean = on.get_f(sm, L.c);
+    o.invstd = on.get_f(si, L.c);
+    o.dyc = on.get(dyc);
+    o.dx = on.get(dx);
+    o.grads = on.get_grads();
+    return o;
+  };
+  step();
+  step();
+  REQUIRE(g.fused_bn_forwards() == 1);
+  const Out uncaptured = outputs();
+  on.ops->capture_step(step);  // runs it once
+  CHECK(g.fused_bn_forwards() == 2);  // the captured batch norm takes the sums
+  for (int k = 0; k < 3; ++k) {
+    INFO("replay " << k);
+    if (k > 0) on.ops->replay_step({});
+    const Out o = outputs();
+    check_outputs(L, r, o, "replayed");
+    // Each replay's statistics from the sums its own convolution wrote into a zeroed slot (sums added to
+    // the last replay's would be twice the statistics).
+    check_stats(L, o.y, o, "replayed statistics", /*running=*/false);
+    CHECK_WITHIN("z, replayed against uncaptured", o.z, uncaptured.z, r.z, 0, SIZE_MAX);
+  }
+}
+
+namespace {
+
+// A small ResNet (gputest::small_resnet) trained `steps` forward + backward passes without an optimizer (the
+// weights stay, the running statistics move): the fused path runs from the second.
+ModelRun model_steps(Ops& ops, int depth, Recompute recompute, int steps) {
+  Model m(small_resnet(depth, 8, recompute), ops);
+  m.init(5);
+  for (int k = 0; k < steps; ++k) {
+    learnable_batch(ops, m, 100 + 24 * k);
+    ops.zero(m.grads(), m.num_params() * 4);
+    m.forward_backward();
+  }
+  return downloaded(ops, m);
+}
+
+}  // namespace
+
+// The whole model: the fused path must be no further from the CPU's fp32 than the unfused fp16 path is
+// (what fp16 varies by; twice it, for another rounding pattern), in the loss, the gradients (L2) and the
+// running statistics.
+TEST_CASE("a small ResNet-50 in fp16 with conv+genstats stays as close to the CPU backend as unfused fp16",
+          "[gpu][fused]") {
+  const int steps = 3;
+  auto cpu = make_cpu_ops(2);
+  const ModelRun c = model_steps(*cpu, 50, Recompute::None, steps);
+  auto off = fp16_ops(FusedStats::Off);
+  const ModelRun u = model_steps(*off, 50, Recompute::None, steps);
+  const double u_loss = std::fabs(u.loss - c.loss), u_g = l2_rel(u.grads, c.grads);
+  const double u_s = rel_err(u.buffers, c.buffers).rel;
+  WARN("unfused fp16 against the CPU: loss " << u.loss << " vs " << c.loss << ", gradients L2 " << u_g
+                                             << ", running statistics " << u_s);
+  for (const Recompute rc : {Recompute::None, Recompute::Block}) {
+    INFO((rc == Recompute::Block ? "--recompute block" : "no recomputation"));
+    auto on = fp16_ops(FusedStats::Always);
+    const ModelRun f = model_steps(*on, 50, rc, steps);
+    const int64_t fused = gpu_of(*on).fused_bn_forwards();
+    WARN("fused batch-norm forwards over " << steps << " steps: " << fused << "; loss " << f.loss << ", gradients L2 "
+                                           << l2_rel(f.grads, c.grads) << ", running statistics "
+                                           << rel_err(f.buffers, c.buffers).rel);
+    CHECK(fused > 0);
+    CHECK(std::fabs(f.loss - c.loss) <= 2 * u_loss + kU16 * std::fabs(c.loss));
+    CHECK(l2_rel(f.grads, c.grads) <= 2 * u_g + kU16);
+    const Err s = rel_err(f.buffers, c.buffers);
+    INFO("running statistics: " << s.where);
+    CHECK(s.rel <= 2 * u_s + kU16);
+  }
+}
+
+TEST_CASE("a small ResNet-50 in fp16: the timed conv+genstats choice ends within the trainer's warm-up", "[gpu][fused]") {
+  auto ops = fp16_ops(FusedStats::Timed);
+  gpu::GpuOps& g = gpu_of(*ops);
+  Model m(small_resnet(50, 8), *ops);
+  m.init(5);
+  int steps = 0;
+  for (; steps < 40 && (steps < 2 || g.still_tuning()); ++steps) {  // the trainer's kMaxWarmupSteps
+    learnable_batch(*ops, m, 100 + 24 * steps);
+    ops->zero(m.grads(), m.num_params() * 4);
+    m.forward_backward();
+    CHECK(std::isfinite(m.last_loss()));  // (a host wait per step, as the trainer's loss read)
+  }
+  CHECK_FALSE(g.still_tuning());
+  int fused_tuners = 0;
+  for (const std::string& line : g.conv_engine_report())
+    if (line.find("fwd+stats") != std::string::npos) {
+      WARN(line);
+      ++fused_tuners;
+    }
+  WARN("tuning ended after " << steps << " steps; fused_half_faster " << g.fused_half_faster());
+  CHECK(fused_tuners > 0);
+}
