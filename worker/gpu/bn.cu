@@ -4,7 +4,7 @@
 // that streams rows issues several independent 16-byte loads per thread before using them, and
 // the reductions run one wave of blocks, each over many rows.
 //   forward:  stats (+ finalize, by the last block of each column) -> apply; or, in fp16 after a
-//             convolution that wrote the sums (conv+genstats), a finalize of those sums -> apply
+//             convolution that wrote the sums (conv+genstats), apply with the finalize of those sums
 //   backward: reduce (sum g, sum g*(x-mean); writes dresidual; + finalize) -> dx
 // Each block adds its sums into per-channel double accumulators (atomics, kStripes copies); the last block of
 // a column of blocks to finish reads them, finalizes its channels and zeroes the accumulators
@@ -190,12 +190,12 @@ struct FwdFinalize {
 };
 
 // One channel's batch statistics (var: the biased variance, may be slightly negative from
-// cancellation) into the saved and running statistics and the apply's scale/shift; without gamma
-// (the statistics pass timed alone, conv_planner.h) only the statistics.
-__device__ __forceinline__ void finalize_channel(const FwdFinalize& f, int ch, int c, int64_t m, float mean,
-                                                 double var) {
+// cancellation): its invstd, and (`write`) the saved and running statistics.
+__device__ __forceinline__ float finalize_stats(const FwdFinalize& f, int ch, int64_t m, float mean, double var,
+                                                bool write) {
   if (var < 0) var = 0;
   const float invstd = float(1.0 / sqrt(var + double(f.eps)));
+  if (!write) return invstd;
   if (f.save_mean) f.save_mean[ch] = mean;
   if (f.save_invstd) f.save_invstd[ch] = invstd;
   if (f.running_mean)
@@ -204,6 +204,14 @@ __device__ __forceinline__ void finalize_channel(const FwdFinalize& f, int ch, i
     const double unbiased = m > 1 ? var * double(m) / double(m - 1) : var;
     f.running_var[ch] = (1.f - f.momentum) * f.running_var[ch] + f.momentum * float(unbiased);
   }
+  return invstd;
+}
+
+// ... and the apply's scale/shift; without gamma (the statistics pass timed alone, conv_planner.h)
+// only the statistics.
+__device__ __forceinline__ void finalize_channel(const FwdFinalize& f, int ch, int c, int64_t m, float mean,
+                                                 double var) {
+  const float invstd = finalize_stats(f, ch, m, mean, var, true);
   if (!f.gamma) return;
   float scale, shift;
   bn_scale_shift(f.gamma[ch], f.beta[ch], mean, invstd, scale, shift);
@@ -242,21 +250,6 @@ __global__ void __launch_bounds__(kThreads)
     const double mu = sum / double(m);  // relative to the shift x[0, ch]
     finalize_channel(f, ch, c, m, float(double(to_f(x[ch])) + mu), sumsq / double(m) - mu * mu);
   });
-}
-
-// The same finalize from a convolution's fp32 sum and sum of squares of y (fp16's conv+genstats,
-// sums[0, c) and sums[c, 2c)), one thread per channel, in double: E[y^2] - E[y]^2 cancels where |mean|
-// >> std, but in double the fp32 sums' own rounding (relative 2^-24 and their accumulation's) stays
-// the only error; the variance is clamped at 0. Zeroes the sums after reading them (the slot's rule,
-// stats_pairing.h).
-__global__ void finalize_sums_kernel(float* __restrict__ sums, int64_t m, int c, FwdFinalize f) {
-  const int ch = blockIdx.x * blockDim.x + threadIdx.x;
-  if (ch >= c) return;
-  const double mu = double(sums[ch]) / double(m);
-  const double var = double(sums[c + ch]) / double(m) - mu * mu;
-  sums[ch] = 0.f;
-  sums[c + ch] = 0.f;
-  finalize_channel(f, ch, c, m, float(mu), var);
 }
 
 __global__ void finalize_eval_kernel(int c, const float* gamma, const float* beta, float eps,
@@ -307,6 +300,76 @@ __global__ void __launch_bounds__(kThreads)
         }
         store_f<T, V>(y + size_t(r) * c + col, v);
       });
+}
+
+// The apply of a batch norm whose statistics a convolution wrote (fp16's conv+genstats: the fp32 sum
+// of x per channel at sums[0, c), the sum of squares at sums[c, 2c)), with the finalize folded in: each
+// thread finalizes its own channels in double (E[x^2] - E[x]^2 cancels where |mean| >> std, but in
+// double the fp32 sums' own error stays the only one; the variance is clamped at 0), every block
+// getting the same bits; the first row of blocks writes the saved and running statistics; the last
+// block of each column to finish zeroes its channels' sums (the slot's rule, stats_pairing.h). One
+// kernel where the unfused forward runs two (a finalize kernel of its own per batch norm cost ~4 us,
+// docs/fusion-probe.md's "BN finalize").
+template <typename T, int V, bool kRes, bool kRelu>
+__global__ void __launch_bounds__(kThreads)
+    apply_sums_kernel(const T* __restrict__ x, const T* __restrict__ res, T* __restrict__ y, int64_t m, int c,
+                      float* sums, FwdFinalize f, BnSync sync) {
+  const int groups = c / V;
+  const int g = blockIdx.x * blockDim.x + threadIdx.x;
+  if (g < groups) {
+    float sc[V], sf[V];
+    const bool write = blockIdx.y == 0 && threadIdx.y == 0;
+#pragma unroll
+    for (int i = 0; i < V; ++i) {
+      const int ch = g * V + i;
+      const double mu = double(__ldcg(&sums[ch])) / double(m);
+      const double var = double(__ldcg(&sums[c + ch])) / double(m) - mu * mu;
+      const float mean = float(mu);
+      const float invstd = finalize_stats(f, ch, m, mean, var, write);
+      bn_scale_shift(f.gamma[ch], f.beta[ch], mean, invstd, sc[i], sf[i]);
+    }
+    const size_t col = size_t(g) * V;
+    Vec<T, V> bx[kUnroll], br[kUnroll];
+    stream_rows(
+        m, [&](int u, int64_t r) {
+          bx[u] = load_v<T, V>(x + size_t(r) * c + col);
+          if (kRes) br[u] = load_v<T, V>(res + size_t(r) * c + col);
+        },
+        [&](int u, int64_t r) {
+          float v[V];
+          to_f<T, V>(bx[u], v);
+#pragma unroll
+          for (int i = 0; i < V; ++i) v[i] = __fmaf_rn(v[i], sc[i], sf[i]);
+          if (kRes) {
+            float q[V];
+            to_f<T, V>(br[u], q);
+#pragma unroll
+            for (int i = 0; i < V; ++i) v[i] += q[i];
+          }
+          if (kRelu) {
+#pragma unroll
+            for (int i = 0; i < V; ++i) v[i] = v[i] > 0.f ? v[i] : 0.f;
+          }
+          store_f<T, V>(y + size_t(r) * c + col, v);
+        });
+  }
+  // Every block has read its sums before it counts itself done.
+  __shared__ bool last;
+  const int tid = threadIdx.y * blockDim.x + threadIdx.x;
+  __threadfence();
+  __syncthreads();
+  if (tid == 0) last = atomicAdd(&sync.count[blockIdx.x], 1u) == gridDim.y - 1;
+  __syncthreads();
+  if (!last) return;
+  const int bx = blockDim.x * V;
+  for (int idx = tid; idx < bx; idx += blockDim.x * blockDim.y) {
+    const int ch = blockIdx.x * bx + idx;
+    if (ch < c) {
+      sums[ch] = 0.f;
+      sums[c + ch] = 0.f;
+    }
+  }
+  if (tid == 0) sync.count[blockIdx.x] = 0u;
 }
 
 // --- Backward
@@ -497,6 +560,26 @@ void apply_v(const T* x, const T* res, T* y, int64_t m, int c, const float* ss, 
   }
 }
 
+template <typename T, int V, bool kRes, bool kRelu>
+void launch_apply_sums(const T* x, const T* res, T* y, int64_t m, int c, float* sums, const FwdFinalize& f,
+                       BnSync sync, cudaStream_t s) {
+  const Grid ap = apply_grid(m, c / V);
+  apply_sums_kernel<T, V, kRes, kRelu><<<ap.grid, ap.block, 0, s>>>(x, res, y, m, c, sums, f, sync);
+  KERNEL_CHECK();
+}
+
+template <typename T, int V>
+void apply_sums_v(const T* x, const T* res, T* y, int64_t m, int c, float* sums, const FwdFinalize& f, bool relu,
+                  BnSync sync, cudaStream_t s) {
+  if (res) {
+    if (relu) launch_apply_sums<T, V, true, true>(x, res, y, m, c, sums, f, sync, s);
+    else launch_apply_sums<T, V, true, false>(x, res, y, m, c, sums, f, sync, s);
+  } else {
+    if (relu) launch_apply_sums<T, V, false, true>(x, res, y, m, c, sums, f, sync, s);
+    else launch_apply_sums<T, V, false, false>(x, res, y, m, c, sums, f, sync, s);
+  }
+}
+
 template <typename T, int V>
 void stats_v(const T* x, int64_t m, int c, const FwdFinalize& f, BnSync sync, cudaStream_t s) {
   const Grid st = reduce_grid(m, c / V, kStatsBlocksPerSm);
@@ -587,19 +670,17 @@ void bn_forward_train(DType t, const void* x, int64_t m, int c, const float* gam
 void bn_forward_train_sums(DType t, float* sums, const void* x, int64_t m, int c, const float* gamma,
                            const float* beta, float eps, float momentum, float* running_mean,
                            float* running_var, float* save_mean, float* save_invstd,
-                           const void* residual, bool relu, void* y, float* scale_shift, cudaStream_t s) {
+                           const void* residual, bool relu, void* y, BnSync sync, cudaStream_t s) {
   const FwdFinalize f{gamma, beta, eps, momentum, running_mean, running_var, save_mean, save_invstd,
-                      scale_shift};
-  finalize_sums_kernel<<<(c + 127) / 128, 128, 0, s>>>(sums, m, c, f);
-  KERNEL_CHECK();
+                      nullptr};
   WK_DISPATCH(t, {
     const T* xt = static_cast<const T*>(x);
     const T* rt = static_cast<const T*>(residual);
     T* yt = static_cast<T*>(y);
     if (pick_vec<T>(c, {x, residual, y}) > 1)
-      apply_v<T, 16 / sizeof(T)>(xt, rt, yt, m, c, scale_shift, relu, s);
+      apply_sums_v<T, 16 / sizeof(T)>(xt, rt, yt, m, c, sums, f, relu, sync, s);
     else
-      apply_v<T, 1>(xt, rt, yt, m, c, scale_shift, relu, s);
+      apply_sums_v<T, 1>(xt, rt, yt, m, c, sums, f, relu, sync, s);
   });
 }
 

@@ -310,7 +310,7 @@ void GpuOps::bn_forward_train(const BnDesc& d, const Act& x, ParamView gamma, Pa
     ++fused_bn_forwards_;
     gpu::bn_forward_train_sums(opt_.precision, sums, x.data, m, d.c, weights_.f32(gamma), weights_.f32(beta),
                                d.eps, d.momentum, running_mean, running_var, save_mean, save_invstd,
-                               residual ? residual->data : nullptr, relu, y.data, s, dev_.stream);
+                               residual ? residual->data : nullptr, relu, y.data, bn_sync(d.c), dev_.stream);
     return;
   }
   gpu::bn_forward_train(opt_.precision, x.data, m, d.c, weights_.f32(gamma),

@@ -29,12 +29,12 @@ void bn_forward_train(DType t, const void* x, int64_t m, int c, const float* gam
                       const void* residual, bool relu, void* y, BnSync sync, float* scale_shift,
                       cudaStream_t s);
 // The training forward from a convolution's sums of x (fp16's conv+genstats: sums[0, c) the sum,
-// sums[c, 2c) the sum of squares, fp32, over the m rows): the same finalize, in double, then the same
-// apply; the sums are zero again after it.
+// sums[c, 2c) the sum of squares, fp32, over the m rows): the same finalize, in double, and the same
+// apply, in one kernel; the sums are zero again after it.
 void bn_forward_train_sums(DType t, float* sums, const void* x, int64_t m, int c, const float* gamma,
                            const float* beta, float eps, float momentum, float* running_mean,
                            float* running_var, float* save_mean, float* save_invstd,
-                           const void* residual, bool relu, void* y, float* scale_shift, cudaStream_t s);
+                           const void* residual, bool relu, void* y, BnSync sync, cudaStream_t s);
 // The training forward's statistics pass alone, mean and invstd into scratch (2*c floats): what the
 // fused convolution's timing compares against (conv_planner.h).
 void bn_stats_pass(DType t, const void* x, int64_t m, int c, BnSync sync, float* scratch, cudaStream_t s);
