@@ -4,7 +4,12 @@ namespace worker {
 namespace gpu {
 
 bool StatsPairing::predicted(const Conv& c) const {
-  const auto it = fed_.find(key(c));
+  auto it = fed_.find(key(c));
+  if (it == fed_.end()) {  // not seen in this phase: as in the other one (a layer's calls outside a model)
+    Conv other = c;
+    other.backward = !c.backward;
+    it = fed_.find(key(other));
+  }
   return it != fed_.end() && it->second;
 }
 
