@@ -304,40 +304,51 @@ __global__ void __launch_bounds__(kThreads)
 
 // The apply of a batch norm whose statistics a convolution wrote (fp16's conv+genstats: the fp32 sum
 // of x per channel at sums[0, c), the sum of squares at sums[c, 2c)), with the finalize folded in: each
-// thread finalizes its own channels in double (E[x^2] - E[x]^2 cancels where |mean| >> std, but in
-// double the fp32 sums' own error stays the only one; the variance is clamped at 0), every block
-// getting the same bits; the first row of blocks writes the saved and running statistics; the last
-// block of each column to finish zeroes its channels' sums (the slot's rule, stats_pairing.h). One
-// kernel where the unfused forward runs two (a finalize kernel of its own per batch norm cost ~4 us,
-// docs/fusion-probe.md's "BN finalize").
+// block finalizes its channels first, one thread per channel, in double (E[x^2] - E[x]^2 cancels where
+// |mean| >> std, but in double the fp32 sums' own error stays the only one; the variance is clamped at
+// 0), every block getting the same bits; the first row of blocks writes the saved and running
+// statistics; the last block of each column to finish zeroes its channels' sums (the slot's rule,
+// stats_pairing.h). One kernel where the unfused forward runs two, and no finalize launch (one per
+// batch norm cost ~4 us: docs/fusion-probe.md's "BN finalize").
 template <typename T, int V, bool kRes, bool kRelu>
 __global__ void __launch_bounds__(kThreads)
     apply_sums_kernel(const T* __restrict__ x, const T* __restrict__ res, T* __restrict__ y, int64_t m, int c,
                       float* sums, FwdFinalize f, BnSync sync) {
+  static_assert(32 * V <= kThreads, "a block's channels (at most 32 groups of V) are one per thread");
+  __shared__ float sh_sc[kThreads], sh_sf[kThreads];
+  __shared__ bool last;
+  const int tid = threadIdx.y * blockDim.x + threadIdx.x;
+  const int bx = blockDim.x * V;  // channels covered by the block
+  if (tid < bx) {
+    const int ch = blockIdx.x * bx + tid;
+    if (ch < c) {
+      const double mu = double(__ldcg(&sums[ch])) / double(m);
+      const double var = double(__ldcg(&sums[c + ch])) / double(m) - mu * mu;
+      const float mean = float(mu);
+      const float invstd = finalize_stats(f, ch, m, mean, var, blockIdx.y == 0);
+      bn_scale_shift(f.gamma[ch], f.beta[ch], mean, invstd, sh_sc[tid], sh_sf[tid]);
+    }
+  }
+  __syncthreads();
   const int groups = c / V;
   const int g = blockIdx.x * blockDim.x + threadIdx.x;
   if (g < groups) {
     float sc[V], sf[V];
-    const bool write = blockIdx.y == 0 && threadIdx.y == 0;
 #pragma unroll
     for (int i = 0; i < V; ++i) {
-      const int ch = g * V + i;
-      const double mu = double(__ldcg(&sums[ch])) / double(m);
-      const double var = double(__ldcg(&sums[c + ch])) / double(m) - mu * mu;
-      const float mean = float(mu);
-      const float invstd = finalize_stats(f, ch, m, mean, var, write);
-      bn_scale_shift(f.gamma[ch], f.beta[ch], mean, invstd, sc[i], sf[i]);
+      sc[i] = sh_sc[threadIdx.x * V + i];
+      sf[i] = sh_sf[threadIdx.x * V + i];
     }
     const size_t col = size_t(g) * V;
-    Vec<T, V> bx[kUnroll], br[kUnroll];
+    Vec<T, V> bx_[kUnroll], br[kUnroll];
     stream_rows(
         m, [&](int u, int64_t r) {
-          bx[u] = load_v<T, V>(x + size_t(r) * c + col);
+          bx_[u] = load_v<T, V>(x + size_t(r) * c + col);
           if (kRes) br[u] = load_v<T, V>(res + size_t(r) * c + col);
         },
         [&](int u, int64_t r) {
           float v[V];
-          to_f<T, V>(bx[u], v);
+          to_f<T, V>(bx_[u], v);
 #pragma unroll
           for (int i = 0; i < V; ++i) v[i] = __fmaf_rn(v[i], sc[i], sf[i]);
           if (kRes) {
@@ -353,17 +364,13 @@ __global__ void __launch_bounds__(kThreads)
           store_f<T, V>(y + size_t(r) * c + col, v);
         });
   }
-  // Every block has read its sums before it counts itself done.
-  __shared__ bool last;
-  const int tid = threadIdx.y * blockDim.x + threadIdx.x;
-  __threadfence();
-  __syncthreads();
+  // The block read its sums before the first __syncthreads; once every block of the column has
+  // counted itself, the last one zeroes them.
   if (tid == 0) last = atomicAdd(&sync.count[blockIdx.x], 1u) == gridDim.y - 1;
   __syncthreads();
   if (!last) return;
-  const int bx = blockDim.x * V;
-  for (int idx = tid; idx < bx; idx += blockDim.x * blockDim.y) {
-    const int ch = blockIdx.x * bx + idx;
+  if (tid < bx) {
+    const int ch = blockIdx.x * bx + tid;
     if (ch < c) {
       sums[ch] = 0.f;
       sums[c + ch] = 0.f;
