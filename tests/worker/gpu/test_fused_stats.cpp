@@ -430,6 +430,25 @@ TEST_CASE("fp16 conv+genstats inside a captured CUDA graph: every replay as the 
   }
 }
 
+TEST_CASE("fp16 conv+genstats under the per-operation profile: the fused operations are labelled", "[gpu][fused]") {
+  const Layer L = make_layer(kShapes[0]);
+  Side on(fp16_ops(FusedStats::Always), L.params, std::vector<float>(L.params.size(), 0.f));
+  gpu::GpuOps& g = gpu_of(*on.ops);
+  run_layer(on, L, 2, false, [&](int k, const Out&) {
+    if (k == 0) g.profile_start();  // the second call, which is fused
+  });
+  const auto rows = g.profile_stop();
+  bool conv = false, bn = false;
+  for (const auto& r : rows) {
+    INFO(r.category << " | " << r.label);
+    conv |= r.category == std::string("conv fwd+stats") && r.label == "1x1/1 64->256 56x56";
+    bn |= r.category == std::string("bn fwd") && r.label.find("from conv stats") != std::string::npos;
+    CHECK(r.category != std::string("conv fwd"));  // the one forward is the fused one
+  }
+  CHECK(conv);
+  CHECK(bn);
+}
+
 namespace {
 
 // A small ResNet (gputest::small_resnet) trained `steps` forward + backward passes without an optimizer (the
@@ -452,7 +471,7 @@ ModelRun model_steps(Ops& ops, int depth, Recompute recompute, int steps) {
 // running statistics.
 TEST_CASE("a small ResNet-50 in fp16 with conv+genstats stays as close to the CPU backend as unfused fp16",
           "[gpu][fused]") {
-  const int steps = 3;
+  const int steps = 2;  // the second fused
   auto cpu = make_cpu_ops(2);
   const ModelRun c = model_steps(*cpu, 50, Recompute::None, steps);
   auto off = fp16_ops(FusedStats::Off);
