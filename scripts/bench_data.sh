@@ -6,7 +6,8 @@
 #       same transforms, as many workers as our decode threads (every entry of THREADS)
 #     ours, GPU back end (nvJPEG + our kernel)       vs  the DataLoader with the most workers,
 #       and torchvision.io.decode_jpeg(device='cuda') + antialiased resize
-#   end to end (GPU only): ResNet-50 bf16 batch 256 on 1 GPU, on the JPEG folder vs --data random.
+#   end to end (GPU only): ResNet-50 bf16 batch 256 on 1 GPU, on the JPEG folder vs --data random,
+#     and on the folder with the GPU loader's CPU share off (WORKER_NVJPEG_CPU_SHARE=0).
 # The JPEG set is made in a temporary folder: BENCH_IMAGES ImageNet-like files (500x375 and
 # similar, quality 87, ~110 KB), or, with BENCH_PHOTO_DIR, the real JPEGs of that folder copied
 # round-robin up to BENCH_IMAGES files (e.g. the 1,000 photos of github.com/EliSchwartz/
@@ -84,7 +85,9 @@ rows = [f"{os.path.join(train, c, f)} {i}" for i, c in enumerate(classes) for f 
 open(out, "w").write("\n".join(rows * 8) + "\n")
 PY
   real="$(e2e --data "$tmp/e2e.txt")"; synth="$(e2e --data random --num-samples 100000)"
+  nvonly="$(WORKER_NVJPEG_CPU_SHARE=0 e2e --data "$tmp/e2e.txt")"
   rows+=("$(printf '%-44s %10s %10s %8s' "ResNet-50 bf16 b256 1 GPU: JPEGs vs random" "${real:-?}" "${synth:-?}" "$(ratio "${real:-0}" "${synth:-0}")")")
+  rows+=("$(printf '%-44s %10s %10s %8s' "  the same, nvJPEG alone (CPU share 0)" "${nvonly:-?}" "${synth:-?}" "$(ratio "${nvonly:-0}" "${synth:-0}")")")
 fi
 echo
 printf '%-44s %10s %10s %8s\n' "images/s (median of 1 s windows)" "ours" "theirs" "ratio"
