@@ -74,7 +74,7 @@ struct PoolDesc {  // max-pool (ResNet stem: 3x3, stride 2, pad 1)
 // Ops::capture_step) has its other arguments frozen and reads these from backend memory.
 struct StepValues {
   float lr = 0.0f;
-  int64_t step = 0;  // Adam: the 1-based step count of the bias corrections (SGD: unused)
+  int64_t step = 0;  // Adam: the 1-based step count of the bias corrections (SGD, fp16 loss scaling: unused)
 };
 
 // What a captured step holds, for the start-up log and the benchmark.

@@ -18,6 +18,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <fstream>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -39,7 +40,22 @@ using testing_support::TempDir;
 struct Run {
   std::string log;
   std::vector<StTensor> tensors;  // weights + buffers, then the optimizer's state
+  std::vector<std::string> loss_scales;  // fp16: the metrics file's loss_scale after every step (log_every 1)
 };
+
+// Every "loss_scale" value of a metrics file, as written.
+std::vector<std::string> loss_scales(const std::string& path) {
+  std::ifstream in(path);
+  std::vector<std::string> v;
+  const std::string key = "\"loss_scale\":";
+  for (std::string line; std::getline(in, line);) {
+    const size_t at = line.find(key);
+    if (at == std::string::npos) continue;
+    const size_t from = at + key.size(), to = line.find_first_of(",}", from);
+    v.push_back(line.substr(from, to - from));
+  }
+  return v;
+}
 
 TrainOptions recipe(OptimizerKind kind) {
   TrainOptions o;
@@ -70,6 +86,7 @@ Run train_once(TrainOptions o, DType precision, CudaGraph graph, const std::stri
                bool reproducible = true, int64_t expect_steps = -1, const TestHooks& hooks = {}) {
   o.cuda_graph = graph;
   o.save = dir + "/" + tag + ".safetensors";
+  o.metrics_file = dir + "/" + tag + ".jsonl";
   gpu::GpuOptions g;
   g.precision = precision;
   g.graph_engines = !reproducible;
@@ -79,7 +96,7 @@ Run train_once(TrainOptions o, DType precision, CudaGraph graph, const std::stri
   std::ostringstream log;
   const TrainResult r = train(o, DataEnv{}, ops, *comm, log, Requests{}, hooks);
   REQUIRE(r.steps == (expect_steps >= 0 ? expect_steps : o.epochs * (o.num_samples / o.batch_size)));
-  Run run{log.str(), read_safetensors(o.save)};
+  Run run{log.str(), read_safetensors(o.save), loss_scales(o.metrics_file)};
   for (StTensor& t : read_safetensors(train_state_path(o.save))) run.tensors.push_back(std::move(t));
   return run;
 }
@@ -145,7 +162,8 @@ void compare(const TrainOptions& o, DType precision, const TestHooks& hooks = {}
   CHECK_THAT(on.log, Catch::Contains("Step 2: captured as one CUDA graph"));
   CHECK(validations(on.log).size() == (o.val_samples > 0 ? size_t(o.epochs) : 0));
   CHECK(validations(on.log) == validations(off.log));
-  // fp16: the same scale and the same skipped steps at the end (the report reads the device's state).
+  // fp16: the same scale after every step, the same skipped steps at the end (both read from the device).
+  CHECK(on.loss_scales == off.loss_scales);
   CHECK(scaling_line(on.log) == scaling_line(off.log));
   std::string where;
   const double d = max_diff(off, on, &where);
@@ -265,10 +283,24 @@ void compare_fp16(OptimizerKind kind) {
   INFO("uncaptured run's log:\n" << off.log);
   REQUIRE_FALSE(line.empty());
   const long skipped = skipped_in(line);
-  std::printf("test_train_graph: %s fp16: %s\n", to_string(kind), line.c_str());
-  CHECK(skipped > 0);       // some steps overflowed and were skipped ...
-  CHECK(skipped < 24 - 4);  // ... and enough applied to train
+  std::string seq;
+  for (const std::string& v : off.loss_scales) seq += " " + v;
+  std::printf("test_train_graph: %s fp16: %s; the scale after each step:%s\n", to_string(kind), line.c_str(),
+              seq.c_str());
+  CHECK(skipped > 0);   // some steps overflowed and were skipped ...
+  CHECK(skipped < 24);  // ... and some applied
   CHECK_THAT(off.log, Catch::Contains("fp16 loss scaling decided on the device"));
+  // Where the graph replays (steps 3 on, after the capturing step 2) the scale both backs off (a
+  // skipped replay) and grows (applied replays): what the graph must decide on its own.
+  REQUIRE(off.loss_scales.size() == 24);
+  bool backs_off = false, grows = false;
+  for (size_t k = 3; k < off.loss_scales.size(); ++k) {
+    const double was = std::stod(off.loss_scales[k - 1]), now = std::stod(off.loss_scales[k]);
+    backs_off |= now < was;
+    grows |= now > was;
+  }
+  CHECK(backs_off);
+  CHECK(grows);
   compare(o, DType::F16, moving_scale());  // captured vs uncaptured, bit for bit, scale and skipped included
 }
 
@@ -300,6 +332,8 @@ TEST_CASE("fp16 graph run stopped and resumed equals the uninterrupted graph run
   INFO("resumed run's log:\n" << resumed.log);
   CHECK_THAT(resumed.log, Catch::Contains("Step 19: captured as one CUDA graph"));
   CHECK(scaling_line(resumed.log) == scaling_line(whole.log));  // scale and skipped steps, restored and continued
+  REQUIRE(whole.loss_scales.size() == 24);
+  CHECK(resumed.loss_scales == std::vector<std::string>(whole.loss_scales.begin() + 17, whole.loss_scales.end()));
   std::string where;
   const double d = max_diff(whole, resumed, &where);
   if (d == 0) {
