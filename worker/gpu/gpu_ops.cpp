@@ -487,6 +487,7 @@ void GpuOps::set_loss_scale(const LossScaleRules& rules, const LossScaleState& s
 }
 
 LossScaleState GpuOps::loss_scale() {
+  if (!loss_scaling_) return Ops::loss_scale();  // never set: the default state, as the host's
   DeviceLossScale d;
   CUDA_CHECK(cudaMemcpyAsync(&d, loss_scale_, sizeof d, cudaMemcpyDeviceToHost, dev_.stream));
   CUDA_CHECK(cudaStreamSynchronize(dev_.stream));
