@@ -6,13 +6,16 @@
 #       same transforms, as many workers as our decode threads (every entry of THREADS)
 #     ours, GPU back end (nvJPEG + our kernel)       vs  the DataLoader with the most workers,
 #       and torchvision.io.decode_jpeg(device='cuda') + antialiased resize
-#   end to end (GPU only): ResNet-50 bf16 batch 256 on 1 GPU, on the JPEG folder vs --data random.
+#   end to end (GPU only): ResNet-50 bf16 batch 256 on 1 GPU, on the JPEG folder vs --data random,
+#     and on the folder with the GPU loader's CPU share off (WORKER_NVJPEG_CPU_SHARE=0).
 # The JPEG set is made in a temporary folder: BENCH_IMAGES ImageNet-like files (500x375 and
-# similar, quality 87, ~110 KB). Prints a table with the ratios last; the CPU loader's rows also
+# similar, quality 87, ~110 KB), or, with BENCH_PHOTO_DIR, the real JPEGs of that folder copied
+# round-robin up to BENCH_IMAGES files (e.g. the 1,000 photos of github.com/EliSchwartz/
+# imagenet-sample-images, one per ImageNet class, 109 KB mean). Prints a table with the ratios last; the CPU loader's rows also
 # give the CPU time per image of each side (all its threads and processes), which other load on a
 # shared machine does not dilute as it does images/s (the ratio there: theirs / ours).
 #   THREADS="1 2"        decode threads / DataLoader workers (default: 1 and all cores)
-#   BENCH_IMAGES=2048    BENCH_SECONDS=12 (per loader row)   BENCH_E2E_STEPS=60
+#   BENCH_IMAGES=2048    BENCH_SECONDS=12 (per loader row)   BENCH_E2E_STEPS=60   BENCH_PHOTO_DIR=
 #   BUILD_DIR / GPU_BIN  where data_bench, train_resnet and launch are (default build/bin, .gpu/bin)
 set -uo pipefail
 root="$(cd "$(dirname "$0")/.." && pwd)"
@@ -36,8 +39,10 @@ dev=cpu; tdev=cpu
 [ "$gpu" = 1 ] && dev=gpu && tdev=cuda
 tmp="$(mktemp -d)"
 trap 'rm -rf "$tmp"' EXIT
-echo "bench_data: making $N ImageNet-like JPEGs in $tmp ..." >&2
-info="$("$PY" "$root/tests/worker/data/make_dataset.py" "$tmp/ds" --imagenet "$N")" || exit 1
+photos=()
+[ -n "${BENCH_PHOTO_DIR:-}" ] && photos=(--photos "$BENCH_PHOTO_DIR")
+echo "bench_data: making $N ${BENCH_PHOTO_DIR:+real }JPEGs${BENCH_PHOTO_DIR:+ from $BENCH_PHOTO_DIR} in $tmp ..." >&2
+info="$("$PY" "$root/tests/worker/data/make_dataset.py" "$tmp/ds" --imagenet "$N" "${photos[@]}")" || exit 1
 echo "bench_data: $info" >&2
 rows=()
 field() { "$PY" -c 'import json,sys; d=json.loads(sys.argv[1]); print(d.get(sys.argv[2], d.get("error", "?")))' "$1" "$2" 2>/dev/null || echo "?"; }
@@ -80,7 +85,9 @@ rows = [f"{os.path.join(train, c, f)} {i}" for i, c in enumerate(classes) for f 
 open(out, "w").write("\n".join(rows * 8) + "\n")
 PY
   real="$(e2e --data "$tmp/e2e.txt")"; synth="$(e2e --data random --num-samples 100000)"
+  nvonly="$(WORKER_NVJPEG_CPU_SHARE=0 e2e --data "$tmp/e2e.txt")"
   rows+=("$(printf '%-44s %10s %10s %8s' "ResNet-50 bf16 b256 1 GPU: JPEGs vs random" "${real:-?}" "${synth:-?}" "$(ratio "${real:-0}" "${synth:-0}")")")
+  rows+=("$(printf '%-44s %10s %10s %8s' "  the same, nvJPEG alone (CPU share 0)" "${nvonly:-?}" "${synth:-?}" "$(ratio "${nvonly:-0}" "${synth:-0}")")")
 fi
 echo
 printf '%-44s %10s %10s %8s\n' "images/s (median of 1 s windows)" "ours" "theirs" "ratio"

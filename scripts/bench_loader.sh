@@ -4,7 +4,8 @@
 #   small: BENCH_SMALL (default 20,000) 32x32 JPEGs in 10 classes, --recipe small-images,
 #          batch 512 (CIFAR's size, where the CPU loader is expected to win);
 #   photos: BENCH_PHOTOS (default 1,024) ImageNet-like JPEGs (500x375 and similar, ~110 KB;
-#          tests/worker/data/make_dataset.py --imagenet), ResNet-50 at 224, batch 256 (nvJPEG's).
+#          tests/worker/data/make_dataset.py --imagenet; with BENCH_PHOTO_DIR, the real JPEGs of
+#          that folder copied round-robin), ResNet-50 at 224, batch 256 (nvJPEG's).
 # Each run is BENCH_STEPS (default 100) steps; images/s is train_resnet's Throughput line (first
 # step excluded). Prints, per data set, what auto chose (its Data line) and auto's rate over the
 # faster of the two: 1.00 means auto picked the faster one.
@@ -40,7 +41,9 @@ for c in range(10):
         img.save(os.path.join(d, f"{i}.jpg"), quality=90)
 EOF
 echo "bench_loader: making ${BENCH_PHOTOS:-1024} ImageNet-like JPEGs ..." >&2
-python3 "$root/tests/worker/data/make_dataset.py" "$tmp/photos" --imagenet "${BENCH_PHOTOS:-1024}" >/dev/null || exit 1
+photos=()
+[ -n "${BENCH_PHOTO_DIR:-}" ] && photos=(--photos "$BENCH_PHOTO_DIR")
+python3 "$root/tests/worker/data/make_dataset.py" "$tmp/photos" --imagenet "${BENCH_PHOTOS:-1024}" "${photos[@]}" >/dev/null || exit 1
 
 declare -A args=(
   [small]="--recipe small-images --batch-size 512 --epochs 100"

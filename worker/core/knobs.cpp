@@ -73,6 +73,17 @@ void read_seconds(const proto::EnvMap& env, const char* name, double* out) {
   *out = s;
 }
 
+// "auto" leaves *out (negative: decided elsewhere); else a number in [0, 1].
+void read_share(const proto::EnvMap& env, const char* name, double* out) {
+  const std::string* v = value_of(env, name);
+  if (!v || *v == "auto") return;
+  char* end = nullptr;
+  const double s = std::strtod(v->c_str(), &end);
+  if (*end != '\0' || !(s >= 0.0 && s <= 1.0))
+    throw EnvError(quoted(name, *v) + " is not auto or a share between 0 and 1 (e.g. 0.25)");
+  *out = s;
+}
+
 void read_ms(const proto::EnvMap& env, const char* name, std::chrono::milliseconds* out) {
   const std::string* v = value_of(env, name);
   if (!v) return;
@@ -98,6 +109,7 @@ Knobs read_knobs(const proto::EnvMap& env) {
   read_seconds(env, "WORKER_NCCL_INIT_TIMEOUT_S", &k.nccl_init_timeout_s);
   read_choice(env, "WORKER_NVJPEG_BACKEND",
               {{"hardware", NvjpegBackend::Hardware}, {"hybrid", NvjpegBackend::Hybrid}}, &k.nvjpeg_backend);
+  read_share(env, "WORKER_NVJPEG_CPU_SHARE", &k.nvjpeg_cpu_share);
   read_flag(env, "WORKER_MEM_REPORT", "rank 0 reports where the peak device memory went", &k.mem_report);
   read_ms(env, "WORKER_TEST_SAVE_DELAY_MS", &k.test_save_delay);
   read_ms(env, "WORKER_TEST_STEP_DELAY_MS", &k.test_step_delay);

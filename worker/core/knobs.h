@@ -53,6 +53,10 @@ struct Knobs {
   double nccl_init_timeout_s = 300;  // WORKER_NCCL_INIT_TIMEOUT_S: how long every rank has to join
   // --- The GPU JPEG loader
   NvjpegBackend nvjpeg_backend = NvjpegBackend::Hardware;  // WORKER_NVJPEG_BACKEND=hardware|hybrid
+  // WORKER_NVJPEG_CPU_SHARE=auto|S (0 <= S <= 1): the share of each batch the GPU loader's reader
+  // threads decode on the CPU beside nvJPEG; auto (negative here): the cost model's
+  // (worker/data/loader_choice.h).
+  double nvjpeg_cpu_share = -1.0;
   // --- The trainer
   bool mem_report = false;  // WORKER_MEM_REPORT=0|1: rank 0 prints where the peak device memory went
   std::chrono::milliseconds test_save_delay{0};  // WORKER_TEST_SAVE_DELAY_MS (tests): before each checkpoint write

@@ -1,4 +1,5 @@
-// dtype helpers shared by every backend, and the defaults of a backend without step capture.
+// dtype helpers shared by every backend, the defaults of a backend without step capture, and fp16
+// loss scaling kept on the host (the default of a backend that does not keep it in its own memory).
 #include "worker/core/ops.h"
 
 #include <stdexcept>
@@ -57,5 +58,34 @@ void Ops::shard_master_weights(const std::vector<ParamView>&, const std::vector<
 }
 void Ops::export_master(float*, ParamView) { no_master_shards("export_master"); }
 void Ops::import_master(const float*) { no_master_shards("import_master"); }
+
+}  // namespace worker
+
+// --- fp16 loss scaling on the host: the default, over the backend's own scale_grads and
+// grads_finite (the state machine is loss_scale.h's, the same the GPU's kernel runs).
+
+namespace worker {
+
+void Ops::set_loss_scale(const LossScaleRules& rules, const LossScaleState& s, int64_t optimizer_steps) {
+  host_scale_ = HostLossScale{true, rules, s, optimizer_steps, true, true};
+}
+
+LossScaleState Ops::loss_scale() { return host_scale_.state; }
+
+void Ops::unscale_grads(float divisor) {
+  if (!host_scale_.on) throw std::logic_error("unscale_grads before set_loss_scale");
+  scale_grads(1.0f / (divisor * host_scale_.state.scale));
+  host_scale_.grads_finite = grads_finite();
+}
+
+bool Ops::grads_verdict() { return host_scale_.grads_finite; }
+
+void Ops::set_grads_verdict(bool grads_finite) { host_scale_.grads_finite = grads_finite; }
+
+void Ops::update_loss_scale() {
+  if (!host_scale_.on) throw std::logic_error("update_loss_scale before set_loss_scale");
+  host_scale_.applies = advance_loss_scale(host_scale_.state, host_scale_.rules, host_scale_.grads_finite);
+  if (host_scale_.applies) ++host_scale_.optimizer_steps;
+}
 
 }  // namespace worker

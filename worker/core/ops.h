@@ -23,6 +23,8 @@
 #include <utility>
 #include <vector>
 
+#include "worker/core/loss_scale.h"
+
 namespace worker {
 
 enum class DType : uint8_t { F32, BF16, F16 };
@@ -72,7 +74,7 @@ struct PoolDesc {  // max-pool (ResNet stem: 3x3, stride 2, pad 1)
 // Ops::capture_step) has its other arguments frozen and reads these from backend memory.
 struct StepValues {
   float lr = 0.0f;
-  int64_t step = 0;  // Adam: the 1-based step count of the bias corrections (SGD: unused)
+  int64_t step = 0;  // Adam: the 1-based step count of the bias corrections (SGD, fp16 loss scaling: unused)
 };
 
 // What a captured step holds, for the start-up log and the benchmark.
@@ -188,7 +190,8 @@ class Ops {
   // applies where decay_mask[i] != 0 (a byte per parameter, backend memory), everywhere when
   // decay_mask is null: torch's parameter groups with weight_decay 0 for the others.
   virtual void scale_grads(float s) = 0;
-  // Returns true when every gradient is finite (used by fp16 loss scaling; may synchronize).
+  // Returns true when every gradient is finite (synchronizes; the step's own verdict is
+  // unscale_grads', below).
   virtual bool grads_finite() = 0;
   // `range`: the slice of the bound buffers to update (ZeRO: a rank's shard of a bucket);
   // count 0 means all of them. momentum_buf, m, v and decay_mask hold the range's elements
@@ -202,6 +205,32 @@ class Ops {
                          ParamView range = {}) = 0;
 
   virtual void synchronize() = 0;
+
+  // --- fp16 dynamic loss scaling, decided by the backend (issue 24): GradScaler's state
+  // (worker/core/loss_scale.h) lives in the backend's memory, and the step's calls below read and
+  // change it there, so that a step needs no host read between backward and the optimizer (and can
+  // be captured). Off until set_loss_scale; while on:
+  //   - softmax_xent's dlogits are multiplied by the scale as well (grad_scale x scale);
+  //   - sgd_step and adam_step apply only where this step's update_loss_scale() let the step
+  //     apply, and otherwise leave parameters and state untouched; the backend then counts the
+  //     optimizer's steps itself (only it knows which applied): adam_step's `step` and sgd_step's
+  //     `first_step` are those of its count, not the caller's.
+  // A step: forward_backward, the gradients' reduction, unscale_grads, (several ranks whose
+  // verdicts can differ: grads_verdict, combined, set_grads_verdict), update_loss_scale, the
+  // optimizer calls. The default implementation keeps the state on the host (the CPU backend,
+  // whose softmax_xent and optimizers read it through host_loss_scale()).
+  // `optimizer_steps`: the optimizer steps taken so far (a resumed run's), where the count starts.
+  virtual void set_loss_scale(const LossScaleRules& rules, const LossScaleState& s, int64_t optimizer_steps);
+  // The state after the work enqueued so far (synchronizes: for log lines, records, checkpoints).
+  virtual LossScaleState loss_scale();
+  // Every gradient times 1 / (divisor x scale), in one pass (divisor: the ranks averaged over),
+  // and this step's verdict: whether every gradient is then finite.
+  virtual void unscale_grads(float divisor);
+  virtual bool grads_verdict();  // this step's verdict on the host (synchronizes)
+  virtual void set_grads_verdict(bool grads_finite);  // replaces it (the ranks' verdicts combined)
+  // GradScaler.update() on the verdict: the scale backs off or grows, a skip is counted, and the
+  // optimizer calls that follow apply or not.
+  virtual void update_loss_scale();
 
   // --- A captured step (the GPU: one CUDA graph, worker/gpu/step_graph.h): the work of a whole
   // training step enqueued once, then replayed with one launch per step. Host reads (a loss,
@@ -224,6 +253,24 @@ class Ops {
   // statistics for this model (the GPU: once its engine tuning chose the fused forward somewhere);
   // for --precision auto.
   virtual bool fused_half_faster() const { return false; }
+
+ protected:
+  // The default implementation's loss scaling (the CPU's): what softmax_xent multiplies by,
+  // whether an optimizer call applies, and the optimizer's step count (Adam's step of this update;
+  // SGD's first step is the one where it is 1).
+  struct HostLossScale {
+    bool on = false;
+    LossScaleRules rules;
+    LossScaleState state;
+    int64_t optimizer_steps = 0;  // including this step's when it applies
+    bool grads_finite = true;     // this step's verdict
+    bool applies = true;          // update_loss_scale's answer
+    float multiplier() const { return on ? state.scale : 1.0f; }
+  };
+  const HostLossScale& host_loss_scale() const { return host_scale_; }
+
+ private:
+  HostLossScale host_scale_;
 };
 
 }  // namespace worker

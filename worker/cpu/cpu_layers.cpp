@@ -149,6 +149,7 @@ void CpuOps::softmax_xent(int n, int classes, const float* logits, const int32_t
     if (labels[i] < 0 || labels[i] >= classes)
       throw std::out_of_range("cpu backend: label " + std::to_string(labels[i]) + " of sample " +
                               std::to_string(i) + " is outside [0, " + std::to_string(classes) + ")");
+  const float scaled = grad_scale * host_loss_scale().multiplier();  // fp16 loss scaling (ops.h)
   double total = 0.0;
 #pragma omp parallel for num_threads(threads_) schedule(static) reduction(+ : total)
   for (int i = 0; i < n; ++i) {
@@ -164,7 +165,7 @@ void CpuOps::softmax_xent(int n, int classes, const float* logits, const int32_t
     if (e != 0.0)
       for (int k = 0; k < classes; ++k) zsum += z[k];
     total += lse - (1.0 - e) * z[labels[i]] - uniform * zsum;
-    const double scale = double(grad_scale) / n;
+    const double scale = double(scaled) / n;
     for (int k = 0; k < classes; ++k) {
       const double p = std::exp(double(z[k]) - lse);
       g[k] = float(scale * (p - ((k == labels[i] ? 1.0 - e : 0.0) + uniform)));

@@ -129,6 +129,11 @@ bool CpuOps::grads_finite() {
 // p -= lr * (nesterov ? d + m * buf : buf).
 void CpuOps::sgd_step(float lr, float momentum, float weight_decay, float* momentum_buf,
                       bool first_step, bool nesterov, const uint8_t* decay_mask, ParamView range) {
+  const HostLossScale& ls = host_loss_scale();
+  if (ls.on) {  // fp16 loss scaling (ops.h): the verdict decides, and the step count is its own
+    if (!ls.applies) return;
+    first_step = ls.optimizer_steps == 1;
+  }
   const ParamView r = optimizer_range(range, count_);
   float* p = params_ + r.offset;
   const float* g = grads_ + r.offset;
@@ -151,6 +156,11 @@ void CpuOps::sgd_step(float lr, float momentum, float weight_decay, float* momen
 // torch.optim.Adam (amsgrad off): bias corrections in double as Python computes them.
 void CpuOps::adam_step(float lr, float beta1, float beta2, float eps, float weight_decay,
                        int64_t step, float* m, float* v, const uint8_t* decay_mask, ParamView range) {
+  const HostLossScale& ls = host_loss_scale();
+  if (ls.on) {  // fp16 loss scaling (ops.h): the verdict decides, and the step count is its own
+    if (!ls.applies) return;
+    step = ls.optimizer_steps;
+  }
   const ParamView r = optimizer_range(range, count_);
   float* p = params_ + r.offset;
   const float* g = grads_ + r.offset;

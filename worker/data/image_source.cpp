@@ -176,10 +176,6 @@ class CpuImageSource final : public BatchSource {
         dtype_(ops.compute_dtype()),
         describe_(std::move(describe)),
         bad_(cfg.read.strict, "unreadable image") {
-    if (dtype_ != DType::F32 && dtype_ != DType::BF16) {
-      throw DataError("the CPU loader writes fp32 or bf16 input; this backend computes in " +
-                      std::string(dtype_name(dtype_)) + " (use --loader gpu or --precision bf16)");
-    }
     image_bytes_ = size_t(cfg.tf.size) * size_t(cfg.tf.size) * 3 * dtype_size(dtype_);
     slots_.resize(size_t(cfg.read.prefetch));
     for (auto& s : slots_) {

@@ -26,6 +26,10 @@ struct ReadOptions {
   int prefetch = 3;        // micro-batches decoded ahead (host buffers)
   bool strict = false;     // a bad file is an error instead of a skipped sample
   uint64_t max_image_bytes = kDefaultMaxImageBytes;  // a larger file is a bad file, judged by its size
+  // The GPU loader: the share of each batch its reader threads decode on the CPU beside nvJPEG
+  // (loader_choice.h: gpu_loader_cpu_share, cpu_decodes_position); negative: the cost model's
+  // for the images' measured size, or WORKER_NVJPEG_CPU_SHARE's (resolved when a source opens).
+  double gpu_cpu_share = -1.0;
 };
 
 struct LoaderConfig {

@@ -40,4 +40,29 @@ inline LoaderChoice choose_loader(int64_t pixels, int threads) {
   return c;
 }
 
+// --- The GPU loader's CPU share
+//
+// Beside a training step nvJPEG delivers far less than alone: on the H200 machine, 98 real photos
+// (500x375), ResNet-50 bf16 b256, the training stream waited 1.49 ms per step for its batch
+// against 0.45 ms on random data (docs/benchmarks.md, "On real photos"), while its reader threads
+// only read files. So the reader threads also decode a share of each batch themselves, as the CPU
+// loader does (its decode, crop, resize and normalisation: the same pixels), and nvJPEG the rest.
+// The share is what makes both finish a batch together at the modelled rates, cpu / (cpu + gpu),
+// at most half (nvJPEG's loader decodes at least half of each batch; where the CPU loader is the
+// faster one, --loader auto picks it whole).
+inline constexpr double kMaxCpuShare = 0.5;
+inline double gpu_loader_cpu_share(const LoaderChoice& c) {
+  const double total = c.cpu_images_per_s + c.gpu_images_per_s;
+  if (!(total > 0.0)) return 0.0;
+  const double s = c.cpu_images_per_s / total;
+  return s < kMaxCpuShare ? s : kMaxCpuShare;
+}
+
+// Whether position `pos` of a batch goes to the CPU at `share`: the positions where the running
+// count floor((pos + 1) * share) steps up, spread evenly, the same for every batch (a batch of n
+// gives floor(n * share) of them to the CPU).
+inline bool cpu_decodes_position(int pos, double share) {
+  return share > 0.0 && int64_t(double(pos + 1) * share) > int64_t(double(pos) * share);
+}
+
 }  // namespace worker

@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <sstream>
 
+#include "worker/core/knobs.h"
 #include "worker/data/data_error.h"
 #include "worker/data/dataset_cache.h"
 #include "worker/data/decode.h"
@@ -76,13 +77,18 @@ void check_same_classes(const std::string& data, const std::string& val_name, co
   throw DataError(msg + " make both hold the same class folders");
 }
 
+// The training images' sizes: measured at start-up (settle_options), or sampled here where nothing
+// measured them.
+ImageSizeSample training_sizes(const DataSourceOptions& o) {
+  return o.images.sizes ? *o.images.sizes : sample_image_sizes(o, kImageSizeSample);
+}
+
 // --loader auto: the CPU loader where the backend is the CPU or nvJPEG is not built in; else the
-// one choose_loader() finds faster for the training images' median size, measured from a sample
-// of their headers (at start-up, or here where nothing measured it; the same choice for both
+// one choose_loader() finds faster for the training images' median size (the same choice for both
 // splits), `why` saying so for the log.
 Loader auto_loader(const DataSourceOptions& o, bool gpu, int threads, std::string* why) {
   if (!gpu || !nvjpeg_built()) return Loader::Cpu;
-  const ImageSizeSample s = o.images.sizes ? *o.images.sizes : sample_image_sizes(o, kImageSizeSample);
+  const ImageSizeSample s = training_sizes(o);
   if (s.sampled == 0) return Loader::Gpu;  // nothing readable in the sample: the loader names the files
   const LoaderChoice c = choose_loader(s.median_pixels, threads);
   std::ostringstream w;
@@ -93,6 +99,24 @@ Loader auto_loader(const DataSourceOptions& o, bool gpu, int threads, std::strin
     << " picks the other)";
   *why = w.str();
   return c.loader;
+}
+
+// The GPU loader's CPU share (loader_choice.h): the caller's, else WORKER_NVJPEG_CPU_SHARE's, else
+// the cost model's for the training images' median size (0 where none could be read); `why` names
+// where it came from, for the log.
+double gpu_cpu_share(const DataSourceOptions& o, int threads, std::string* why) {
+  if (o.images.read.gpu_cpu_share >= 0) {
+    *why = "as asked";
+    return o.images.read.gpu_cpu_share;
+  }
+  if (process_knobs().nvjpeg_cpu_share >= 0) {
+    *why = "WORKER_NVJPEG_CPU_SHARE";
+    return process_knobs().nvjpeg_cpu_share;
+  }
+  const ImageSizeSample s = training_sizes(o);
+  if (s.sampled == 0) return 0.0;
+  *why = "what balances the two at the modelled rates for images of median " + std::to_string(s.median_pixels) + " px";
+  return gpu_loader_cpu_share(choose_loader(s.median_pixels, threads));
 }
 
 }  // namespace
@@ -180,8 +204,14 @@ std::unique_ptr<BatchSource> open_image_source(const DataSourceOptions& o, Split
   if (loader == Loader::Gpu) {
     if (!gpu) throw DataError("--loader gpu needs the GPU backend (this run computes on the CPU; use --loader cpu)");
 #ifdef WORKER_HAVE_NVJPEG
-    what << "; GPU decode (nvJPEG), " << plural(cfg.read.threads, "reader thread") << auto_why << "; "
-         << transform_description(cfg);
+    std::string share_why;
+    cfg.read.gpu_cpu_share = gpu_cpu_share(o, cfg.read.threads, &share_why);
+    what << "; GPU decode (nvJPEG), " << plural(cfg.read.threads, "reader thread");
+    if (cfg.read.gpu_cpu_share > 0) {
+      what << ", which decode " << int(cfg.read.gpu_cpu_share * 100 + 0.5) << " % of each batch on the CPU ("
+           << share_why << "; WORKER_NVJPEG_CPU_SHARE=0: none)";
+    }
+    what << auto_why << "; " << transform_description(cfg);
     return make_gpu_image_source(index, info, cfg, ops, what.str());
 #else
     throw DataError("--loader gpu: this train_resnet was built without nvJPEG (scripts/setup.sh fetches the "

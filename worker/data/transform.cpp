@@ -189,6 +189,47 @@ void store_bf16(const float* in, size_t len, uint16_t* out) {
 
 }  // namespace
 
+// Round to nearest even, 4 lanes at a time, without branches (every case computed, one selected):
+// normal results by rounding away the 13 low mantissa bits (the carry may reach the exponent, and
+// from 65520 up the result is infinity), results below 2^-14 by a float addition of 0.5, whose own
+// rounding to nearest even leaves the subnormal half's bits in the low mantissa; NaN stays NaN.
+void store_f16(const float* in, size_t len, uint16_t* out) {
+  const auto convert = [](const float* f) {
+    v4u x;
+    std::memcpy(&x, f, sizeof x);
+    const v4u sign = (x >> 16) & 0x8000u;
+    const v4u a = x & 0x7fffffffu;
+    const v4u normal = (a + ((uint32_t(15 - 127) << 23) + 0xfffu) + ((a >> 13) & 1u)) >> 13;
+    v4f fa;
+    std::memcpy(&fa, &a, sizeof fa);
+    fa += 0.5f;
+    v4u sub;
+    std::memcpy(&sub, &fa, sizeof sub);
+    sub -= 0x3f000000u;
+    const v4u is_sub = a < 0x38800000u, is_inf = a >= 0x477ff000u, is_nan = a > 0x7f800000u;
+    v4u r = (is_sub & sub) | (~is_sub & normal);
+    r = (is_inf & 0x7c00u) | (~is_inf & r);
+    r = (is_nan & 0x7e00u) | (~is_nan & r);
+    return r | sign;
+  };
+  size_t e = 0;
+  for (; e + 8 <= len; e += 8) {
+    const v4u lo = convert(in + e), hi = convert(in + e + 4);
+    v8h l, h;
+    std::memcpy(&l, &lo, sizeof l);
+    std::memcpy(&h, &hi, sizeof h);
+    const v8h packed = __builtin_shufflevector(l, h, 0, 2, 4, 6, 8, 10, 12, 14);  // each lane's low half
+    std::memcpy(out + e, &packed, sizeof packed);
+  }
+  for (; e < len; e += 4) {  // the rest, through a zero-padded group of four
+    float f[4] = {0, 0, 0, 0};
+    const size_t k = std::min<size_t>(4, len - e);
+    std::memcpy(f, in + e, k * sizeof(float));
+    const v4u r = convert(f);
+    for (size_t i = 0; i < k; ++i) out[e + i] = uint16_t(r[i]);
+  }
+}
+
 int TransformConfig::resize_size() const { return std::max(size, pyround(size * 256.0 / 224.0)); }
 
 CropBox random_resized_crop(int width, int height, double scale_min, double scale_max, double ratio_min,
@@ -364,9 +405,7 @@ void render(const RgbRegion& src, const Geometry& g, const SamplePlan& p, const 
       src.x0 + src.w < g.region.x1 || src.y0 + src.h < g.region.y1) {
     throw std::logic_error("render: the decoded region does not cover the plan's taps");
   }
-  if (dtype != DType::F32 && dtype != DType::BF16) {
-    throw std::invalid_argument("render: fp16 input is not supported by the CPU loader");
-  }
+
   RenderScratch& sc = *scratch;
   const int n = p.size, rows = g.region.y1 - g.region.y0, cols = g.region.x1 - g.region.x0;
   const size_t row_len = size_t(n) * 3;
@@ -413,19 +452,20 @@ void render(const RgbRegion& src, const Geometry& g, const SamplePlan& p, const 
     }
     r += take;
   }
-  // Vertical pass, then (v / 255 - mean) / std, into dst (fp32) or a row converted to bf16.
+  // Vertical pass, then (v / 255 - mean) / std, into dst (fp32) or a row converted to bf16/fp16.
   float scale[3], shift[3];
   for (int c = 0; c < 3; ++c) {
     scale[c] = 1.0f / (255.0f * tf.std[c]);
     shift[c] = -tf.mean[c] / tf.std[c];
   }
-  if (dtype == DType::BF16) grow(&sc.out, row_len);
+  if (dtype != DType::F32) grow(&sc.out, row_len);
   for (int j = 0; j < n; ++j) {
     const float* w = g.y.w.data() + size_t(j) * size_t(g.y.ksize);
     const float* in = sc.rows.data() + size_t(g.lo_y + g.y.first[size_t(j)] - g.region.y0) * hstride;
     float* out = dtype == DType::F32 ? static_cast<float*>(dst) + size_t(j) * row_len : sc.out.data();
     vertical(in, hstride, w, g.y.count[size_t(j)], row_len, scale, shift, out);
     if (dtype == DType::BF16) store_bf16(out, row_len, static_cast<uint16_t*>(dst) + size_t(j) * row_len);
+    if (dtype == DType::F16) store_f16(out, row_len, static_cast<uint16_t*>(dst) + size_t(j) * row_len);
   }
 }
 

@@ -108,13 +108,17 @@ struct RenderScratch {
   std::vector<float> rows;     // the horizontal pass: the rows the vertical taps read x size x 3
   std::vector<float> weights;  // the horizontal taps' weights, each 4 lanes wide
   std::vector<int> at;         // where each output pixel's taps start in `line`
-  std::vector<float> out;      // one output row before its conversion to bf16
+  std::vector<float> out;      // one output row before its conversion to bf16 or fp16
 };
 
-// Resizes, flips, normalises: writes size x size x 3 values (NHWC, F32 or BF16) to dst from the
+// Resizes, flips, normalises: writes size x size x 3 values (NHWC, F32, BF16 or F16) to dst from the
 // decoded region. Bit-identical to evaluating the filter one value at a time as described
 // above (each sum from +0 in the taps' order, each product and sum rounded to float).
 void render(const RgbRegion& src, const Geometry& g, const SamplePlan& p, const TransformConfig& tf, DType dtype,
             void* dst, RenderScratch* scratch);
+
+// IEEE binary16 of each value, rounded to nearest even (as CUDA's __float2half_rn): render's fp16
+// output.
+void store_f16(const float* in, size_t len, uint16_t* out);
 
 }  // namespace worker

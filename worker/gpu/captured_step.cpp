@@ -17,21 +17,30 @@ OptScalars scalars_of(const StepValues& v, bool adam, float beta1, float beta2) 
 }  // namespace
 
 CapturedStep::CapturedStep(DevicePool& pool, cudaStream_t s)
-    : stream_(s), slot_(static_cast<OptScalars*>(pool.alloc(sizeof(OptScalars)))) {}
+    : stream_(s), slot_(static_cast<OptScalars*>(pool.alloc(sizeof(OptScalars)))),
+      lr_in_(static_cast<OptScalars*>(pool.alloc(sizeof(OptScalars)))) {}
 
-const OptScalars* CapturedStep::scalars(const StepValues& v, bool adam, float beta1, float beta2) {
+const OptScalars* CapturedStep::scalars(const StepValues& v, bool adam, float beta1, float beta2,
+                                        const DeviceLossScale* loss_scale) {
   if (!capturing_) {
-    set_opt_scalars(slot_, scalars_of(v, adam, beta1, beta2), stream_);
-    return slot_;
+    if (!loss_scale) {
+      set_opt_scalars(slot_, scalars_of(v, adam, beta1, beta2), stream_);
+      return slot_;
+    }
+    set_opt_scalars(lr_in_, OptScalars{v.lr}, stream_);
+  } else {
+    const Optimizer now{true, adam, beta1, beta2, v, loss_scale};
+    const Optimizer& was = captured_;
+    if (was.present && (was.adam != adam || was.beta1 != beta1 || was.beta2 != beta2 || was.values.lr != v.lr ||
+                        was.values.step != v.step || was.loss_scale != loss_scale))
+      throw GpuError(GpuError::Kind::Invalid,
+                     "the optimizer calls of a captured step take different per-step values: one slot holds "
+                     "them (" + where() + ")");
+    captured_ = now;
+    if (!loss_scale) return slot_;
   }
-  const Optimizer now{true, adam, beta1, beta2, v};
-  const Optimizer& was = captured_;
-  if (was.present && (was.adam != adam || was.beta1 != beta1 || was.beta2 != beta2 || was.values.lr != v.lr ||
-                      was.values.step != v.step))
-    throw GpuError(GpuError::Kind::Invalid,
-                   "the optimizer calls of a captured step take different per-step values: one slot holds "
-                   "them (" + where() + ")");
-  captured_ = now;
+  // The same kernel in the uncaptured step and in the graph: the same bits.
+  loss_scaled_opt_scalars(lr_in_, loss_scale, adam, beta1, beta2, slot_, stream_);
   return slot_;
 }
 
@@ -54,7 +63,10 @@ void CapturedStep::replay(const StepValues& v) {
   if (!graph_ || !graph_->ready())
     throw GpuError(GpuError::Kind::Invalid, "replay_step before capture_step (" + where() + ")");
   const Optimizer& o = captured_;
-  if (o.present) set_opt_scalars(slot_, scalars_of(v, o.adam, o.beta1, o.beta2), stream_);
+  if (o.present && o.loss_scale)
+    set_opt_scalars(lr_in_, OptScalars{v.lr}, stream_);  // the graph derives the rest
+  else if (o.present)
+    set_opt_scalars(slot_, scalars_of(v, o.adam, o.beta1, o.beta2), stream_);
   graph_->launch();
 }
 

@@ -1,7 +1,7 @@
 // Element-wise kernels over the flat parameter/gradient buffers: the half-precision shadow of
 // the master weights, the gather of ZeRO-1's fp32 copies, gradient accumulation from half
-// precision, scaling, the finiteness check of fp16 loss scaling, and the fused optimizers
-// (PyTorch's SGD and Adam formulas exactly).
+// precision, scaling, a finiteness check, and the fused optimizers (PyTorch's SGD and Adam
+// formulas exactly; fp16 loss scaling's own passes are loss_scale.cu's).
 #include <cmath>
 #include <cstdint>
 
@@ -61,12 +61,14 @@ __global__ void sgd_kernel(float* __restrict__ p, const float* __restrict__ g,
                            float* __restrict__ buf, const uint8_t* __restrict__ mask, size_t n,
                            const OptScalars* __restrict__ sc, float momentum, float wd, bool first,
                            bool nesterov) {
+  if (!sc->apply) return;  // fp16 loss scaling skips this step
   const float lr = sc->lr;
+  const bool starts = first || sc->first;
   GRID_STRIDE(i, n) {
     float d = g[i];
     if (wd != 0.f && decays(mask, i)) d += wd * p[i];
     if (momentum != 0.f) {
-      const float b = first ? d : momentum * buf[i] + d;
+      const float b = starts ? d : momentum * buf[i] + d;
       buf[i] = b;
       d = nesterov ? d + momentum * b : b;
     }
@@ -79,6 +81,7 @@ __global__ void adam_kernel(float* __restrict__ p, const float* __restrict__ g,
                             const uint8_t* __restrict__ mask, size_t n,
                             const OptScalars* __restrict__ sc, float beta1, float beta2, float eps,
                             float wd) {
+  if (!sc->apply) return;  // fp16 loss scaling skips this step
   const float step_size = sc->lr / sc->bc1, bc2_sqrt = sc->bc2_sqrt;
   GRID_STRIDE(i, n) {
     float d = g[i];

@@ -48,6 +48,7 @@ GpuOps::GpuOps(const GpuOptions& opt)
       pool_(opt.pool_chunk),
       dev_(opt.device, pool_),
       flag_(static_cast<int*>(pool_.alloc(sizeof(int)))),
+      loss_scale_(static_cast<DeviceLossScale*>(pool_.alloc(sizeof(DeviceLossScale)))),
       side_(opt.wgrad_stream ? std::make_unique<SideStream>(dev_.stream) : nullptr),
       ws_(pool_, side_.get()),
       weights_(opt.precision, pool_, dev_, side_.get()),
@@ -471,8 +472,9 @@ void GpuOps::softmax_xent(int n, int classes, const float* logits, const int32_t
   float* rows = scratch_f32(size_t(n));
   writes(loss, sizeof(float));
   writes(dlogits, size_t(n) * classes * sizeof(float));
-  gpu::softmax_xent(n, classes, logits, labels, grad_scale, label_smoothing, loss, dlogits, rows,
-                    dev_.stream);
+  const DeviceLossScale* ls = scaling();
+  gpu::softmax_xent(n, classes, logits, labels, grad_scale, ls ? &ls->s.scale : nullptr, label_smoothing, loss,
+                    dlogits, rows, dev_.stream);
 }
 
 // --- Data
@@ -507,11 +509,12 @@ bool GpuOps::grads_finite() {
 void GpuOps::sgd_step(float lr, float momentum, float weight_decay, float* momentum_buf,
                       bool first_step, bool nesterov, const uint8_t* decay_mask, ParamView range) {
   const ParamView r = worker::optimizer_range(range, weights_.count());
+  if (scaling()) first_step = false;  // loss scaling's count decides it on the device (OptScalars::first)
   if (capture_.capturing() && first_step)
     throw GpuError(GpuError::Kind::Invalid,
                    "SGD's first step (the momentum buffer starts from the gradient) cannot be captured for "
                    "replay: capture after an uncaptured step (" + where() + ")");
-  const OptScalars* sc = capture_.scalars({lr, 0}, false, 0.f, 0.f);
+  const OptScalars* sc = capture_.scalars({lr, 0}, false, 0.f, 0.f, scaling());
   join_side_work();
   gpu::sgd_step(weights_.master_of(r), grads_ + r.offset, momentum_buf, decay_mask, r.count, sc, momentum,
                 weight_decay, first_step, nesterov, dev_.stream);
@@ -520,10 +523,47 @@ void GpuOps::sgd_step(float lr, float momentum, float weight_decay, float* momen
 void GpuOps::adam_step(float lr, float beta1, float beta2, float eps, float weight_decay,
                        int64_t step, float* m, float* v, const uint8_t* decay_mask, ParamView range) {
   const ParamView r = worker::optimizer_range(range, weights_.count());
-  const OptScalars* sc = capture_.scalars({lr, step}, true, beta1, beta2);
+  const OptScalars* sc = capture_.scalars({lr, step}, true, beta1, beta2, scaling());
   join_side_work();
   gpu::adam_step(weights_.master_of(r), grads_ + r.offset, m, v, decay_mask, r.count, sc, beta1, beta2, eps,
                  weight_decay, dev_.stream);
+}
+
+// --- fp16 loss scaling (Ops: the state in device memory; only loss_scale() and grads_verdict() read it back)
+
+void GpuOps::set_loss_scale(const LossScaleRules& rules, const LossScaleState& s, int64_t optimizer_steps) {
+  if (capture_.capturing()) throw GpuError(GpuError::Kind::Invalid, "set_loss_scale while capturing (" + where() + ")");
+  loss_rules_ = rules;
+  loss_scaling_ = true;
+  gpu::set_loss_scale(loss_scale_, s, optimizer_steps, dev_.stream);
+}
+
+LossScaleState GpuOps::loss_scale() {
+  if (!loss_scaling_) return Ops::loss_scale();  // never set: the default state, as the host's
+  DeviceLossScale d;
+  CUDA_CHECK(cudaMemcpyAsync(&d, loss_scale_, sizeof d, cudaMemcpyDeviceToHost, dev_.stream));
+  CUDA_CHECK(cudaStreamSynchronize(dev_.stream));
+  return d.s;
+}
+
+void GpuOps::unscale_grads(float divisor) {
+  if (!loss_scaling_) throw GpuError(GpuError::Kind::Invalid, "unscale_grads before set_loss_scale (" + where() + ")");
+  join_side_work();
+  gpu::unscale_grads(grads_, weights_.count(), divisor, loss_scale_, dev_.stream);
+}
+
+bool GpuOps::grads_verdict() {
+  int bad = 0;
+  CUDA_CHECK(cudaMemcpyAsync(&bad, &loss_scale_->bad, sizeof bad, cudaMemcpyDeviceToHost, dev_.stream));
+  CUDA_CHECK(cudaStreamSynchronize(dev_.stream));
+  return bad == 0;
+}
+
+void GpuOps::set_grads_verdict(bool grads_finite) { gpu::set_grads_verdict(loss_scale_, grads_finite, dev_.stream); }
+
+void GpuOps::update_loss_scale() {
+  if (!loss_scaling_) throw GpuError(GpuError::Kind::Invalid, "update_loss_scale before set_loss_scale (" + where() + ")");
+  gpu::update_loss_scale(loss_scale_, loss_rules_, dev_.stream);
 }
 
 // --- Step capture (one CUDA graph per training step; the trainer decides when)
@@ -569,6 +609,15 @@ std::unique_ptr<Ops> make_gpu_ops(int device, DType precision) {
   // value the user set is kept.
   setenv("CUDA_DEVICE_MAX_CONNECTIONS", "32", 0);
   return std::make_unique<gpu::GpuOps>(gpu::gpu_options(process_knobs(), device, precision));
+}
+
+BackendFacts gpu_backend_facts(int /*device*/) {
+  BackendFacts f;
+  // fp16 has a path of its own (conv+genstats, WORKER_FP16_FUSED), but whether it beats bf16 is
+  // known only once a backend has tuned itself (GpuOps::fused_half_faster), and not measured on
+  // the trainer's step yet: bf16 until it is.
+  f.fp16_faster_than_bf16 = false;
+  return f;
 }
 
 }  // namespace worker

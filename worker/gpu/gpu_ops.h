@@ -11,6 +11,7 @@
 //   - ConvPlanner (conv_planner.h): a convolution plan per shape, its engines and their tuning;
 //   - MasterWeights (master_weights.h): the compute-dtype shadow, ZeRO-1's sharded fp32 masters;
 //   - CapturedStep (captured_step.h): the step as a CUDA graph, the optimizer's per-step values;
+//   - fp16 loss scaling's state in device memory (loss_scale.cu), read by the step's kernels;
 //   - StatsPairing (stats_pairing.h): in fp16, which convolution's sums a batch norm may use.
 #pragma once
 
@@ -100,6 +101,14 @@ class GpuOps final : public Ops {
                  ParamView range = {}) override;
   void synchronize() override;
 
+  // fp16 loss scaling in device memory (loss_scale.cu): no host read within a step.
+  void set_loss_scale(const LossScaleRules& rules, const LossScaleState& s, int64_t optimizer_steps) override;
+  LossScaleState loss_scale() override;
+  void unscale_grads(float divisor) override;
+  bool grads_verdict() override;
+  void set_grads_verdict(bool grads_finite) override;
+  void update_loss_scale() override;
+
   std::string step_capture_unsupported() const override { return ""; }
   bool still_tuning() const override;  // a convolution engine still being timed
   void capture_step(const std::function<void()>& body) override;
@@ -155,6 +164,11 @@ class GpuOps final : public Ops {
   DevicePool pool_;
   Device dev_;  // before every member that makes CUDA calls
   int* flag_;    // grads_finite
+  DeviceLossScale* loss_scale_;  // fp16 loss scaling's state (kernels.h)
+  LossScaleRules loss_rules_;
+  bool loss_scaling_ = false;    // set_loss_scale was called
+  // What the optimizer and softmax_xent read of it: null while off.
+  const DeviceLossScale* scaling() const { return loss_scaling_ ? loss_scale_ : nullptr; }
   std::unique_ptr<SideStream> side_;  // null when GpuOptions::wgrad_stream is off
   Workspace ws_;
   MasterWeights weights_;

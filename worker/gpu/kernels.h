@@ -7,6 +7,7 @@
 
 #include <cuda_runtime.h>
 
+#include "worker/core/loss_scale.h"
 #include "worker/core/ops.h"
 
 namespace worker {
@@ -87,10 +88,11 @@ void s2d_wgrad_fold(DType t, const void* dwsd, float* dw, const S2dDesc& g, cuda
 void busy_wait(int microseconds, cudaStream_t s);
 
 // --- Loss and fully connected helpers (loss.cu).
-// Label smoothing as Ops::softmax_xent. row_loss: scratch of n floats.
+// Label smoothing as Ops::softmax_xent. row_loss: scratch of n floats. loss_scale (device memory,
+// may be null): fp16 loss scaling's scale, which multiplies grad_scale.
 void softmax_xent(int n, int classes, const float* logits, const int32_t* labels,
-                  float grad_scale, float label_smoothing, float* loss, float* dlogits,
-                  float* row_loss, cudaStream_t s);
+                  float grad_scale, const float* loss_scale, float label_smoothing, float* loss,
+                  float* dlogits, float* row_loss, cudaStream_t s);
 void fill_rows(float* out, const float* row, int n, int cols, cudaStream_t s);  // out[i,:] = row
 void column_sums_add(const float* a, int n, int cols, float* out, cudaStream_t s);  // out += sum_i a[i,:]
 
@@ -113,6 +115,8 @@ struct OptScalars {
   float lr = 0.f;
   float bc1 = 1.f;       // Adam: 1 - beta1^step
   float bc2_sqrt = 1.f;  // Adam: sqrt(1 - beta2^step)
+  int apply = 1;         // 0: fp16 loss scaling skips this step (parameters and state untouched)
+  int first = 0;         // 1: SGD's first step by fp16 loss scaling's count (besides the `first` argument)
 };
 // Adam's bias corrections in double on the host, as torch.optim.Adam computes them in Python floats.
 OptScalars adam_scalars(float lr, float beta1, float beta2, int64_t step);
@@ -122,6 +126,25 @@ void sgd_step(float* p, const float* g, float* buf, const uint8_t* decay_mask, s
               float momentum, float wd, bool first, bool nesterov, cudaStream_t s);
 void adam_step(float* p, const float* g, float* m, float* v, const uint8_t* decay_mask, size_t n,
                const OptScalars* sc, float beta1, float beta2, float eps, float wd, cudaStream_t s);
+
+// --- fp16 dynamic loss scaling on the device (loss_scale.cu; Ops::set_loss_scale, worker/core/loss_scale.h):
+// the state every step's kernels read and change, so that no step waits for a host read.
+struct DeviceLossScale {
+  LossScaleState s;             // scale first: softmax_xent reads it as a float*
+  int64_t optimizer_steps = 0;  // the optimizer's steps taken, this step's included when it applies
+  int bad = 0;                  // this step's gradients hold an inf or NaN (unscale_grads)
+  int applies = 1;              // update_loss_scale's answer for this step
+};
+void set_loss_scale(DeviceLossScale* d, const LossScaleState& s, int64_t optimizer_steps, cudaStream_t st);
+// g[i] *= 1 / (divisor * scale), the verdict into d->bad (cleared first).
+void unscale_grads(float* g, size_t n, float divisor, DeviceLossScale* d, cudaStream_t st);
+void set_grads_verdict(DeviceLossScale* d, bool grads_finite, cudaStream_t st);
+void update_loss_scale(DeviceLossScale* d, const LossScaleRules& rules, cudaStream_t st);
+// The optimizer's OptScalars under loss scaling: lr from `in` (written before the step, or before
+// a replay), Adam's bias corrections of d's step count (in double, as adam_scalars), apply and
+// SGD's first from d.
+void loss_scaled_opt_scalars(const OptScalars* in, const DeviceLossScale* d, bool adam, float beta1, float beta2,
+                             OptScalars* out, cudaStream_t st);
 
 // --- Synthetic data (data.cu): the generator of worker/core/synthetic.h on the device.
 void make_batch(DType t, DataKind kind, uint64_t seed, const int64_t* host_indices, int n,

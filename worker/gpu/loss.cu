@@ -36,7 +36,7 @@ __device__ float block_reduce(float v, bool is_max, float* sh) {
 // Label smoothing e: the target is t = (1 - e) * onehot + e / classes, the loss lse - sum t_k z_k.
 __global__ void xent_rows_kernel(int n, int classes, const float* __restrict__ logits,
                                  const int32_t* __restrict__ labels, float grad_scale,
-                                 float label_smoothing, float* __restrict__ dlogits,
+                                 const float* __restrict__ loss_scale, float label_smoothing, float* __restrict__ dlogits,
                                  float* __restrict__ row_loss) {
   __shared__ float sh[32];
   const int row = blockIdx.x;
@@ -55,7 +55,9 @@ __global__ void xent_rows_kernel(int n, int classes, const float* __restrict__ l
   }
   const int label = labels[row];
   const float inv = 1.f / sum;
-  const float g = grad_scale / float(n);
+  // fp16 loss scaling: the scale is a power of two, so grad_scale x scale is exact and the result
+  // the same bits as the host's (scale / accumulation) once was.
+  const float g = (loss_scale ? grad_scale * *loss_scale : grad_scale) / float(n);
   float* dz = dlogits + size_t(row) * classes;
   for (int j = threadIdx.x; j < classes; j += blockDim.x) {
     const float p = expf(z[j] - mx) * inv;
@@ -88,9 +90,9 @@ __global__ void column_sums_kernel(const float* a, int n, int cols, float* out) 
 }  // namespace
 
 void softmax_xent(int n, int classes, const float* logits, const int32_t* labels,
-                  float grad_scale, float label_smoothing, float* loss, float* dlogits,
-                  float* row_loss, cudaStream_t s) {
-  xent_rows_kernel<<<n, kThreads, 0, s>>>(n, classes, logits, labels, grad_scale,
+                  float grad_scale, const float* loss_scale, float label_smoothing, float* loss,
+                  float* dlogits, float* row_loss, cudaStream_t s) {
+  xent_rows_kernel<<<n, kThreads, 0, s>>>(n, classes, logits, labels, grad_scale, loss_scale,
                                           label_smoothing, dlogits, row_loss);
   KERNEL_CHECK();
   mean_kernel<<<1, 1024, 0, s>>>(n, row_loss, loss);

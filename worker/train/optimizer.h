@@ -47,6 +47,10 @@ class Optimizer {
   // range i's update is enqueued (the trainer starts that bucket's all-gather there).
   void step(float lr, const std::function<void(size_t)>& after_range = nullptr);
   int64_t steps_taken() const { return taken_; }
+  // Under fp16 loss scaling the backend decides which steps apply and keeps the true count
+  // (Ops::set_loss_scale): this one then counts the steps asked for, and the trainer puts the
+  // backend's count here where it reads the backend's state (the run's steps less the skipped).
+  void mirror_steps_taken(int64_t n) { taken_ = n; }
   // A replayed captured step (Ops::replay_step) runs step()'s kernels without step(): the values
   // its optimizer reads for learning rate `lr`, and the count it then advances.
   StepValues next_values(float lr) const { return {lr, taken_ + 1}; }

@@ -8,6 +8,7 @@
 #include <iostream>
 #include <utility>
 
+#include "worker/train/precision.h"
 #include "worker/train/recipes.h"
 
 namespace worker {
@@ -30,7 +31,8 @@ const Choices<LrScheduleKind> kSchedules = {
 const Choices<Recompute> kRecompute = {{"none", Recompute::None}, {"bn", Recompute::Bn}, {"block", Recompute::Block}};
 const Choices<CudaGraph> kCudaGraph = {{"auto", CudaGraph::Auto}, {"on", CudaGraph::On}, {"off", CudaGraph::Off}};
 const Choices<CommKind> kComm = {{"auto", CommKind::Auto}, {"nccl", CommKind::Nccl}, {"ring", CommKind::Ring}};
-const Choices<Precision> kPrecisions = {{"fp32", Precision::Fp32}, {"bf16", Precision::Bf16}, {"fp16", Precision::Fp16}};
+const Choices<Precision> kPrecisions = {
+    {"auto", Precision::Auto}, {"fp32", Precision::Fp32}, {"bf16", Precision::Bf16}, {"fp16", Precision::Fp16}};
 const Choices<Loader> kLoaders = {{"auto", Loader::Auto}, {"cpu", Loader::Cpu}, {"gpu", Loader::Gpu}};
 const Choices<Augment> kAugments = {
     {"standard", Augment::Standard}, {"none", Augment::None}, {"pad-crop", Augment::PadCrop}};
@@ -238,7 +240,8 @@ CLI::App& describe(CLI::App& app, TrainOptions& o) {
   add_choice(app, "--device", o.device, kDevices,
              "auto, cpu or gpu (auto: gpu when FLAGS_selected_gpus is set and the GPU backend is built)");
   add_choice(app, "--precision", o.precision, kPrecisions,
-             "fp32, bf16 or fp16 (default: bf16 on GPU, fp32 on CPU; CPU: fp32 only)");
+             "auto, fp32, bf16 or fp16 (auto: bf16 on GPU unless the backend runs fp16 faster for this model, "
+             "fp32 on CPU; CPU: fp32 only)");
   app.add_option("--threads", o.threads, "CPU threads (0: OMP_NUM_THREADS, else all cores)")->capture_default_str();
 
   // --- data (issue 4: synthetic; issue 11 adds images)
@@ -369,7 +372,7 @@ bool TrainOptions::given_or_recipe(const std::string& option) const {
   return false;
 }
 
-const char* to_string(Precision p) { return p == Precision::Default ? "default" : name_of(kPrecisions, p); }
+const char* to_string(Precision p) { return name_of(kPrecisions, p); }
 
 std::optional<TrainOptions> parse_options(const std::vector<std::string>& args) { return parse_impl(args); }
 
@@ -400,7 +403,7 @@ void validate(const TrainOptions& o) {
   require(o.resume != "auto" || !o.save.empty(), "--resume auto needs --save PATH (the checkpoint it resumes from)");
   require(o.init.empty() || o.resume.empty(), "--init and --resume exclude each other (--resume restores the weights too)");
   require(o.log_every >= 1, "--log-every must be positive, got " + std::to_string(o.log_every));
-  require(o.device != DeviceChoice::Cpu || o.precision == Precision::Default || o.precision == Precision::Fp32,
+  require(o.device != DeviceChoice::Cpu || o.precision == Precision::Auto || o.precision == Precision::Fp32,
           std::string("--precision ") + to_string(o.precision) +
               " needs a GPU: the CPU backend computes in fp32 only (use --precision fp32)");
   require(o.threads >= 0 && o.threads <= 1024, "--threads must be between 0 and 1024");
@@ -443,19 +446,6 @@ void validate(const TrainOptions& o) {
           "--bucket-mb must be between 0.001 and 65536 (MiB)");
 }
 
-DType resolve_precision(const TrainOptions& o, bool gpu) {
-  switch (o.precision) {
-    case Precision::Default: return gpu ? DType::BF16 : DType::F32;
-    case Precision::Fp32: return DType::F32;
-    case Precision::Bf16:
-    case Precision::Fp16:
-      if (!gpu) {
-        throw UsageError(std::string("--precision ") + to_string(o.precision) +
-                         " needs a GPU: this run uses the CPU backend, which computes in fp32 only (use --precision fp32)");
-      }
-      return o.precision == Precision::Bf16 ? DType::BF16 : DType::F16;
-  }
-  return DType::F32;
-}
+DType resolve_precision(const TrainOptions& o, bool gpu) { return choose_precision(o.precision, gpu, {}).dtype; }
 
 }  // namespace worker

@@ -27,7 +27,8 @@ class UsageError : public std::runtime_error {
 enum class OptimizerKind : uint8_t { Adam, Sgd };
 enum class DataSourceKind : uint8_t { Random, Learnable, Images };  // synthetic (worker/core/synthetic.h), or images
 enum class DeviceChoice : uint8_t { Auto, Cpu, Gpu };
-enum class Precision : uint8_t { Default, Fp32, Bf16, Fp16 };  // Default: bf16 on GPU, fp32 on CPU
+// Auto (the default): bf16 or fp16 on a GPU as worker/train/precision.h chooses, fp32 on the CPU.
+enum class Precision : uint8_t { Auto, Fp32, Bf16, Fp16 };
 // --cuda-graph: the training step captured once and replayed (worker/train/step_capture.h).
 enum class CudaGraph : uint8_t { Auto, On, Off };
 enum class CommKind : uint8_t { Auto, Nccl, Ring };  // Auto: NCCL on GPUs, the TCP ring on CPUs
@@ -67,7 +68,7 @@ struct TrainOptions {
   std::string metrics_file;
   int log_every = 10;
   DeviceChoice device = DeviceChoice::Auto;
-  Precision precision = Precision::Default;
+  Precision precision = Precision::Auto;
   int threads = 0;           // CPU threads; 0: OMP_NUM_THREADS, else all cores
 
   // --- data (issue 4: synthetic; issue 11 adds images)
@@ -129,7 +130,8 @@ std::optional<TrainOptions> parse_options(const std::vector<std::string>& args);
 // Throws UsageError naming the offending option and what would be valid.
 void validate(const TrainOptions& o);
 
-// The compute dtype actually used on the CPU or the GPU: the default, or a UsageError.
+// The compute dtype actually used on the CPU or the GPU, for a GPU backend that reports no facts
+// of its own (choose_precision, worker/train/precision.h); a UsageError for bf16/fp16 on the CPU.
 DType resolve_precision(const TrainOptions& o, bool gpu);
 
 }  // namespace worker

@@ -72,7 +72,7 @@ class ParamSharding {
   // soon as its block is updated (overlapping the later buckets' updates). Every rank then holds
   // the whole new weights, and the backend's copies of them are refreshed.
   void update(Optimizer& optimizer, float lr);
-  void discard_grads();   // fp16: a skipped step's gradients are spent without an update
+  void discard_grads();   // a step's gradients spent without an update
   void weights_loaded();  // Model::init or set_state put the whole weights in place
 
   // --- The whole weights and state, for the ranks and for checkpoints
@@ -87,6 +87,10 @@ class ParamSharding {
   std::map<std::string, std::vector<float>> whole_optimizer_state(const Optimizer& optimizer);
   // An inf or NaN in any rank's reduced gradients, one verdict on every rank (fp16 loss scaling).
   bool grads_finite_everywhere();
+  // Whether the ranks' own verdicts on their gradients can differ, so that they must be combined
+  // (grads_finite_everywhere): under ZeRO over several ranks. Elsewhere every rank holds the same
+  // all-reduced gradients, and the backend's own verdict is everyone's.
+  bool verdicts_differ() const { return zero() && comm_.size() > 1; }
 
  private:
   // What the gradient buffer holds.

@@ -20,6 +20,7 @@
 #include "worker/train/checkpoint.h"
 #include "worker/train/env.h"
 #include "worker/train/options.h"
+#include "worker/train/precision.h"
 #include "worker/train/settle.h"
 #include "worker/train/torchrun_store.h"
 #include "worker/train/trainer.h"
@@ -84,12 +85,16 @@ Device choose_device(const TrainOptions& o, const WorkerEnv& env) {
   return d;
 }
 
-std::unique_ptr<Ops> make_backend(const TrainOptions& opt, const Device& dev) {
-  const DType precision = resolve_precision(opt, dev.gpu);  // throws on CPU + bf16/fp16
+// The backend, in the precision --precision resolves to (auto: rank 0 says what it picked and why).
+std::unique_ptr<Ops> make_backend(const TrainOptions& opt, const Device& dev, bool lead) {
+  BackendFacts facts;
 #ifdef WORKER_HAVE_GPU
-  if (dev.gpu) return make_gpu_ops(dev.ordinal, precision);
-#else
-  (void)precision;
+  if (dev.gpu) facts = gpu_backend_facts(dev.ordinal);
+#endif
+  const PrecisionChoice precision = choose_precision(opt.precision, dev.gpu, facts);  // throws on CPU + bf16/fp16
+  if (lead && !precision.why.empty()) std::cout << describe_precision(precision) << std::endl;
+#ifdef WORKER_HAVE_GPU
+  if (dev.gpu) return make_gpu_ops(dev.ordinal, precision.dtype);
 #endif
   return make_cpu_ops(opt.threads);
 }
@@ -177,7 +182,7 @@ int run(TrainOptions opt, const WorkerEnv& env) {
     requests.stop = &g_stop_signal;
   }
   const Device dev = choose_device(opt, env);
-  std::unique_ptr<Ops> ops = make_backend(opt, dev);
+  std::unique_ptr<Ops> ops = make_backend(opt, dev, env.rank == 0);
   std::optional<TorchrunStore> master;  // declared first: it outlives the client and the comm
   std::optional<proto::Client> store;
   std::unique_ptr<Comm> comm;

@@ -9,8 +9,6 @@ std::string obstacle(const CaptureFacts& f) {
   if (!f.backend_unsupported.empty()) return f.backend_unsupported;
   if (f.world > 1)
     return std::to_string(f.world) + " ranks: the all-reduce inside a captured step is not validated on several GPUs yet";
-  if (f.loss_scaling)
-    return "fp16 loss scaling decides on the host, between backward and the optimizer, whether a step applies";
   if (f.accum_steps > 1)
     return "--accum-steps " + std::to_string(f.accum_steps) + ": each micro-batch's data arrives between backward passes";
   return "";
@@ -31,14 +29,15 @@ bool capture_due(int64_t steps_run, bool backend_tuning) {
   return steps_run >= kMaxWarmupSteps || (steps_run >= kMinWarmupSteps && !backend_tuning);
 }
 
-std::string describe_capture(CudaGraph mode, const CapturePlan& plan) {
+std::string describe_capture(CudaGraph mode, const CapturePlan& plan, bool loss_scaling) {
   const std::string opt = std::string("--cuda-graph ") + to_string(mode);
   if (!plan.capture)
-    return "Step: uncaptured (" +
-           (mode == CudaGraph::Off ? opt : opt + ": " + plan.why) + ")";
+    return "Step: uncaptured (" + (mode == CudaGraph::Off ? opt : opt + ": " + plan.why) + ")" +
+           (loss_scaling ? "; fp16 loss scaling decided on the device" : "");
   return "Step: one CUDA graph (" + opt + "): forward, backward and optimizer captured after " +
          std::to_string(kMinWarmupSteps) + " to " + std::to_string(kMaxWarmupSteps) +
-         " warm-up steps and replayed; the batch is filled before each replay, the loss read after it";
+         " warm-up steps and replayed; the batch is filled before each replay, the loss read after it" +
+         (loss_scaling ? "; fp16 loss scaling decided on the device, inside the graph" : "");
 }
 
 }  // namespace worker

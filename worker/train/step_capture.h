@@ -8,9 +8,9 @@
 //   - several ranks: the gradient all-reduce would sit inside the graph, with the reducer's
 //     communication stream, its events and NCCL's watchdog thread querying them; that is not
 //     validated on several GPUs yet;
-//   - fp16: dynamic loss scaling reads grads_finite() on the host between backward and the
-//     optimizer, and its scale is a kernel argument that changes;
 //   - --accum-steps > 1: each micro-batch's data arrives between the backward passes.
+// fp16 is captured like bf16: dynamic loss scaling decides on the device (Ops::set_loss_scale),
+// its scale, verdict and the optimizer's step count in device memory that the graph's kernels read.
 #pragma once
 
 #include <cstdint>
@@ -23,7 +23,6 @@ namespace worker {
 struct CaptureFacts {
   std::string backend_unsupported;  // Ops::step_capture_unsupported(): empty when the backend can
   int world = 1;
-  bool loss_scaling = false;        // fp16
   int accum_steps = 1;
 };
 
@@ -43,7 +42,8 @@ constexpr int64_t kMinWarmupSteps = 2;
 constexpr int64_t kMaxWarmupSteps = 40;
 bool capture_due(int64_t steps_run, bool backend_tuning);
 
-// The start-up log line, e.g. "Step: one CUDA graph after warm-up (--cuda-graph auto): ...".
-std::string describe_capture(CudaGraph mode, const CapturePlan& plan);
+// The start-up log line, e.g. "Step: one CUDA graph after warm-up (--cuda-graph auto): ...";
+// loss_scaling (fp16): it says where the loss scale is decided.
+std::string describe_capture(CudaGraph mode, const CapturePlan& plan, bool loss_scaling = false);
 
 }  // namespace worker

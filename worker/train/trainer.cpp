@@ -85,12 +85,10 @@ size_t bucket_floats(const TrainOptions& opt) {
 // --- Set-up: data, sampler, model, optimizer (nothing is allocated in the loop)
 
 TrainingSession::TrainingSession(const TrainOptions& opt, const DataEnv& data_env, Ops& ops, Comm& comm,
-                                 std::ostream& out, const Requests& requests)
+                                 std::ostream& out, const Requests& requests, const TestHooks& hooks)
     : opt_(opt), ops_(ops), comm_(comm), out_(out), requests_(requests, comm), rank_(comm.rank()),
       world_(comm.size()), lead_(rank_ == 0),
-      // fp16 is the dtype with loss scaling (scaler_.enabled below).
-      capture_(plan_step_capture(opt.cuda_graph, {ops.step_capture_unsupported(), world_,
-                                                  ops.compute_dtype() == DType::F16, opt.accum_steps})),
+      capture_(plan_step_capture(opt.cuda_graph, {ops.step_capture_unsupported(), world_, opt.accum_steps})),
       train_data_(train_source(opt, data_env, ops)),
       val_data_(make_batch_source(opt, data_env, Split::Val, ops)),
       sampler_(sampler_config(opt, *train_data_, world_)), steps_per_epoch_(checked_steps_per_epoch(sampler_, opt, world_, train_data_->info().size)),
@@ -111,8 +109,11 @@ TrainingSession::TrainingSession(const TrainOptions& opt, const DataEnv& data_en
   test_step_delay_ = process_knobs().test_step_delay;
   total_steps_ = int64_t(opt.epochs) * steps_per_epoch_;
   if (opt.max_steps > 0) total_steps_ = std::min(total_steps_, opt.max_steps);
-  // fp16 needs loss scaling (GradScaler's semantics); bf16 and fp32 do not.
+  // fp16 needs loss scaling (GradScaler's semantics); bf16 and fp32 do not. The backend keeps its
+  // state from resume() on.
   scaler_.enabled = ops.compute_dtype() == DType::F16;
+  if (hooks.loss_scale > 0.0f) scaler_.scale = hooks.loss_scale;
+  if (hooks.loss_scale_growth_interval > 0) scaler_.growth_interval = hooks.loss_scale_growth_interval;
   sharding_.bind_backend();  // after the optimizer's state: the backend's memory is carved in this order
   // Gradient all-reduce during backward only where the communicator overlaps with compute.
   overlap_ = world_ > 1 && comm.overlaps_compute();
@@ -193,8 +194,8 @@ TrainResult TrainingSession::stop(int signal) {
 }
 
 TrainResult train(const TrainOptions& opt, const DataEnv& data_env, Ops& ops, Comm& comm, std::ostream& out,
-                  const Requests& requests) {
-  TrainingSession session(opt, data_env, ops, comm, out, requests);
+                  const Requests& requests, const TestHooks& hooks) {
+  TrainingSession session(opt, data_env, ops, comm, out, requests, hooks);
   return session.run();
 }
 

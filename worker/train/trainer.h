@@ -45,10 +45,16 @@ struct TrainResult {
   int stop_signal = 0;         // the signal that stopped training early (after saving), else 0
 };
 
+// What tests set of a run that no option reaches (tests/worker/gpu/test_train_graph.cpp).
+struct TestHooks {
+  float loss_scale = 0.0f;                 // fp16: the first loss scale (0: GradScaler's 2^16)
+  int64_t loss_scale_growth_interval = 0;  // fp16: clean steps before the scale grows (0: GradScaler's 2000)
+};
+
 // Trains as the options say, on the data `data_env` places; rank 0 writes the log to `out`.
 // Throws on any failure (checkpoint, communication, backend).
 TrainResult train(const TrainOptions& opt, const DataEnv& data_env, Ops& ops, Comm& comm, std::ostream& out,
-                  const Requests& requests = {});
+                  const Requests& requests = {}, const TestHooks& hooks = {});
 
 // Where a run stands in its data: the epoch and the step within it that comes next, counted from
 // the sample where this run's layout began in that epoch (0 unless it resumed at another global
@@ -69,7 +75,7 @@ struct StepStats {
 class TrainingSession {
  public:
   TrainingSession(const TrainOptions& opt, const DataEnv& data_env, Ops& ops, Comm& comm, std::ostream& out,
-                  const Requests& requests);
+                  const Requests& requests, const TestHooks& hooks = {});
   TrainResult run();
 
  private:
@@ -87,6 +93,8 @@ class TrainingSession {
   double run_time() const;                   // the metrics' `time`: seconds of this run (and those it resumes)
   StepStats step(bool want_loss);            // one optimizer step at the current position
   StepStats replayed_step(bool want_loss);   // the same as one captured graph (captured on its first call)
+  void update(float lr);                     // the gradients averaged, unscaled (fp16), the optimizer's update
+  void mirror_loss_scale();                  // fp16: the backend's loss scale state read into scaler_
   void count_step(const StepStats& s);       // step counters and the throughput window
   EvalCounts evaluate();                     // the whole validation split, summed over ranks
   void validate(int64_t epoch);              // evaluate, log, record, keep the best

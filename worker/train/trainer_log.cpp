@@ -49,6 +49,7 @@ void TrainingSession::log(const Position& at, const StepStats& s) {
   for (double l : all) mean += l;
   mean /= world_;
   ops_.synchronize();
+  mirror_loss_scale();
   const auto now = Clock::now();
   const double dt = std::chrono::duration<double>(now - t_window_).count();
   const double ips = window_steps_ > 0 && dt > 0 ? double(window_steps_ * global_batch_) / dt : 0.0;

@@ -27,6 +27,7 @@ std::vector<T> gathered(Comm& comm, const T& mine) {
 
 void TrainingSession::report() {
   ops_.synchronize();
+  mirror_loss_scale();
   if (result_.steps > 1) {
     const double dt = seconds_since(t_first_) - eval_seconds_;
     result_.images_per_s = dt > 0 ? double((result_.steps - 1) * global_batch_) / dt : 0.0;

@@ -21,6 +21,7 @@ void TrainingSession::save(const Position& next) {
       saved_.start == next.start && saved_.best_top1 == state_.best_top1) {
     return;
   }
+  mirror_loss_scale();  // (a checkpoint synchronizes anyway: it reads the state back)
   std::map<std::string, std::vector<float>> optimizer_state = sharding_.whole_optimizer_state(optimizer_);
   const ModelState ms = sharding_.lead_model_state();  // after the optimizer's: both gather in the gradient buffer
   lead_writes([&] {

@@ -53,6 +53,8 @@ void TrainingSession::resume() {
     if (opt_.max_steps > 0) total_steps_ = std::min(total_steps_, opt_.max_steps);
   }
   sharding_.weights_loaded();
+  // fp16: the backend decides every step from here on, from this state (a fresh one, or the checkpoint's).
+  if (scaler_.enabled) ops_.set_loss_scale(scaler_.rules(), scaler_.state(), optimizer_.steps_taken());
   check_same_run();  // the first collective: before it, nothing another rank does depends on this one
   // Every rank starts from rank 0's weights and buffers (as DDP does at construction).
   if (world_ > 1) {
@@ -157,7 +159,7 @@ void TrainingSession::announce() {
     }
     out_ << std::endl;
   }
-  out_ << describe_capture(opt_.cuda_graph, capture_) << std::endl;
+  out_ << describe_capture(opt_.cuda_graph, capture_, scaler_.enabled) << std::endl;
 }
 
 // The Recipe: line: the recipe's whole set of options, those the command line changed, and what

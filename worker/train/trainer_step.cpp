@@ -24,7 +24,7 @@ StepStats TrainingSession::step(bool want_loss) {
       reducer_.begin();
       model_.on_grads_ready = [this](size_t gb, size_t ge) { reducer_.ready(gb, ge); };
     }
-    model_.forward_backward(scaler_.multiplier() / float(opt_.accum_steps));
+    model_.forward_backward(1.0f / float(opt_.accum_steps));  // fp16: the backend multiplies by its loss scale
     model_.on_grads_ready = nullptr;
     if (want_loss) loss_sum += model_.last_loss();
   }
@@ -36,20 +36,39 @@ StepStats TrainingSession::step(bool want_loss) {
     }
     reducer_.finish();
   }
-  // Average over ranks and undo the loss scale in one pass.
-  if (world_ > 1 || scaler_.enabled) ops_.scale_grads(1.0f / (float(world_) * scaler_.multiplier()));
   s.lr = schedule_.lr(schedule_step());
-  if (scaler_.update(!scaler_.enabled || sharding_.grads_finite_everywhere()))
-    sharding_.update(optimizer_, float(s.lr));
-  else
-    sharding_.discard_grads();
+  update(float(s.lr));
   count_step(s);
   return s;
 }
 
+// The reduced gradients averaged over ranks and the update. fp16: the loss scale is undone in the
+// same pass, and the backend decides whether the update applies (Ops::set_loss_scale): no host
+// read, except that ranks under ZeRO, whose verdicts can differ, combine theirs.
+void TrainingSession::update(float lr) {
+  if (scaler_.enabled) {
+    ops_.unscale_grads(float(world_));
+    if (sharding_.verdicts_differ()) ops_.set_grads_verdict(sharding_.grads_finite_everywhere());
+    ops_.update_loss_scale();
+  } else if (world_ > 1) {
+    ops_.scale_grads(1.0f / float(world_));
+  }
+  sharding_.update(optimizer_, lr);  // a step the backend skips leaves the weights and the state as they were
+}
+
+// The host's copies of what the backend decides on its own: fp16 loss scaling's state, and the
+// optimizer's step count, which lags the run's by the skipped steps. Where the host needs them
+// (log, records, checkpoints, the report), after the work so far (a synchronization).
+void TrainingSession::mirror_loss_scale() {
+  if (!scaler_.enabled) return;
+  scaler_.mirror(ops_.loss_scale());
+  optimizer_.mirror_steps_taken(state_.step - scaler_.skipped);
+}
+
 // One step as a captured graph (step_capture.h says when): the batch is filled before the replay
 // (its sample indices change), the loss read after it; the graph holds the rest of step() for
-// one rank, one micro-batch and no loss scaling, and its optimizer reads lr from device memory.
+// one rank and one micro-batch (fp16 loss scaling included: it decides on the device), and its
+// optimizer reads lr from device memory.
 StepStats TrainingSession::replayed_step(bool want_loss) {
   StepStats s;
   train_data_->next(model_.input(), model_.labels(), &s.data_wait_ms);
@@ -63,7 +82,7 @@ StepStats TrainingSession::replayed_step(bool want_loss) {
     ops_.capture_step([&] {  // runs this step once, as the replays will
       sharding_.zero_grads();
       model_.forward_backward(1.0f);
-      sharding_.update(optimizer_, float(s.lr));
+      update(float(s.lr));
     });
     captured_ = true;
     if (lead_) {

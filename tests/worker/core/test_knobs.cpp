@@ -25,6 +25,7 @@ void check_defaults(const Knobs& k) {
   CHECK(k.fp16_fused == FusedStats::Timed);
   CHECK(k.nccl_init_timeout_s == 300);
   CHECK(k.nvjpeg_backend == NvjpegBackend::Hardware);
+  CHECK(k.nvjpeg_cpu_share < 0);  // auto
   CHECK_FALSE(k.mem_report);
   CHECK(k.test_save_delay.count() == 0);
   CHECK(k.test_step_delay.count() == 0);
@@ -50,6 +51,7 @@ TEST_CASE("knobs: every knob set to its other value", "[knobs]") {
       {"WORKER_FP16_FUSED", "0"},
       {"WORKER_NCCL_INIT_TIMEOUT_S", "2.5"},
       {"WORKER_NVJPEG_BACKEND", "hybrid"},
+      {"WORKER_NVJPEG_CPU_SHARE", "0.25"},
       {"WORKER_MEM_REPORT", "1"},
       {"WORKER_TEST_SAVE_DELAY_MS", "1500"},
       {"WORKER_TEST_STEP_DELAY_MS", "20"},
@@ -66,6 +68,7 @@ TEST_CASE("knobs: every knob set to its other value", "[knobs]") {
   CHECK(read_knobs({{"WORKER_FP16_FUSED", "1"}}).fp16_fused == FusedStats::Always);
   CHECK(k.nccl_init_timeout_s == 2.5);
   CHECK(k.nvjpeg_backend == NvjpegBackend::Hybrid);
+  CHECK(k.nvjpeg_cpu_share == 0.25);
   CHECK(k.mem_report);
   CHECK(k.test_save_delay.count() == 1500);
   CHECK(k.test_step_delay.count() == 20);
@@ -87,6 +90,7 @@ TEST_CASE("knobs: the default values spelled out, and empty values, read as the 
         {"WORKER_FP16_FUSED", v("auto")},
         {"WORKER_NCCL_INIT_TIMEOUT_S", v("300")},
         {"WORKER_NVJPEG_BACKEND", v("hardware")},
+        {"WORKER_NVJPEG_CPU_SHARE", v("auto")},
         {"WORKER_MEM_REPORT", v("0")},
         {"WORKER_TEST_SAVE_DELAY_MS", v("0")},
         {"WORKER_TEST_STEP_DELAY_MS", v("0")},
@@ -110,6 +114,10 @@ TEST_CASE("knobs: a bad value names the variable, the value and what it takes", 
       {"WORKER_CONV_ENGINES", "graph", "is not one of: auto, legacy"},
       {"WORKER_FP16_FUSED", "on", "is not one of: auto, 0, 1"},
       {"WORKER_NVJPEG_BACKEND", "cpu", "is not one of: hardware, hybrid"},
+      {"WORKER_NVJPEG_CPU_SHARE", "1.5", "is not auto or a share between 0 and 1"},
+      {"WORKER_NVJPEG_CPU_SHARE", "-0.1", "is not auto or a share between 0 and 1"},
+      {"WORKER_NVJPEG_CPU_SHARE", "25%", "is not auto or a share between 0 and 1"},
+      {"WORKER_NVJPEG_CPU_SHARE", "nan", "is not auto or a share between 0 and 1"},
       {"WORKER_CUDNN_WORKSPACE_MB", "12abc", "is not a positive number of MiB; unset it or give e.g. 512"},
       {"WORKER_CUDNN_WORKSPACE_MB", "0", "is not a positive number of MiB"},
       {"WORKER_CUDNN_WORKSPACE_MB", "-5", "is not a positive number of MiB"},

@@ -1,5 +1,5 @@
-// Optimizers (torch.optim semantics, against the formulas in double), gradient helpers, and
-// make_batch (the shared synthetic generator).
+// Optimizers (torch.optim semantics, against the formulas in double), gradient helpers, fp16 loss
+// scaling's host default (Ops::set_loss_scale), and make_batch (the shared synthetic generator).
 #include <catch2/catch.hpp>
 
 #include <cmath>
@@ -8,6 +8,7 @@
 #include "worker/core/backend.h"
 #include "worker/core/synthetic.h"
 #include "worker/cpu/cpu_ops.h"
+#include "tests/worker/loss_scale_scenario.h"
 
 using namespace worker;
 
@@ -102,6 +103,28 @@ TEST_CASE("cpu scale_grads and grads_finite", "[cpu][optim]") {
   CHECK_FALSE(b.ops.grads_finite());
   b.g[3] = std::nanf("");
   CHECK_FALSE(b.ops.grads_finite());
+}
+
+TEST_CASE("cpu loss scaling (Ops' host default): skipped steps touch nothing, the optimizer counts applied steps",
+          "[cpu][optim][fp16]") {
+  for (const bool adam : {false, true}) {
+    INFO((adam ? "adam" : "sgd"));
+    cpu::CpuOps ops(2);
+    testing::run_loss_scale_scenario(ops, adam);
+  }
+}
+
+TEST_CASE("cpu loss scaling: softmax_xent's gradient carries the scale, the loss does not", "[cpu][optim][fp16]") {
+  cpu::CpuOps ops(1);
+  const std::vector<float> logits{0.5f, -1.0f, 2.0f, 0.25f, 0.0f, -0.5f};
+  const std::vector<int32_t> labels{2, 0};
+  float loss_plain = 0, loss_scaled = 0;
+  std::vector<float> plain(6), scaled(6);
+  ops.softmax_xent(2, 3, logits.data(), labels.data(), 0.5f, 0.1f, &loss_plain, plain.data());
+  ops.set_loss_scale({}, {4096.0f, 0, 0}, 0);
+  ops.softmax_xent(2, 3, logits.data(), labels.data(), 0.5f, 0.1f, &loss_scaled, scaled.data());
+  CHECK(loss_scaled == loss_plain);
+  for (size_t i = 0; i < 6; ++i) CHECK(scaled[i] == plain[i] * 4096.0f);  // a power of two: exact
 }
 
 TEST_CASE("cpu make_batch: the shared generator, per sample index", "[cpu][data]") {

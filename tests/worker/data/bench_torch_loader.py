@@ -78,7 +78,7 @@ def dataloader(a):
 
 def nvjpeg(a):
     import torch.nn.functional as F
-    from torchvision.io import decode_jpeg, read_file
+    from torchvision.io import ImageReadMode, decode_jpeg, read_file
     files = [os.path.join(dp, f) for dp, _, fs in os.walk(os.path.join(a.data, "train")) for f in fs]
     files.sort()
     mean = torch.tensor([0.485, 0.456, 0.406], device="cuda").view(1, 3, 1, 1) * 255
@@ -89,7 +89,7 @@ def nvjpeg(a):
         nonlocal pos
         batch = [read_file(files[(pos + i) % len(files)]) for i in range(a.batch)]
         pos += a.batch
-        imgs = decode_jpeg(batch, device="cuda")
+        imgs = decode_jpeg(batch, mode=ImageReadMode.RGB, device="cuda")  # grayscale photos too
         out = []
         for im in imgs:  # a fixed central crop of 80 % area: the resize is what costs
             _, h, w = im.shape

@@ -6,6 +6,9 @@
                                       # palette, RGBA), and three bad files in train/c3
   make_dataset.py OUT --imagenet N    # benchmark: N JPEGs of ImageNet-like size (~500x375, quality
                                       # 90, ~100 KB) in OUT/train/c00..c09 and a few in OUT/val
+  make_dataset.py OUT --imagenet N --photos DIR
+                                      # the same layout from real photos: the JPEGs of DIR copied
+                                      # round-robin until there are N files (byte for byte)
 Prints one JSON line describing what it wrote (the bad files' relative paths among it).
 """
 import argparse
@@ -93,14 +96,35 @@ def imagenet(out, n, seed):
     return {"root": out, "images": n, "mean_bytes": total // max(n, 1)}
 
 
+def photos(out, n, src):
+    """N files laid out as imagenet() lays them out, copied round-robin from the JPEGs of src."""
+    files = sorted(f for f in os.listdir(src) if f.lower().endswith((".jpg", ".jpeg")))
+    if not files:
+        raise SystemExit(f"make_dataset.py: --photos {src}: no .jpg/.jpeg files there")
+    blobs = [open(os.path.join(src, f), "rb").read() for f in files]
+    total = 0
+    for i in range(n):
+        data = blobs[i % len(blobs)]
+        total += len(data)
+        split = "val" if (i // 10) % 50 == 49 else "train"
+        write(os.path.join(out, split, f"c{i % 10:02d}", f"img{i:06d}.jpg"), data)
+    return {"root": out, "images": n, "distinct_photos": len(blobs), "mean_bytes": total // max(n, 1)}
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("out")
     ap.add_argument("--imagenet", type=int, default=0)
+    ap.add_argument("--photos", metavar="DIR", help="with --imagenet: copy real JPEGs from DIR instead of drawing them")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--info", action="store_true", help="also write OUT/info.json (the tests' shared copy)")
     a = ap.parse_args()
-    info = imagenet(a.out, a.imagenet, a.seed) if a.imagenet else small(a.out, a.seed)
+    if a.photos and not a.imagenet:
+        ap.error("--photos needs --imagenet N (how many files to write)")
+    if a.photos:
+        info = photos(a.out, a.imagenet, a.photos)
+    else:
+        info = imagenet(a.out, a.imagenet, a.seed) if a.imagenet else small(a.out, a.seed)
     if a.info:
         with open(os.path.join(a.out, "info.json"), "w") as f:
             json.dump(info, f)

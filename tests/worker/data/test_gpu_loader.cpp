@@ -13,6 +13,9 @@
 //     average); a folder of 4:2:0 JPEGs (libjpeg's default) to the upsampling as well, which on
 //     these high-frequency colour patterns is ten times more. Each folder has a grayscale, a
 //     progressive, a PNG and a truncated JPEG (skipped and replaced alike).
+// The GPU loader's CPU share (its reader threads decode some positions of each batch as the CPU
+// loader does) is checked whole (every position: element by element against the CPU loader) and
+// half (the other half within the decoders' spread), in fp16 too.
 // The CPU loader feeding the GPU backend is checked too. Without a visible GPU: exit 77
 // (skipped). Run on the GPU machine.
 #include <cstdio>  // before jpeglib.h, which uses FILE
@@ -213,11 +216,18 @@ float bf16_to_float(uint16_t b) {
   return f;
 }
 
+float f16_to_float(uint16_t b) {
+  _Float16 h;
+  std::memcpy(&h, &b, 2);
+  return float(h);
+}
+
 // One pass of `batches` micro-batches through both back ends. Without `spread`, element by
 // element within rounding; with it, each sample's mean and largest difference in levels (beyond
 // bf16's rounding) within twice the decoders' spread.
+// `share`: the GPU loader's CPU share (0: nvJPEG decodes every JPEG it can).
 void compare(const std::string& root, Split split, DType dtype, Loader gpu_loader, const char* what,
-             const Spread* spread = nullptr, Augment augment = Augment::Standard) {
+             const Spread* spread = nullptr, Augment augment = Augment::Standard, double share = 0.0) {
   const int size = 56, batch = 16, batches = 4;
   DataSourceOptions o;
   o.images.data = root;
@@ -227,6 +237,7 @@ void compare(const std::string& root, Split split, DType dtype, Loader gpu_loade
   o.image_size = size;
   o.images.tf.dct_scaling = false;  // the GPU back end decodes at full size
   o.images.tf.augment = augment;
+  o.images.read.gpu_cpu_share = share;
   auto cpu_ops = make_cpu_ops(2);
   auto gpu_ops = make_gpu_ops(0, dtype);
   o.images.loader = Loader::Cpu;
@@ -266,12 +277,17 @@ void compare(const std::string& root, Split split, DType dtype, Loader gpu_loade
       double sum = 0, largest = 0;
       bool reported = false;
       for (size_t k = i; k < i + per_sample; ++k) {
-        const double g = dtype == DType::F32 ? reinterpret_cast<float*>(host.data())[k]
-                                             : bf16_to_float(reinterpret_cast<uint16_t*>(host.data())[k]);
+        const uint16_t half = reinterpret_cast<uint16_t*>(host.data())[k];
+        const double g = dtype == DType::F32    ? reinterpret_cast<float*>(host.data())[k]
+                         : dtype == DType::BF16 ? bf16_to_float(half)
+                                                : f16_to_float(half);
         // fp32: the two sides round differently (FMA, order): each of at most 2 x 27 taps + the
-        // weights rounds once, relative 2^-24 of 255 levels, / (255 std): < 1e-4. bf16: plus one
-        // rounding to 8 significant bits (half an ulp, 1 ulp at a tie the fp32 noise flips).
-        const double tol = 1e-4 + (dtype == DType::BF16 ? std::ldexp(std::fabs(ref[k]), -7) : 0.0);
+        // weights rounds once, relative 2^-24 of 255 levels, / (255 std): < 1e-4. bf16 / fp16:
+        // plus one rounding to 8 / 11 significant bits (half an ulp, 1 ulp at a tie the fp32
+        // noise flips).
+        const double tol = 1e-4 + (dtype == DType::BF16   ? std::ldexp(std::fabs(ref[k]), -7)
+                                   : dtype == DType::F16 ? std::ldexp(std::fabs(ref[k]), -10)
+                                                         : 0.0);
         const double d = std::fabs(g - ref[k]);
         if (!spread) {
           worst = std::max(worst, d / tol);
@@ -330,6 +346,8 @@ void check_auto_loader() {
          "32x32 JPEGs, 16 threads: the CPU loader, from the measured size");
   EXPECT(p16.find("GPU decode") != std::string::npos && p16.find("median 187500 px") != std::string::npos,
          "500x375 JPEGs, 16 threads: nvJPEG");
+  EXPECT(p16.find("which decode 25 % of each batch on the CPU") != std::string::npos,
+         "500x375 JPEGs, 16 threads: the reader threads take the modelled quarter of each batch");
   EXPECT(t1.find("GPU decode") != std::string::npos, "32x32 JPEGs, 1 thread: nvJPEG");
   std::system(("rm -rf " + tiny + " " + photos).c_str());
 }
@@ -363,6 +381,17 @@ int main() {
       compare(root, Split::Val, DType::F32, Loader::Gpu, (n + ", val fp32, GPU loader").c_str(), &spread);
     }
     compare(j420, Split::Train, DType::F32, Loader::Cpu, "train fp32, CPU loader into the GPU backend");
+    compare(j420, Split::Train, DType::F16, Loader::Cpu, "train fp16, CPU loader into the GPU backend");
+    // The CPU share: every position rendered by the reader threads is the CPU loader's image.
+    compare(j420, Split::Train, DType::BF16, Loader::Gpu, "4:2:0 JPEGs, train bf16, GPU loader, CPU share 1",
+            nullptr, Augment::Standard, 1.0);
+    compare(j420, Split::Val, DType::F16, Loader::Gpu, "4:2:0 JPEGs, val fp16, GPU loader, CPU share 1", nullptr,
+            Augment::Standard, 1.0);
+    {
+      const Spread spread = decoder_spread(j420);
+      compare(j420, Split::Train, DType::F16, Loader::Gpu, "4:2:0 JPEGs, train fp16, GPU loader, CPU share 0.5",
+              &spread, Augment::Standard, 0.5);
+    }
     check_auto_loader();
   } catch (const std::exception& e) {
     std::cout << "FAILED: " << e.what() << std::endl;

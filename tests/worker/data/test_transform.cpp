@@ -136,6 +136,14 @@ uint16_t bf16_reference(float f) {
   return uint16_t((u + 0x7fffu + ((u >> 16) & 1u)) >> 16);
 }
 
+// binary16 by the compiler's own conversion (GCC/Clang's _Float16: round to nearest even).
+uint16_t f16_reference(float f) {
+  const _Float16 h = static_cast<_Float16>(f);
+  uint16_t b;
+  std::memcpy(&b, &h, 2);
+  return b;
+}
+
 std::vector<uint8_t> render_reference(const RgbRegion& src, const Geometry& g, const SamplePlan& p,
                                       const TransformConfig& tf, DType dtype) {
   const int n = p.size, rows = g.region.y1 - g.region.y0;
@@ -166,7 +174,7 @@ std::vector<uint8_t> render_reference(const RgbRegion& src, const Geometry& g, c
         if (dtype == DType::F32) {
           std::memcpy(out.data() + at * 4, &v, 4);
         } else {
-          const uint16_t b = bf16_reference(v);
+          const uint16_t b = dtype == DType::BF16 ? bf16_reference(v) : f16_reference(v);
           std::memcpy(out.data() + at * 2, &b, 2);
         }
       }
@@ -197,7 +205,39 @@ RgbRegion noise_region(const Geometry& g, int width, int height, uint64_t seed) 
 
 }  // namespace
 
-TEST_CASE("render: bit-identical to the filter evaluated one value at a time (fp32 and bf16)") {
+TEST_CASE("store_f16: binary16 rounded to nearest even, as the compiler converts, for every kind of value") {
+  std::vector<float> in;
+  // Every 4,099th bit pattern (both signs, normals, subnormals, infinities, NaNs) ...
+  for (uint64_t u = 0; u < (uint64_t(1) << 32); u += 4099) {
+    const uint32_t b = uint32_t(u);
+    float f;
+    std::memcpy(&f, &b, 4);
+    in.push_back(f);
+  }
+  // ... and the edges: ties at each end of the ranges, the overflow threshold, the subnormal halves.
+  for (float f : {0.0f, -0.0f, 65504.0f, 65519.99f, 65520.0f, -65520.0f, 6.1035156e-05f, 6.1035152e-05f,
+                  5.9604645e-08f, 2.9802322e-08f, 2.9802326e-08f, 8.940697e-08f, 1.0f + 1.0f / 2048, 1.0f + 3.0f / 2048,
+                  2.75f, -2.1179f, 1e-20f, 1e20f})
+    in.push_back(f);
+  for (size_t len : {in.size(), size_t(1), size_t(3), size_t(7), size_t(13)}) {  // the 8-wide body and the tail
+    std::vector<uint16_t> got(len + 1, 0xABCD);
+    store_f16(in.data(), len, got.data());
+    size_t bad = 0, first = len;
+    for (size_t i = 0; i < len; ++i) {
+      const uint16_t want = f16_reference(in[i]);
+      const bool nan = (want & 0x7c00u) == 0x7c00u && (want & 0x3ffu);
+      const bool same = nan ? ((got[i] & 0x7c00u) == 0x7c00u && (got[i] & 0x3ffu) && (got[i] & 0x8000u) == (want & 0x8000u))
+                            : got[i] == want;
+      if (!same && bad++ == 0) first = i;
+    }
+    INFO(len << " values: " << bad << " differ, the first at " << first
+              << (first < len ? " (" + std::to_string(in[first]) + ")" : std::string()));
+    CHECK(bad == 0);
+    CHECK(got[len] == 0xABCD);  // nothing written past the end
+  }
+}
+
+TEST_CASE("render: bit-identical to the filter evaluated one value at a time (fp32, bf16, fp16)") {
   RenderScratch scratch;  // one for every case, as a loader thread keeps it: a stale buffer must not leak in
   int cases = 0, flipped = 0, scaled = 0, padded = 0;
   for (int64_t i = 0; i < 96; ++i) {
@@ -216,7 +256,7 @@ TEST_CASE("render: bit-identical to the filter evaluated one value at a time (fp
       const Geometry g = plan_geometry(p, ImageFormat::Jpeg, W, H, i % 4 != 0);
       if (g.region.x1 <= g.region.x0 || g.region.y1 <= g.region.y0) continue;  // a window wholly outside
       const RgbRegion src = noise_region(g, W, H, uint64_t(i));
-      for (DType dt : {DType::F32, DType::BF16}) {
+      for (DType dt : {DType::F32, DType::BF16, DType::F16}) {
         const std::vector<uint8_t> want = render_reference(src, g, p, tf, dt);
         std::vector<uint8_t> got(want.size() + 8, 0xAB);  // + a guard: nothing written past the image
         render(src, g, p, tf, dt, got.data(), &scratch);

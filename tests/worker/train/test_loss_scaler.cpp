@@ -43,3 +43,38 @@ TEST_CASE("2000 clean steps in a row double the scale, as GradScaler", "[train][
   CHECK(s.update(true));
   CHECK(s.scale == 131072.0f);
 }
+
+TEST_CASE("a test's growth interval, and the mirror of a backend's state", "[train][fp16]") {
+  LossScaler s(3);
+  s.enabled = true;
+  CHECK(s.rules().interval == 3);
+  CHECK(s.rules().growth == LossScaler::kGrowth);
+  CHECK(s.rules().backoff == LossScaler::kBackoff);
+  for (int i = 0; i < 2; ++i) REQUIRE(s.update(true));
+  CHECK(s.scale == 65536.0f);
+  CHECK(s.update(true));
+  CHECK(s.scale == 131072.0f);
+  // What the backend reads back replaces the host's copy whole.
+  s.mirror({1024.0f, 1, 7});
+  CHECK(s.scale == 1024.0f);
+  CHECK(s.growth_tracker == 1);
+  CHECK(s.skipped == 7);
+  const worker::LossScaleState st = s.state();
+  CHECK((st.scale == 1024.0f && st.growth_tracker == 1 && st.skipped == 7));
+}
+
+TEST_CASE("the state machine the backends run is LossScaler's", "[train][fp16]") {
+  // advance_loss_scale (worker/core/loss_scale.h) is what the GPU's kernel and the host default
+  // run: the same verdicts give the same states as LossScaler::update.
+  LossScaler s(2);
+  s.enabled = true;
+  worker::LossScaleState raw = s.state();
+  const bool verdicts[] = {true, false, true, true, true, false, false, true, true};
+  for (bool v : verdicts) {
+    CHECK(worker::advance_loss_scale(raw, s.rules(), v) == s.update(v));
+    CHECK(raw.scale == s.scale);
+    CHECK(raw.growth_tracker == s.growth_tracker);
+    CHECK(raw.skipped == s.skipped);
+  }
+  CHECK(s.skipped == 3);
+}

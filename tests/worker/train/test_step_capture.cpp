@@ -12,7 +12,7 @@ using worker::UsageError;
 
 namespace {
 
-CaptureFacts gpu_one_rank() { return {"", 1, false, 1}; }
+CaptureFacts gpu_one_rank() { return {"", 1, 1}; }
 
 std::string refusal(const CaptureFacts& f) {
   try {
@@ -25,12 +25,20 @@ std::string refusal(const CaptureFacts& f) {
 
 }  // namespace
 
-TEST_CASE("auto captures one GPU rank's bf16/fp32 step of one micro-batch", "[train][graph]") {
+TEST_CASE("auto captures one GPU rank's step of one micro-batch, fp16's loss scaling included", "[train][graph]") {
   CHECK(plan_step_capture(CudaGraph::Auto, gpu_one_rank()).capture);
   CHECK(plan_step_capture(CudaGraph::On, gpu_one_rank()).capture);
   const auto off = plan_step_capture(CudaGraph::Off, gpu_one_rank());
   CHECK_FALSE(off.capture);
   CHECK(off.why == "--cuda-graph off");
+  // fp16 is no obstacle (its loss scaling decides on the device); the start-up line says so.
+  const auto on = plan_step_capture(CudaGraph::On, gpu_one_rank());
+  CHECK_THAT(worker::describe_capture(CudaGraph::On, on, true),
+             Catch::StartsWith("Step: one CUDA graph (--cuda-graph on)") &&
+                 Catch::Contains("fp16 loss scaling decided on the device, inside the graph"));
+  CHECK_THAT(worker::describe_capture(CudaGraph::On, on, false), !Catch::Contains("loss scaling"));
+  CHECK_THAT(worker::describe_capture(CudaGraph::Off, off, true),
+             Catch::Contains("uncaptured (--cuda-graph off)") && Catch::Contains("decided on the device"));
 }
 
 TEST_CASE("auto stays uncaptured, and says why, where a graph cannot hold the step", "[train][graph]") {
@@ -38,12 +46,10 @@ TEST_CASE("auto stays uncaptured, and says why, where a graph cannot hold the st
   cpu.backend_unsupported = "the CPU backend has no graphs";
   CaptureFacts ranks = gpu_one_rank();
   ranks.world = 2;
-  CaptureFacts fp16 = gpu_one_rank();
-  fp16.loss_scaling = true;
   CaptureFacts accum = gpu_one_rank();
   accum.accum_steps = 4;
   const std::pair<CaptureFacts, const char*> cases[] = {
-      {cpu, "the CPU backend has no graphs"}, {ranks, "2 ranks"}, {fp16, "fp16 loss scaling"}, {accum, "--accum-steps 4"}};
+      {cpu, "the CPU backend has no graphs"}, {ranks, "2 ranks"}, {accum, "--accum-steps 4"}};
   for (const auto& [facts, reason] : cases) {
     const auto plan = plan_step_capture(CudaGraph::Auto, facts);
     CHECK_FALSE(plan.capture);

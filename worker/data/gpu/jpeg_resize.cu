@@ -54,6 +54,7 @@ __global__ void resize_normalize(const ResizeJob* jobs, int size, Normalize norm
   const int pix = blockIdx.x * blockDim.x + threadIdx.x;
   if (pix >= size * size) return;
   const ResizeJob job = jobs[blockIdx.y];
+  if (!job.src) return;  // rendered on the CPU and copied into place
   const int j = pix / size, i = pix % size;
   const int bw = job.box_x1 - job.box_x0, bh = job.box_y1 - job.box_y0;
   const Taps tx = taps(job.win_x + i, bw, job.out_w);

@@ -16,7 +16,7 @@ namespace gpu {
 // One image of a batch: where its decoded pixels are and what to cut out of them (the fields
 // of worker::SamplePlan, in the decoded image's pixels).
 struct ResizeJob {
-  const uint8_t* src;  // RGB interleaved, row pitch `pitch` bytes
+  const uint8_t* src;  // RGB interleaved, row pitch `pitch` bytes; null: the image is in place already
   int pitch;
   int box_x0, box_y0, box_x1, box_y1;
   int out_w, out_h;

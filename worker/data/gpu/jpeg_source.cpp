@@ -3,18 +3,22 @@
 // Three stages, each ahead of the next:
 //   1. reader threads (worker/data/prefetcher.h): read the files of a micro-batch into host
 //      buffers, parse their headers, draw the crop and flip (the CPU path's plan_train /
-//      plan_eval), and decode on the CPU what nvJPEG cannot take;
+//      plan_eval), and decode on the CPU what nvJPEG cannot take; the positions of the batch's
+//      CPU share (loader_choice.h) they decode, crop, resize and normalise themselves, as the CPU
+//      loader does, into a pinned batch buffer;
 //   2. a GPU stage thread: nvjpegDecodeBatched (hardware JPEG engine, else GPU hybrid) of the
 //      batch's JPEGs into one device slab, the CPU-decoded images copied beside them, labels
 //      and the per-image plans copied from pinned buffers, all on the loader's own stream,
 //      then our resize kernel writes the batch in the compute dtype into one of two device
-//      batch buffers, and an event marks it ready;
+//      batch buffers (the CPU share's images copied into their places beside it), and an event
+//      marks it ready;
 //   3. next() on the training thread: the compute stream waits for that event and copies the
 //      batch into the model's input (device to device, ~25 us for bf16 b256 224px).
 // So the batch after the current one is being decoded while the current step computes.
 #include <cuda_runtime.h>
 #include <nvjpeg.h>
 
+#include <algorithm>
 #include <chrono>
 #include <condition_variable>
 #include <cstdlib>
@@ -32,7 +36,9 @@
 #include "worker/data/decode.h"
 #include "worker/data/gpu/gpu_image_source.h"
 #include "worker/data/gpu/jpeg_resize.h"
+#include "worker/data/loader_choice.h"
 #include "worker/data/prefetcher.h"
+#include "worker/data/transform.h"
 #include "worker/core/knobs.h"
 #include "worker/gpu/check.h"
 #include "worker/gpu/gpu_ops.h"
@@ -136,7 +142,8 @@ struct HostSample {
   std::vector<uint8_t> file;
   ImageHeader header;
   SamplePlan plan;
-  bool on_gpu = false;   // nvJPEG decodes it; else `rgb` holds the CPU decode
+  bool on_gpu = false;   // nvJPEG decodes it; else `rgb` holds the CPU decode (or, rendered, ...)
+  bool rendered = false; // ... the reader thread wrote the finished image into its slot's pinned buffer
   RgbRegion rgb;
   bool bad = false;
   std::string error;
@@ -183,6 +190,12 @@ class GpuImageSource final : public BatchSource {
     }
     host_.resize(size_t(cfg.read.prefetch));
     for (auto& h : host_) h.resize(size_t(cfg.batch));
+    cpu_share_ = std::max(0.0, std::min(1.0, cfg.read.gpu_cpu_share));
+    if (cpu_share_ > 0) {
+      rendered_.resize(host_.size());
+      for (auto& r : rendered_) r = pinned<uint8_t>(image_bytes_ * size_t(cfg.batch));
+      scratch_.resize(size_t(cfg.read.threads));
+    }
     streams_.resize(size_t(cfg.read.threads), nullptr);
     for (auto& s : streams_) NVJPEG_CHECK(nvjpegJpegStreamCreate(handle_, &s));
     pool_ = std::make_unique<Prefetcher>(cfg.read.threads, cfg.read.prefetch,
@@ -206,6 +219,7 @@ class GpuImageSource final : public BatchSource {
       cudaEventDestroy(d.consumed);
     }
     cudaFree(slab_);
+    for (uint8_t* r : rendered_) cudaFreeHost(r);
     nvjpegJpegStateDestroy(state_);
     nvjpegDestroy(handle_);
     cudaStreamDestroy(stream_);
@@ -275,12 +289,22 @@ class GpuImageSource final : public BatchSource {
     h.label = index_->labels[size_t(sample)];
     h.bad = false;
     h.on_gpu = false;
+    h.rendered = false;
     std::string err;
     try {
       if (!read_image_file(path, cfg_.read.max_image_bytes, &h.file, &err)) throw DecodeError("cannot read: " + err);
       h.header = read_header(h.file.data(), h.file.size());
       h.plan = cfg_.split == Split::Train ? plan_train(h.header.width, h.header.height, cfg_.tf, cfg_.seed, epoch, sample)
                                           : plan_eval(h.header.width, h.header.height, cfg_.tf);
+      if (cpu_decodes_position(pos, cpu_share_)) {  // the CPU loader's work, into the batch's pinned image
+        Scratch& sc = scratch_[size_t(thread)];
+        const Geometry g = plan_geometry(h.plan, h.header.format, h.header.width, h.header.height, cfg_.tf.dct_scaling);
+        decode_region(h.file.data(), h.file.size(), g.scale_num, g.region, &sc.region);
+        render(sc.region, g, h.plan, cfg_.tf, ops_.compute_dtype(), rendered_[size_t(slot)] + size_t(pos) * image_bytes_,
+               &sc.render);
+        h.rendered = true;
+        return;
+      }
       h.on_gpu = h.header.format == ImageFormat::Jpeg && (h.header.components == 1 || h.header.components == 3) &&
                  jpeg_complete(h.file.data(), h.file.size()) &&
                  gpu_supported(h.file, thread);
@@ -322,7 +346,7 @@ class GpuImageSource final : public BatchSource {
         DeviceSlot& d = dev_[b % kDeviceSlots];
         CUDA_CHECK(cudaEventSynchronize(d.consumed));  // the compute stream has copied the batch out
         const int n = int(pool_->batch(b).size());
-        decode_batch(host_[size_t(hs)], n, d);
+        decode_batch(hs, n, d);
         pool_->release();
         {
           std::lock_guard<std::mutex> lk(mu_);
@@ -338,7 +362,8 @@ class GpuImageSource final : public BatchSource {
     }
   }
 
-  void decode_batch(std::vector<HostSample>& hs, int n, DeviceSlot& d) {
+  void decode_batch(int slot, int n, DeviceSlot& d) {
+    std::vector<HostSample>& hs = host_[size_t(slot)];
     std::vector<uint8_t> bad(static_cast<size_t>(n));
     std::string first;
     for (int i = 0; i < n; ++i) {
@@ -350,7 +375,7 @@ class GpuImageSource final : public BatchSource {
     std::vector<size_t> offset(static_cast<size_t>(n), 0);
     size_t total = 0;
     for (int i = 0; i < n; ++i) {
-      if (bad[size_t(i)]) continue;
+      if (bad[size_t(i)] || hs[size_t(i)].rendered) continue;
       const HostSample& h = hs[size_t(i)];
       offset[size_t(i)] = total;
       total += (size_t(h.header.width) * size_t(h.header.height) * 3 + 255) & ~size_t(255);
@@ -366,7 +391,7 @@ class GpuImageSource final : public BatchSource {
     std::vector<size_t> lengths;
     std::vector<nvjpegImage_t> dest;
     for (int i = 0; i < n; ++i) {
-      if (bad[size_t(i)]) continue;
+      if (bad[size_t(i)] || hs[size_t(i)].rendered) continue;
       const HostSample& h = hs[size_t(i)];
       uint8_t* dst = slab + offset[size_t(i)];
       const int pitch = h.header.width * 3;
@@ -392,6 +417,14 @@ class GpuImageSource final : public BatchSource {
       const int s = sub[size_t(i)];
       const HostSample& h = hs[size_t(s)];
       gpu::ResizeJob& j = d.host_jobs[i];
+      if (h.rendered) {  // in place once copied; the kernel leaves it alone
+        j = gpu::ResizeJob{};
+        CUDA_CHECK(cudaMemcpyAsync(static_cast<uint8_t*>(d.images) + size_t(i) * image_bytes_,
+                                   rendered_[size_t(slot)] + size_t(s) * image_bytes_, image_bytes_,
+                                   cudaMemcpyHostToDevice, stream_));
+        d.host_labels[i] = h.label;
+        continue;
+      }
       j.src = slab + offset[size_t(s)];
       j.pitch = h.header.width * 3;
       j.box_x0 = h.plan.box_x0;
@@ -438,6 +471,15 @@ class GpuImageSource final : public BatchSource {
   nvjpegJpegState_t state_ = nullptr;
   bool hardware_ = false;
   int batched_size_ = 0;
+  // The CPU share: its positions' finished images per host slot (pinned, batch x image_bytes_),
+  // and each reader thread's decode and render buffers.
+  struct Scratch {
+    RgbRegion region;
+    RenderScratch render;
+  };
+  double cpu_share_ = 0.0;
+  std::vector<uint8_t*> rendered_;
+  std::vector<Scratch> scratch_;
   std::vector<nvjpegJpegStream_t> streams_;  // one per reader thread
   gpu::Normalize norm_{};
   size_t image_bytes_ = 0;

@@ -1,0 +1,51 @@
+#include <catch2/catch.hpp>
+
+#include "worker/train/precision.h"
+
+using worker::BackendFacts;
+using worker::choose_precision;
+using worker::DType;
+using worker::Precision;
+
+TEST_CASE("--precision auto: bf16 on a GPU unless the backend runs fp16 faster for this model", "[train][options]") {
+  const BackendFacts same;  // what GpuOps reports today
+  BackendFacts fp16_fast;
+  fp16_fast.fp16_faster_than_bf16 = true;
+  const auto bf16 = choose_precision(Precision::Auto, true, same);
+  CHECK(bf16.dtype == DType::BF16);
+  CHECK(worker::describe_precision(bf16) ==
+        "Precision: bf16 (--precision auto: the GPU backend runs fp16 no faster than bf16 for this model, and bf16 "
+        "needs no loss scaling)");
+  const auto fp16 = choose_precision(Precision::Auto, true, fp16_fast);
+  CHECK(fp16.dtype == DType::F16);
+  CHECK_THAT(worker::describe_precision(fp16),
+             Catch::StartsWith("Precision: fp16 (--precision auto: the GPU backend runs fp16 faster than bf16") &&
+                 Catch::Contains("loss scaling is decided on the device"));
+  // The CPU computes in fp32 only, whatever the facts: nothing to say.
+  for (const BackendFacts& f : {same, fp16_fast}) {
+    const auto cpu = choose_precision(Precision::Auto, false, f);
+    CHECK(cpu.dtype == DType::F32);
+    CHECK(worker::describe_precision(cpu).empty());
+  }
+}
+
+TEST_CASE("--precision given: taken as it is, bf16/fp16 refused on the CPU", "[train][options]") {
+  BackendFacts fp16_fast;
+  fp16_fast.fp16_faster_than_bf16 = true;
+  CHECK(choose_precision(Precision::Bf16, true, fp16_fast).dtype == DType::BF16);  // the facts do not overrule it
+  CHECK(choose_precision(Precision::Fp16, true, {}).dtype == DType::F16);
+  CHECK(choose_precision(Precision::Fp32, true, fp16_fast).dtype == DType::F32);
+  CHECK(choose_precision(Precision::Fp32, false, {}).dtype == DType::F32);
+  CHECK(choose_precision(Precision::Bf16, true, {}).why.empty());
+  CHECK_THROWS_WITH(choose_precision(Precision::Fp16, false, {}),
+                    Catch::Contains("--precision fp16 needs a GPU") && Catch::Contains("use --precision fp32"));
+}
+
+TEST_CASE("--precision auto is the default and parses", "[train][options]") {
+  const worker::TrainOptions defaults;
+  CHECK(defaults.precision == Precision::Auto);
+  const auto o = worker::parse_options(std::vector<std::string>{"--precision", "auto", "--device", "cpu"});
+  REQUIRE(o);
+  CHECK(o->precision == Precision::Auto);
+  CHECK(std::string(worker::to_string(Precision::Auto)) == "auto");
+}

@@ -1,0 +1,31 @@
+#include "worker/train/precision.h"
+
+namespace worker {
+
+PrecisionChoice choose_precision(Precision p, bool gpu, const BackendFacts& facts) {
+  switch (p) {
+    case Precision::Auto:
+      if (!gpu) return {DType::F32, ""};  // the CPU's only dtype, as before auto existed: nothing to say
+      if (facts.fp16_faster_than_bf16)
+        return {DType::F16, "the GPU backend runs fp16 faster than bf16 for this model; its loss scaling is "
+                            "decided on the device"};
+      return {DType::BF16, "the GPU backend runs fp16 no faster than bf16 for this model, and bf16 needs no "
+                           "loss scaling"};
+    case Precision::Fp32: return {DType::F32, ""};
+    case Precision::Bf16:
+    case Precision::Fp16:
+      if (!gpu) {
+        throw UsageError(std::string("--precision ") + to_string(p) +
+                         " needs a GPU: this run uses the CPU backend, which computes in fp32 only (use --precision fp32)");
+      }
+      return {p == Precision::Bf16 ? DType::BF16 : DType::F16, ""};
+  }
+  return {DType::F32, ""};
+}
+
+std::string describe_precision(const PrecisionChoice& c) {
+  if (c.why.empty()) return "";
+  return std::string("Precision: ") + dtype_name(c.dtype) + " (--precision auto: " + c.why + ")";
+}
+
+}  // namespace worker

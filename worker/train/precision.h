@@ -1,0 +1,26 @@
+// --precision: the compute dtype of a run, resolved once at start-up before the backend is built.
+// auto (the default) picks from what the backend reports of itself (BackendFacts,
+// worker/core/backend.h): bf16, which needs no loss scaling, unless the backend runs fp16 faster
+// than bf16 for this model; fp32 on the CPU, which computes in fp32 only. Pure, tested with plain values.
+#pragma once
+
+#include <string>
+
+#include "worker/core/backend.h"
+#include "worker/core/ops.h"
+#include "worker/train/options.h"
+
+namespace worker {
+
+struct PrecisionChoice {
+  DType dtype = DType::F32;
+  std::string why;  // what auto weighed (empty: the dtype was asked for, or the CPU's fp32 by default)
+};
+
+// Throws UsageError for bf16 or fp16 on the CPU.
+PrecisionChoice choose_precision(Precision p, bool gpu, const BackendFacts& facts);
+
+// The start-up line, e.g. "Precision: bf16 (--precision auto: ...)"; empty where `why` is.
+std::string describe_precision(const PrecisionChoice& c);
+
+}  // namespace worker
