@@ -5,8 +5,13 @@
 # and .gpu/lib/ with the shared libraries the GPU machine lacks (libgomp, libfmt, nvJPEG's
 # libnvjpeg.so.13, Debian's libjpeg.so.62, libpng16 and libcurl with what it loads; CUDA, cuDNN
 # and NCCL come from the machine's torch wheel folders, see ../shared/DEVICE.md).
-# Usage: scripts/gpu_pack.sh [BUILD_DIR]   (default build; build the four targets first)
+# Usage: scripts/gpu_pack.sh [--xz] [BUILD_DIR]   (default build; build the four targets first)
 # Then, on the GPU machine, with carry [".gpu"]: scripts/gpu_check.sh
+# --xz: also strips the binaries and writes .gpuz/gpu.tar.xz (89 MB of binaries and libraries in
+# 13 MB, where the device tool carries 64 MiB): carry [".gpuz"] and unpack it there first with
+#   python3 -c 'import tarfile; tarfile.open(".gpuz/gpu.tar.xz").extractall(".gpu")'
+xz=0
+if [ "${1:-}" = --xz ]; then xz=1; shift; fi
 set -euo pipefail
 root="$(cd "$(dirname "$0")/.." && pwd)"
 build="${1:-build}"
@@ -44,5 +49,12 @@ fi
 chmod 755 "$tmp"
 rm -rf "$root/.gpu"
 mv "$tmp" "$root/.gpu"
+if [ "$xz" = 1 ]; then
+  strip "$root/.gpu/bin/"*
+  mkdir -p "$root/.gpuz"
+  tar -cf - -C "$root/.gpu" . | xz -9 -T0 > "$root/.gpuz/gpu.tar.xz.part"
+  mv "$root/.gpuz/gpu.tar.xz.part" "$root/.gpuz/gpu.tar.xz"
+  du -sh "$root/.gpuz/gpu.tar.xz"
+fi
 du -sh "$root/.gpu"
 ls -l "$root/.gpu/bin" "$root/.gpu/lib"

@@ -7,19 +7,12 @@
 
 #include "worker/gpu/check.h"
 #include "worker/gpu/dtype.cuh"
+#include "worker/gpu/grid.cuh"
 #include "worker/gpu/kernels.h"
 
 namespace worker {
 namespace gpu {
 namespace {
-
-constexpr int kThreads = 256;
-
-unsigned grid_for(size_t n) {
-  // Grid-stride loops: a few waves over 132 SMs are enough for memory-bound work.
-  const size_t want = (n + kThreads - 1) / kThreads;
-  return unsigned(want < 132 * 16 ? (want ? want : 1) : 132 * 16);
-}
 
 #define GRID_STRIDE(i, n)                                                        \
   for (size_t i = size_t(blockIdx.x) * blockDim.x + threadIdx.x; i < (n);        \
@@ -99,31 +92,31 @@ __global__ void adam_kernel(float* __restrict__ p, const float* __restrict__ g,
 
 void cast_from_f32(DType t, const float* src, void* dst, size_t n, cudaStream_t s) {
   WK_DISPATCH(t, {
-    cast_kernel<T><<<grid_for(n), kThreads, 0, s>>>(src, static_cast<T*>(dst), n);
+    cast_kernel<T><<<stride_grid(n), kStrideThreads, 0, s>>>(src, static_cast<T*>(dst), n);
     KERNEL_CHECK();
   });
 }
 
 void add_to_f32(DType t, const void* src, float* dst, size_t n, cudaStream_t s) {
   WK_DISPATCH(t, {
-    add_kernel<T><<<grid_for(n), kThreads, 0, s>>>(static_cast<const T*>(src), dst, n);
+    add_kernel<T><<<stride_grid(n), kStrideThreads, 0, s>>>(static_cast<const T*>(src), dst, n);
     KERNEL_CHECK();
   });
 }
 
 void gather_runs(const float* src, float* dst, const CopyRun* runs, int n_runs, cudaStream_t s) {
   if (n_runs == 0) return;
-  gather_runs_kernel<<<unsigned(n_runs), kThreads, 0, s>>>(src, dst, runs);
+  gather_runs_kernel<<<unsigned(n_runs), kStrideThreads, 0, s>>>(src, dst, runs);
   KERNEL_CHECK();
 }
 
 void scale_f32(float* p, float a, size_t n, cudaStream_t s) {
-  scale_kernel<<<grid_for(n), kThreads, 0, s>>>(p, a, n);
+  scale_kernel<<<stride_grid(n), kStrideThreads, 0, s>>>(p, a, n);
   KERNEL_CHECK();
 }
 
 void find_nonfinite(const float* p, size_t n, int* flag, cudaStream_t s) {
-  nonfinite_kernel<<<grid_for(n), kThreads, 0, s>>>(p, n, flag);
+  nonfinite_kernel<<<stride_grid(n), kStrideThreads, 0, s>>>(p, n, flag);
   KERNEL_CHECK();
 }
 
@@ -140,14 +133,14 @@ void set_opt_scalars(OptScalars* dst, const OptScalars& v, cudaStream_t s) {
 
 void sgd_step(float* p, const float* g, float* buf, const uint8_t* decay_mask, size_t n, const OptScalars* sc,
               float momentum, float wd, bool first, bool nesterov, cudaStream_t s) {
-  sgd_kernel<<<grid_for(n), kThreads, 0, s>>>(p, g, buf, decay_mask, n, sc, momentum, wd, first,
+  sgd_kernel<<<stride_grid(n), kStrideThreads, 0, s>>>(p, g, buf, decay_mask, n, sc, momentum, wd, first,
                                               nesterov);
   KERNEL_CHECK();
 }
 
 void adam_step(float* p, const float* g, float* m, float* v, const uint8_t* decay_mask, size_t n,
                const OptScalars* sc, float beta1, float beta2, float eps, float wd, cudaStream_t s) {
-  adam_kernel<<<grid_for(n), kThreads, 0, s>>>(p, g, m, v, decay_mask, n, sc, beta1, beta2, eps, wd);
+  adam_kernel<<<stride_grid(n), kStrideThreads, 0, s>>>(p, g, m, v, decay_mask, n, sc, beta1, beta2, eps, wd);
   KERNEL_CHECK();
 }
 

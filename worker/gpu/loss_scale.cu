@@ -6,19 +6,12 @@
 #include <cstdint>
 
 #include "worker/gpu/check.h"
+#include "worker/gpu/grid.cuh"
 #include "worker/gpu/kernels.h"
 
 namespace worker {
 namespace gpu {
 namespace {
-
-constexpr int kThreads = 256;
-
-unsigned grid_for(size_t n) {
-  // Grid-stride loops, as elementwise.cu: a few waves over 132 SMs for memory-bound work.
-  const size_t want = (n + kThreads - 1) / kThreads;
-  return unsigned(want < 132 * 16 ? (want ? want : 1) : 132 * 16);
-}
 
 __global__ void set_kernel(DeviceLossScale* d, LossScaleState s, int64_t optimizer_steps) {
   d->s = s;
@@ -70,7 +63,7 @@ void set_loss_scale(DeviceLossScale* d, const LossScaleState& s, int64_t optimiz
 
 void unscale_grads(float* g, size_t n, float divisor, DeviceLossScale* d, cudaStream_t st) {
   CUDA_CHECK(cudaMemsetAsync(&d->bad, 0, sizeof(int), st));
-  unscale_kernel<<<grid_for(n), kThreads, 0, st>>>(g, n, divisor, d);
+  unscale_kernel<<<stride_grid(n), kStrideThreads, 0, st>>>(g, n, divisor, d);
   KERNEL_CHECK();
 }
 
