@@ -139,7 +139,8 @@ int bench(const std::map<std::string, std::string>& a, Clock::time_point t_start
   std::string extra;
   extra += ", \"warmup_steps\": " + std::to_string(warmup);
   if (gops) {
-    extra += ", \"fused_half_faster\": " + std::string(gops->fused_half_faster() ? "true" : "false");
+    extra += ", \"fused_half_faster\": " + std::string(gops->fused_half_faster() ? "true" : "false") +
+             ", \"fused_bn_forwards\": " + std::to_string(gops->fused_bn_forwards());
     extra += ", \"conv_engines\": [";
     const auto lines = gops->conv_engine_report();
     for (size_t i = 0; i < lines.size(); ++i) extra += std::string(i ? ", " : "") + "\"" + lines[i] + "\"";
