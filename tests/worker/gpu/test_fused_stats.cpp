@@ -461,10 +461,16 @@ TEST_CASE("fp16 conv+genstats under the per-operation profile: the fused operati
 namespace {
 
 // A small ResNet (gputest::small_resnet) trained `steps` forward + backward passes without an optimizer (the
-// weights stay, the running statistics move): the fused path runs from the second.
-ModelRun model_steps(Ops& ops, int depth, Recompute recompute, int steps) {
+// weights stay, the running statistics move): the fused path runs from the second. `scale`: every weight
+// multiplied by it after the initialisation.
+ModelRun model_steps(Ops& ops, int depth, Recompute recompute, int steps, float scale = 1.0f) {
   Model m(small_resnet(depth, 8, recompute), ops);
   m.init(5);
+  if (scale != 1.0f) {
+    ModelState st = m.get_state();
+    for (float& v : st.params) v *= scale;
+    m.set_state(st);
+  }
   for (int k = 0; k < steps; ++k) {
     learnable_batch(ops, m, 100 + 24 * k);
     ops.zero(m.grads(), m.num_params() * 4);
@@ -477,18 +483,23 @@ ModelRun model_steps(Ops& ops, int depth, Recompute recompute, int steps) {
 
 // The whole model: the fused path must be no further from the CPU's fp32 than the unfused fp16 path is
 // (what fp16 varies by; twice it, for another rounding pattern), in the loss, the gradients (L2) and the
-// running statistics.
+// running statistics; or than three times what the CPU's own result moves by when its weights move by
+// fp16's rounding (scaled by 1 + 2^-11), should the unfused path land close by chance.
 TEST_CASE("a small ResNet-50 in fp16 with conv+genstats stays as close to the CPU backend as unfused fp16",
           "[gpu][fused]") {
   const int steps = 2;  // the second fused
   auto cpu = make_cpu_ops(2);
   const ModelRun c = model_steps(*cpu, 50, Recompute::None, steps);
+  const ModelRun w = model_steps(*cpu, 50, Recompute::None, steps, 1.0f + float(kU16));
+  const double w_loss = std::fabs(w.loss - c.loss), w_g = l2_rel(w.grads, c.grads);
+  const double w_s = rel_err(w.buffers, c.buffers).rel;
   auto off = fp16_ops(FusedStats::Off);
   const ModelRun u = model_steps(*off, 50, Recompute::None, steps);
   const double u_loss = std::fabs(u.loss - c.loss), u_g = l2_rel(u.grads, c.grads);
   const double u_s = rel_err(u.buffers, c.buffers).rel;
   WARN("unfused fp16 against the CPU: loss " << u.loss << " vs " << c.loss << ", gradients L2 " << u_g
-                                             << ", running statistics " << u_s);
+                                             << ", running statistics " << u_s << "; the CPU's weights scaled by "
+                                             << "1 + 2^-11 move them by " << w_loss << ", " << w_g << ", " << w_s);
   for (const Recompute rc : {Recompute::None, Recompute::Block}) {
     INFO((rc == Recompute::Block ? "--recompute block" : "no recomputation"));
     auto on = fp16_ops(FusedStats::Always);
@@ -498,11 +509,11 @@ TEST_CASE("a small ResNet-50 in fp16 with conv+genstats stays as close to the CP
                                            << l2_rel(f.grads, c.grads) << ", running statistics "
                                            << rel_err(f.buffers, c.buffers).rel);
     CHECK(fused > 0);
-    CHECK(std::fabs(f.loss - c.loss) <= 2 * u_loss + kU16 * std::fabs(c.loss));
-    CHECK(l2_rel(f.grads, c.grads) <= 2 * u_g + kU16);
+    CHECK(std::fabs(f.loss - c.loss) <= std::max(2 * u_loss, 3 * w_loss));
+    CHECK(l2_rel(f.grads, c.grads) <= std::max(2 * u_g, 3 * w_g));
     const Err s = rel_err(f.buffers, c.buffers);
     INFO("running statistics: " << s.where);
-    CHECK(s.rel <= 2 * u_s + kU16);
+    CHECK(s.rel <= std::max(2 * u_s, 3 * w_s));
   }
 }
 
