@@ -58,7 +58,7 @@ if [ "$ngpu" -ge 4 ]; then GPU_TESTS=3 GPU_COMPARE=2; else GPU_TESTS=0 GPU_COMPA
 
 # --- [gpu] tests: every layer and a small model against the CPU backend
 lane_tests() {
-  CUDA_VISIBLE_DEVICES=$GPU_TESTS timeout 200 "$BIN/test_worker_gpu" > "$OUT/gpu_tests.log" 2>&1
+  CUDA_VISIBLE_DEVICES=$GPU_TESTS timeout 420 "$BIN/test_worker_gpu" > "$OUT/gpu_tests.log" 2>&1
   rc=$?
   row "[gpu] tests (layers, small models vs CPU)" "$(verdict $rc)" "$(grep -E 'test cases|All tests passed' "$OUT/gpu_tests.log" | tail -1)"
   # ZeRO-1 with sharded fp32 master weights: 2 ranks on this one GPU (--comm ring) against --zero 0.

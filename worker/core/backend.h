@@ -15,14 +15,15 @@ bool gpu_backend_built();
 
 // What a backend reports of itself before it is built, for --precision auto (worker/train/precision.h).
 struct BackendFacts {
-  // It runs fp16 faster than bf16 for this model (a path that only fp16 has).
+  // It runs fp16 faster than bf16 on this device (a path that only fp16 has).
   bool fp16_faster_than_bf16 = false;
 };
 
 #ifdef WORKER_HAVE_GPU
 // GPU backend (worker/gpu) on CUDA device `device` (an ordinal as the process sees it).
 std::unique_ptr<Ops> make_gpu_ops(int device, DType precision);
-// Its facts; asks the device nothing (a CUDA context made now would miss make_gpu_ops' settings).
+// Its facts: from the knobs and the device's compute capability (after what make_gpu_ops sets
+// before the first CUDA call).
 BackendFacts gpu_backend_facts(int device);
 #endif
 

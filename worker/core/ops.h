@@ -251,7 +251,7 @@ class Ops {
   virtual CaptureInfo captured() const { return {}; }
   // Whether this backend, computing in fp16, runs convolutions fused with their batch norms'
   // statistics for this model (the GPU: once its engine tuning chose the fused forward somewhere);
-  // for --precision auto.
+  // reported by the benchmark (--precision auto decides before any tuning: gpu_backend_facts).
   virtual bool fused_half_faster() const { return false; }
 
  protected:

@@ -601,22 +601,43 @@ CaptureInfo GpuOps::captured() const { return capture_.info(); }
 
 // --- Factory (worker/core/backend.h)
 
+namespace {
+
+// Before the first CUDA call creates the context, which reads it: 32 hardware work queues instead
+// of CUDA's 8. nvJPEG's batched decoder runs each image's copies on 16 streams of its own; sharing
+// 8 queues with the training stream, they waited behind its queued kernels, and ResNet-50 from
+// JPEGs ran at 0.84 of its random-data speed on an H200 (0.95 with 32). A value the user set is kept.
+void before_first_cuda_call() { setenv("CUDA_DEVICE_MAX_CONNECTIONS", "32", 0); }
+
+}  // namespace
+
 std::unique_ptr<Ops> make_gpu_ops(int device, DType precision) {
-  // Before the first CUDA call creates the context, which reads it: 32 hardware work queues
-  // instead of CUDA's 8. nvJPEG's batched decoder runs each image's copies on 16 streams of its
-  // own; sharing 8 queues with the training stream, they waited behind its queued kernels, and
-  // ResNet-50 from JPEGs ran at 0.84 of its random-data speed on an H200 (0.95 with 32). A
-  // value the user set is kept.
-  setenv("CUDA_DEVICE_MAX_CONNECTIONS", "32", 0);
+  before_first_cuda_call();
   return std::make_unique<gpu::GpuOps>(gpu::gpu_options(process_knobs(), device, precision));
 }
 
-BackendFacts gpu_backend_facts(int /*device*/) {
+// fp16 runs faster than bf16 where its own path, the convolution with the batch norm's statistics
+// in one cuDNN graph (WORKER_FP16_FUSED), can run: cuDNN has those engines for sm_90 in fp16 only,
+// and there, on an H200 (2026-12-02, ResNet-50 b256, gpu_model_driver bench), fp16 ran 9,007
+// images/s against bf16's 8,475 (docs/gpu.md). Elsewhere (other GPUs, a build without
+// cudnn-frontend, WORKER_CONV_ENGINES=legacy or WORKER_FP16_FUSED=0) fp16 runs bf16's kernels and
+// only adds loss scaling.
+BackendFacts gpu_backend_facts(int device) {
   BackendFacts f;
-  // fp16 has a path of its own (conv+genstats, WORKER_FP16_FUSED), but whether it beats bf16 is
-  // known only once a backend has tuned itself (GpuOps::fused_half_faster), and not measured on
-  // the trainer's step yet: bf16 until it is.
-  f.fp16_faster_than_bf16 = false;
+#ifdef WORKER_HAVE_CUDNN_FRONTEND
+  const Knobs& k = process_knobs();
+  if (!k.conv_graph_engines || k.fp16_fused == FusedStats::Off) return f;
+  before_first_cuda_call();
+  int major = 0, minor = 0;
+  if (cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device) != cudaSuccess ||
+      cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, device) != cudaSuccess) {
+    cudaGetLastError();  // the backend reports an unusable device itself, in its own words
+    return f;
+  }
+  f.fp16_faster_than_bf16 = major == 9 && minor == 0;
+#else
+  (void)device;
+#endif
   return f;
 }
 

@@ -7,10 +7,10 @@ PrecisionChoice choose_precision(Precision p, bool gpu, const BackendFacts& fact
     case Precision::Auto:
       if (!gpu) return {DType::F32, ""};  // the CPU's only dtype, as before auto existed: nothing to say
       if (facts.fp16_faster_than_bf16)
-        return {DType::F16, "the GPU backend runs fp16 faster than bf16 for this model; its loss scaling is "
-                            "decided on the device"};
-      return {DType::BF16, "the GPU backend runs fp16 no faster than bf16 for this model, and bf16 needs no "
-                           "loss scaling"};
+        return {DType::F16, "this GPU runs fp16's fused convolution + batch-norm statistics, which bf16 lacks; "
+                            "its loss scaling is decided on the device; --precision bf16 for the other"};
+      return {DType::BF16, "fp16's fused convolution + batch-norm statistics do not run on this GPU (or are "
+                           "turned off), so fp16 would only add loss scaling"};
     case Precision::Fp32: return {DType::F32, ""};
     case Precision::Bf16:
     case Precision::Fp16:

@@ -7,20 +7,20 @@ using worker::choose_precision;
 using worker::DType;
 using worker::Precision;
 
-TEST_CASE("--precision auto: bf16 on a GPU unless the backend runs fp16 faster for this model", "[train][options]") {
-  const BackendFacts same;  // what GpuOps reports today
+TEST_CASE("--precision auto: bf16 on a GPU unless the backend runs fp16 faster on it", "[train][options]") {
+  const BackendFacts same;  // what GpuOps reports without fp16's fused path (not sm_90, or turned off)
   BackendFacts fp16_fast;
   fp16_fast.fp16_faster_than_bf16 = true;
   const auto bf16 = choose_precision(Precision::Auto, true, same);
   CHECK(bf16.dtype == DType::BF16);
   CHECK(worker::describe_precision(bf16) ==
-        "Precision: bf16 (--precision auto: the GPU backend runs fp16 no faster than bf16 for this model, and bf16 "
-        "needs no loss scaling)");
+        "Precision: bf16 (--precision auto: fp16's fused convolution + batch-norm statistics do not run on this GPU "
+        "(or are turned off), so fp16 would only add loss scaling)");
   const auto fp16 = choose_precision(Precision::Auto, true, fp16_fast);
   CHECK(fp16.dtype == DType::F16);
   CHECK_THAT(worker::describe_precision(fp16),
-             Catch::StartsWith("Precision: fp16 (--precision auto: the GPU backend runs fp16 faster than bf16") &&
-                 Catch::Contains("loss scaling is decided on the device"));
+             Catch::StartsWith("Precision: fp16 (--precision auto: this GPU runs fp16's fused convolution") &&
+                 Catch::Contains("loss scaling is decided on the device") && Catch::Contains("--precision bf16"));
   // The CPU computes in fp32 only, whatever the facts: nothing to say.
   for (const BackendFacts& f : {same, fp16_fast}) {
     const auto cpu = choose_precision(Precision::Auto, false, f);
