@@ -16,7 +16,7 @@ namespace {
 void check_defaults(const Knobs& k) {
   CHECK_FALSE(k.gpu_tf32);
   CHECK(k.cudnn_search == AlgoSearch::Heuristic);
-  CHECK(k.cudnn_workspace_mb == 512);
+  CHECK(k.cudnn_workspace_mb == 128);
   CHECK(k.gpu_pool_chunk_mb == 1024);
   CHECK(k.conv_s2d);
   CHECK(k.conv_graph_engines);
@@ -81,7 +81,7 @@ TEST_CASE("knobs: the default values spelled out, and empty values, read as the 
     check_defaults(read_knobs({
         {"WORKER_GPU_TF32", v("0")},
         {"WORKER_CUDNN_SEARCH", v("heuristic")},
-        {"WORKER_CUDNN_WORKSPACE_MB", v("512")},
+        {"WORKER_CUDNN_WORKSPACE_MB", v("128")},
         {"WORKER_GPU_POOL_CHUNK_MB", v("1024")},
         {"WORKER_CONV_S2D", v("1")},
         {"WORKER_CONV_ENGINES", v("auto")},
@@ -118,7 +118,7 @@ TEST_CASE("knobs: a bad value names the variable, the value and what it takes", 
       {"WORKER_NVJPEG_CPU_SHARE", "-0.1", "is not auto or a share between 0 and 1"},
       {"WORKER_NVJPEG_CPU_SHARE", "25%", "is not auto or a share between 0 and 1"},
       {"WORKER_NVJPEG_CPU_SHARE", "nan", "is not auto or a share between 0 and 1"},
-      {"WORKER_CUDNN_WORKSPACE_MB", "12abc", "is not a positive number of MiB; unset it or give e.g. 512"},
+      {"WORKER_CUDNN_WORKSPACE_MB", "12abc", "is not a positive number of MiB; unset it or give e.g. 128"},
       {"WORKER_CUDNN_WORKSPACE_MB", "0", "is not a positive number of MiB"},
       {"WORKER_CUDNN_WORKSPACE_MB", "-5", "is not a positive number of MiB"},
       {"WORKER_GPU_POOL_CHUNK_MB", "99999999999999", "is not a positive number of MiB; unset it or give e.g. 1024"},
