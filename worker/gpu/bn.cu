@@ -262,21 +262,11 @@ __global__ void finalize_eval_kernel(int c, const float* gamma, const float* bet
   scale_shift[c + ch] = beta[ch] - running_mean[ch] * scale;
 }
 
-// y = relu?(scale * x + shift + res?). y may alias res (see the backward's comment).
+// The rows of one group of V channels starting at `col`: y = relu?(sc * x + sf + res?), the loads of
+// kUnroll rows in flight.
 template <typename T, int V, bool kRes, bool kRelu>
-__global__ void __launch_bounds__(kThreads)
-    apply_kernel(const T* __restrict__ x, const T* __restrict__ res, T* __restrict__ y,
-                 int64_t m, int c, const float* __restrict__ scale_shift) {
-  const int groups = c / V;
-  const int g = blockIdx.x * blockDim.x + threadIdx.x;
-  if (g >= groups) return;
-  float sc[V], sf[V];
-#pragma unroll
-  for (int i = 0; i < V; ++i) {
-    sc[i] = scale_shift[g * V + i];
-    sf[i] = scale_shift[c + g * V + i];
-  }
-  const size_t col = size_t(g) * V;
+__device__ __forceinline__ void apply_column(const T* __restrict__ x, const T* __restrict__ res, T* __restrict__ y,
+                                             int64_t m, int c, size_t col, const float (&sc)[V], const float (&sf)[V]) {
   Vec<T, V> bx[kUnroll], br[kUnroll];
   stream_rows(
       m, [&](int u, int64_t r) {
@@ -300,6 +290,23 @@ __global__ void __launch_bounds__(kThreads)
         }
         store_f<T, V>(y + size_t(r) * c + col, v);
       });
+}
+
+// y = relu?(scale * x + shift + res?). y may alias res (see the backward's comment).
+template <typename T, int V, bool kRes, bool kRelu>
+__global__ void __launch_bounds__(kThreads)
+    apply_kernel(const T* __restrict__ x, const T* __restrict__ res, T* __restrict__ y,
+                 int64_t m, int c, const float* __restrict__ scale_shift) {
+  const int groups = c / V;
+  const int g = blockIdx.x * blockDim.x + threadIdx.x;
+  if (g >= groups) return;
+  float sc[V], sf[V];
+#pragma unroll
+  for (int i = 0; i < V; ++i) {
+    sc[i] = scale_shift[g * V + i];
+    sf[i] = scale_shift[c + g * V + i];
+  }
+  apply_column<T, V, kRes, kRelu>(x, res, y, m, c, size_t(g) * V, sc, sf);
 }
 
 // The apply of a batch norm whose statistics a convolution wrote (fp16's conv+genstats: the fp32 sum
@@ -339,30 +346,7 @@ __global__ void __launch_bounds__(kThreads)
       sc[i] = sh_sc[threadIdx.x * V + i];
       sf[i] = sh_sf[threadIdx.x * V + i];
     }
-    const size_t col = size_t(g) * V;
-    Vec<T, V> bx_[kUnroll], br[kUnroll];
-    stream_rows(
-        m, [&](int u, int64_t r) {
-          bx_[u] = load_v<T, V>(x + size_t(r) * c + col);
-          if (kRes) br[u] = load_v<T, V>(res + size_t(r) * c + col);
-        },
-        [&](int u, int64_t r) {
-          float v[V];
-          to_f<T, V>(bx_[u], v);
-#pragma unroll
-          for (int i = 0; i < V; ++i) v[i] = __fmaf_rn(v[i], sc[i], sf[i]);
-          if (kRes) {
-            float q[V];
-            to_f<T, V>(br[u], q);
-#pragma unroll
-            for (int i = 0; i < V; ++i) v[i] += q[i];
-          }
-          if (kRelu) {
-#pragma unroll
-            for (int i = 0; i < V; ++i) v[i] = v[i] > 0.f ? v[i] : 0.f;
-          }
-          store_f<T, V>(y + size_t(r) * c + col, v);
-        });
+    apply_column<T, V, kRes, kRelu>(x, res, y, m, c, size_t(g) * V, sc, sf);
   }
   // The block read its sums before the first __syncthreads; once every block of the column has
   // counted itself, the last one zeroes them.
