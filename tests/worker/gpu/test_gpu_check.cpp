@@ -63,7 +63,7 @@ TEST_CASE("the backend's options come from the knobs", "[gpu_host]") {
   CHECK(o.search == worker::AlgoSearch::Heuristic);
   CHECK(o.search == d.search);
   CHECK_FALSE(o.allow_tf32);
-  CHECK(o.workspace_limit == size_t(512) << 20);
+  CHECK(o.workspace_limit == size_t(128) << 20);
   CHECK(o.workspace_limit == d.workspace_limit);
   CHECK(o.pool_chunk == d.pool_chunk);
   CHECK(o.space_to_depth == d.space_to_depth);
