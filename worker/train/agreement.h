@@ -36,7 +36,7 @@ struct Setting {
 
 // What the options lead to, beyond the options themselves.
 struct RunFacts {
-  DType precision = DType::F32;  // resolved: --precision auto is bf16 on a GPU (precision.h), fp32 on the CPU
+  DType precision = DType::F32;  // resolved: --precision auto is fp16 or bf16 on a GPU (precision.h), fp32 on the CPU
   int64_t train_samples = 0;     // the training split's size as this rank's data source sees it
   int64_t val_samples = 0;       // 0: no validation split
   int num_classes = 0;           // the model's

@@ -8,7 +8,6 @@
 #include <iostream>
 #include <utility>
 
-#include "worker/train/precision.h"
 #include "worker/train/recipes.h"
 
 namespace worker {
@@ -240,8 +239,8 @@ CLI::App& describe(CLI::App& app, TrainOptions& o) {
   add_choice(app, "--device", o.device, kDevices,
              "auto, cpu or gpu (auto: gpu when FLAGS_selected_gpus is set and the GPU backend is built)");
   add_choice(app, "--precision", o.precision, kPrecisions,
-             "auto, fp32, bf16 or fp16 (auto: bf16 on GPU unless the backend runs fp16 faster for this model, "
-             "fp32 on CPU; CPU: fp32 only)");
+             "auto, fp32, bf16 or fp16 (auto: on a GPU fp16 where its fused convolution + batch-norm statistics "
+             "run (sm_90), else bf16; fp32 on CPU; CPU: fp32 only)");
   app.add_option("--threads", o.threads, "CPU threads (0: OMP_NUM_THREADS, else all cores)")->capture_default_str();
 
   // --- data (issue 4: synthetic; issue 11 adds images)
@@ -445,7 +444,5 @@ void validate(const TrainOptions& o) {
   require(std::isfinite(o.bucket_mb) && o.bucket_mb >= 0.001 && o.bucket_mb <= 65536,
           "--bucket-mb must be between 0.001 and 65536 (MiB)");
 }
-
-DType resolve_precision(const TrainOptions& o, bool gpu) { return choose_precision(o.precision, gpu, {}).dtype; }
 
 }  // namespace worker

@@ -130,8 +130,4 @@ std::optional<TrainOptions> parse_options(const std::vector<std::string>& args);
 // Throws UsageError naming the offending option and what would be valid.
 void validate(const TrainOptions& o);
 
-// The compute dtype actually used on the CPU or the GPU, for a GPU backend that reports no facts
-// of its own (choose_precision, worker/train/precision.h); a UsageError for bf16/fp16 on the CPU.
-DType resolve_precision(const TrainOptions& o, bool gpu);
-
 }  // namespace worker

@@ -76,7 +76,6 @@ void ParamSharding::update(Optimizer& optimizer, float lr) {
   take_whole_weights();
 }
 
-void ParamSharding::discard_grads() { grads_ = Grads::Free; }
 
 void ParamSharding::weights_loaded() {
   expect_bound("loading the weights");

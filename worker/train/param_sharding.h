@@ -72,7 +72,6 @@ class ParamSharding {
   // soon as its block is updated (overlapping the later buckets' updates). Every rank then holds
   // the whole new weights, and the backend's copies of them are refreshed.
   void update(Optimizer& optimizer, float lr);
-  void discard_grads();   // a step's gradients spent without an update
   void weights_loaded();  // Model::init or set_state put the whole weights in place
 
   // --- The whole weights and state, for the ranks and for checkpoints

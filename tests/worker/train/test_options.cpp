@@ -5,6 +5,7 @@
 #include <sstream>
 
 #include "worker/train/options.h"
+#include "worker/train/precision.h"
 
 using worker::parse_options;
 using worker::TrainOptions;
@@ -37,8 +38,8 @@ TEST_CASE("defaults are the paddle guide's", "[train][options]") {
   CHECK(o->log_every == 10);
   CHECK(o->data == worker::DataSourceKind::Random);
   CHECK(o->device == worker::DeviceChoice::Auto);
-  CHECK(worker::resolve_precision(*o, true) == worker::DType::BF16);
-  CHECK(worker::resolve_precision(*o, false) == worker::DType::F32);
+  CHECK(worker::choose_precision(o->precision, true, {}).dtype == worker::DType::BF16);
+  CHECK(worker::choose_precision(o->precision, false, {}).dtype == worker::DType::F32);
 }
 
 TEST_CASE("every option is parsed", "[train][options]") {
@@ -111,7 +112,7 @@ TEST_CASE("bad values are usage errors naming the option", "[train][options]") {
   }
   TrainOptions o;
   o.precision = worker::Precision::Fp16;
-  CHECK_THROWS_AS(worker::resolve_precision(o, false), UsageError);  // auto picked the CPU
+  CHECK_THROWS_AS(worker::choose_precision(o.precision, false, {}), UsageError);  // auto picked the CPU
 }
 
 TEST_CASE("the recipe, validation and TensorBoard options (issue 12)", "[train][options]") {

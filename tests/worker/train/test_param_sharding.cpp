@@ -230,9 +230,6 @@ TEST_CASE("sharded master weights: a step exports each owned block, all-gathers 
   s.zero_grads();
   CHECK_THAT(logic_error_of([&] { s.whole_optimizer_state(opt); }), Catch::Contains("scratch while it holds gradients"));
   CHECK_THAT(logic_error_of([&] { s.model_state(); }), Catch::Contains("gradient buffer that holds gradients"));
-  // An fp16 step skipped for inf/NaN spends its gradients without an update: no weights there.
-  s.discard_grads();
-  CHECK_THAT(logic_error_of([&] { s.take_whole_weights(); }), Catch::Contains("no weights"));
 }
 
 TEST_CASE("unsharded and optimizer-state sharding keep the weights in the model's buffer", "[train][zero][sharding]") {
