@@ -3,6 +3,7 @@
 #include <sys/stat.h>
 
 #include <algorithm>
+#include <optional>
 #include <sstream>
 
 #include "worker/core/knobs.h"
@@ -77,18 +78,27 @@ void check_same_classes(const std::string& data, const std::string& val_name, co
   throw DataError(msg + " make both hold the same class folders");
 }
 
-// The training images' sizes: measured at start-up (settle_options), or sampled here where nothing
-// measured them.
-ImageSizeSample training_sizes(const DataSourceOptions& o) {
-  return o.images.sizes ? *o.images.sizes : sample_image_sizes(o, kImageSizeSample);
-}
+// The training images' sizes: measured at start-up (settle_options), or sampled here, once, where
+// nothing measured them (--loader auto and the GPU loader's CPU share may both ask).
+class TrainingSizes {
+ public:
+  explicit TrainingSizes(const DataSourceOptions& o) : o_(o), s_(o.images.sizes) {}
+  const ImageSizeSample& get() {
+    if (!s_) s_ = sample_image_sizes(o_, kImageSizeSample);
+    return *s_;
+  }
+
+ private:
+  const DataSourceOptions& o_;
+  std::optional<ImageSizeSample> s_;
+};
 
 // --loader auto: the CPU loader where the backend is the CPU or nvJPEG is not built in; else the
 // one choose_loader() finds faster for the training images' median size (the same choice for both
 // splits), `why` saying so for the log.
-Loader auto_loader(const DataSourceOptions& o, bool gpu, int threads, std::string* why) {
+Loader auto_loader(TrainingSizes& sizes, bool gpu, int threads, std::string* why) {
   if (!gpu || !nvjpeg_built()) return Loader::Cpu;
-  const ImageSizeSample s = training_sizes(o);
+  const ImageSizeSample& s = sizes.get();
   if (s.sampled == 0) return Loader::Gpu;  // nothing readable in the sample: the loader names the files
   const LoaderChoice c = choose_loader(s.median_pixels, threads);
   std::ostringstream w;
@@ -104,7 +114,7 @@ Loader auto_loader(const DataSourceOptions& o, bool gpu, int threads, std::strin
 // The GPU loader's CPU share (loader_choice.h): the caller's, else WORKER_NVJPEG_CPU_SHARE's, else
 // the cost model's for the training images' median size (0 where none could be read); `why` names
 // where it came from, for the log.
-double gpu_cpu_share(const DataSourceOptions& o, int threads, std::string* why) {
+double gpu_cpu_share(const DataSourceOptions& o, TrainingSizes& sizes, int threads, std::string* why) {
   if (o.images.read.gpu_cpu_share >= 0) {
     *why = "as asked";
     return o.images.read.gpu_cpu_share;
@@ -113,7 +123,7 @@ double gpu_cpu_share(const DataSourceOptions& o, int threads, std::string* why) 
     *why = "WORKER_NVJPEG_CPU_SHARE";
     return process_knobs().nvjpeg_cpu_share;
   }
-  const ImageSizeSample s = training_sizes(o);
+  const ImageSizeSample& s = sizes.get();
   if (s.sampled == 0) return 0.0;
   *why = "what balances the two at the modelled rates for images of median " + std::to_string(s.median_pixels) + " px";
   return gpu_loader_cpu_share(choose_loader(s.median_pixels, threads));
@@ -200,12 +210,13 @@ std::unique_ptr<BatchSource> open_image_source(const DataSourceOptions& o, Split
   const bool gpu = ops.device() == DeviceKind::Gpu;
   Loader loader = o.images.loader;
   std::string auto_why;  // --loader auto's reason, where it weighed both loaders
-  if (loader == Loader::Auto) loader = auto_loader(o, gpu, cfg.read.threads, &auto_why);
+  TrainingSizes sizes(o);
+  if (loader == Loader::Auto) loader = auto_loader(sizes, gpu, cfg.read.threads, &auto_why);
   if (loader == Loader::Gpu) {
     if (!gpu) throw DataError("--loader gpu needs the GPU backend (this run computes on the CPU; use --loader cpu)");
 #ifdef WORKER_HAVE_NVJPEG
     std::string share_why;
-    cfg.read.gpu_cpu_share = gpu_cpu_share(o, cfg.read.threads, &share_why);
+    cfg.read.gpu_cpu_share = gpu_cpu_share(o, sizes, cfg.read.threads, &share_why);
     what << "; GPU decode (nvJPEG), " << plural(cfg.read.threads, "reader thread");
     if (cfg.read.gpu_cpu_share > 0) {
       what << ", which decode " << int(cfg.read.gpu_cpu_share * 100 + 0.5) << " % of each batch on the CPU ("
