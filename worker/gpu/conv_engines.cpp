@@ -80,15 +80,17 @@ fe::Tensor channels(int64_t uid, int64_t c) {
 // Engines whose numerics differ from the legacy plan's (lower precision somewhere, or a
 // transform) or that compile kernels at run time (seconds each) are not candidates. (Split-K
 // weight gradients, non-deterministic in the last bit, are: the legacy API picks them too.)
-// Returns why (for the report when nothing is left), or null.
-const char* unwanted(cudnnBackendDescriptor_t cfg) {
-  if (fe::hasBehaviorNote<CUDNN_BEHAVIOR_NOTE_RUNTIME_COMPILATION>(cfg)) return "run-time compiled";
+// Why an engine is not a candidate (the run-time compiled ones are counted for the report when
+// nothing is left).
+enum class Unwanted : uint8_t { No, RuntimeCompiled, Numerics };
+Unwanted unwanted(cudnnBackendDescriptor_t cfg) {
+  if (fe::hasBehaviorNote<CUDNN_BEHAVIOR_NOTE_RUNTIME_COMPILATION>(cfg)) return Unwanted::RuntimeCompiled;
   if (fe::hasNumericalNote<CUDNN_NUMERICAL_NOTE_DOWN_CONVERT_INPUTS>(cfg) ||
       fe::hasNumericalNote<CUDNN_NUMERICAL_NOTE_REDUCED_PRECISION_REDUCTION>(cfg) ||
       fe::hasNumericalNote<CUDNN_NUMERICAL_NOTE_FFT>(cfg) ||
       fe::hasNumericalNote<CUDNN_NUMERICAL_NOTE_WINOGRAD>(cfg))
-    return "lower precision or a transform";
-  return nullptr;
+    return Unwanted::Numerics;
+  return Unwanted::No;
 }
 
 }  // namespace
@@ -168,8 +170,9 @@ std::unique_ptr<GraphConv> GraphConv::make(cudnnHandle_t h, ConvDir dir, const C
       configs += cfgs.size();
       for (auto& cfg : cfgs) {
         if (int(impl->plans.size()) >= max_plans) break;
-        if (const char* no = unwanted(cfg->get_backend_descriptor())) {
-          compiled += no[0] == 'r';
+        const Unwanted no = unwanted(cfg->get_backend_descriptor());
+        if (no != Unwanted::No) {
+          compiled += no == Unwanted::RuntimeCompiled;
           continue;
         }
         ++considered;

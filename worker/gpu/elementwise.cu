@@ -14,9 +14,6 @@ namespace worker {
 namespace gpu {
 namespace {
 
-#define GRID_STRIDE(i, n)                                                        \
-  for (size_t i = size_t(blockIdx.x) * blockDim.x + threadIdx.x; i < (n);        \
-       i += size_t(gridDim.x) * blockDim.x)
 
 template <typename T>
 __global__ void cast_kernel(const float* __restrict__ src, T* __restrict__ dst, size_t n) {
@@ -134,7 +131,7 @@ void set_opt_scalars(OptScalars* dst, const OptScalars& v, cudaStream_t s) {
 void sgd_step(float* p, const float* g, float* buf, const uint8_t* decay_mask, size_t n, const OptScalars* sc,
               float momentum, float wd, bool first, bool nesterov, cudaStream_t s) {
   sgd_kernel<<<stride_grid(n), kStrideThreads, 0, s>>>(p, g, buf, decay_mask, n, sc, momentum, wd, first,
-                                              nesterov);
+                                                       nesterov);
   KERNEL_CHECK();
 }
 

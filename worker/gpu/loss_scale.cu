@@ -24,7 +24,7 @@ __global__ void set_kernel(DeviceLossScale* d, LossScaleState s, int64_t optimiz
 __global__ void unscale_kernel(float* __restrict__ g, size_t n, float divisor, DeviceLossScale* d) {
   const float a = 1.f / (divisor * d->s.scale);
   bool bad = false;
-  for (size_t i = size_t(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += size_t(gridDim.x) * blockDim.x) {
+  GRID_STRIDE(i, n) {
     const float v = g[i] * a;
     g[i] = v;
     bad |= !isfinite(v);

@@ -12,8 +12,9 @@
 // a call (its slot, x, y and whether backward has begun: --recompute block runs a block's convolutions
 // again inside backward, where its last ones feed no batch norm) writes them when the same call's output
 // was read by a training batch norm the last time (a call not seen in its phase yet: as in the other
-// phase). A call never seen, or whose output was overwritten unread last time, runs the plain convolution; an output read by an evaluation batch norm only leaves the
-// prediction as it was (a validation pass between training steps changes nothing).
+// phase). A call never seen, or whose output was overwritten unread last time, runs the plain
+// convolution; an output read by an evaluation batch norm only leaves the prediction as it was (a
+// validation pass between training steps changes nothing).
 //
 // The slots: an engine's sums are only trusted in a slot that was zero before it ran (whether cuDNN's
 // genstats adds into its outputs or writes them is not documented). The finalize that takes a slot's sums

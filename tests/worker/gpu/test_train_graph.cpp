@@ -19,6 +19,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <fstream>
+#include <functional>
 #include <limits>
 #include <sstream>
 #include <string>
@@ -138,6 +139,25 @@ std::vector<std::string> validations(const std::string& log) {
   return v;
 }
 
+// A resumed run against the uninterrupted one: bit for bit, or only as far as two uninterrupted
+// runs differ (`again` trains one more).
+void check_resumed(const Run& whole, const Run& resumed, const std::function<Run()>& again, const char* what) {
+  std::string where;
+  const double d = max_diff(whole, resumed, &where);
+  if (d == 0) {
+    std::printf("test_train_graph: %s resumed under the graph: bit-identical to the uninterrupted run (%zu tensors)\n",
+                what, whole.tensors.size());
+    return;
+  }
+  const Run other = again();
+  std::string where_ref;
+  const double spread = max_diff(whole, other, &where_ref);
+  INFO("resumed vs uninterrupted: " << d << " at " << where << "; two uninterrupted runs: " << spread << " at "
+                                    << where_ref);
+  CHECK(spread > 0);
+  CHECK(d <= 4 * spread);
+}
+
 // The report's fp16 line, "fp16 loss scaling: scale S, N step(s) skipped for inf/NaN gradients"
 // (empty without it), and N.
 std::string scaling_line(const std::string& log) {
@@ -226,20 +246,7 @@ TEST_CASE("a graph run stopped and resumed equals the uninterrupted graph run: A
   CHECK_THAT(part.log, Catch::Contains("Step 2: captured as one CUDA graph"));
   CHECK_THAT(resumed.log, Catch::Contains("Resuming from") && Catch::Contains("at step 17"));
   CHECK_THAT(resumed.log, Catch::Contains("Step 19: captured as one CUDA graph"));
-  std::string where;
-  const double d = max_diff(whole, resumed, &where);
-  if (d == 0) {
-    std::printf("test_train_graph: resumed under the graph: bit-identical to the uninterrupted run (%zu tensors)\n",
-                whole.tensors.size());
-  } else {  // only as far as two uninterrupted runs differ
-    const Run again = train_once(o, DType::BF16, CudaGraph::On, dir, "again");
-    std::string where_ref;
-    const double spread = max_diff(whole, again, &where_ref);
-    INFO("resumed vs uninterrupted: " << d << " at " << where << "; two uninterrupted runs: " << spread << " at "
-                                      << where_ref);
-    CHECK(spread > 0);
-    CHECK(d <= 4 * spread);
-  }
+  check_resumed(whole, resumed, [&] { return train_once(o, DType::BF16, CudaGraph::On, dir, "again"); }, "bf16");
 }
 
 TEST_CASE("with the timed convolution engines (the default) the step is captured and replays to the end",
@@ -335,19 +342,9 @@ TEST_CASE("fp16 graph run stopped and resumed equals the uninterrupted graph run
   CHECK(scaling_line(resumed.log) == scaling_line(whole.log));  // scale and skipped steps, restored and continued
   REQUIRE(whole.loss_scales.size() == 24);
   CHECK(resumed.loss_scales == std::vector<std::string>(whole.loss_scales.begin() + 17, whole.loss_scales.end()));
-  std::string where;
-  const double d = max_diff(whole, resumed, &where);
-  if (d == 0) {
-    std::printf("test_train_graph: fp16 resumed under the graph: bit-identical to the uninterrupted run\n");
-  } else {  // only as far as two uninterrupted runs differ
-    const Run again = train_once(o, DType::F16, CudaGraph::On, dir, "again", true, -1, moving_scale());
-    std::string where_ref;
-    const double spread = max_diff(whole, again, &where_ref);
-    INFO("resumed vs uninterrupted: " << d << " at " << where << "; two uninterrupted runs: " << spread << " at "
-                                      << where_ref);
-    CHECK(spread > 0);
-    CHECK(d <= 4 * spread);
-  }
+  check_resumed(
+      whole, resumed, [&] { return train_once(o, DType::F16, CudaGraph::On, dir, "again", true, -1, moving_scale()); },
+      "fp16");
 }
 
 TEST_CASE("the device's loss scaling kernels follow LossScaler, skip without a trace, and count applied steps",
