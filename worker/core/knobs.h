@@ -52,6 +52,7 @@ struct Knobs {
   bool wgrad_stream = true;  // WORKER_WGRAD_STREAM=0|1: backward's weight gradients on a second stream
   bool cudnn_deterministic = false;  // WORKER_CUDNN_DETERMINISTIC=0|1: only cuDNN's deterministic algorithms
   FusedStats fp16_fused = FusedStats::Timed;  // WORKER_FP16_FUSED=auto|0|1: fp16 conv+genstats (1: always)
+  bool relu_bits = true;  // WORKER_RELU_BITS=0|1: after a residual add, the backward's ReLU mask as bits
   // --- The NCCL communicator
   double nccl_init_timeout_s = 300;  // WORKER_NCCL_INIT_TIMEOUT_S: how long every rank has to join
   // --- The GPU JPEG loader

@@ -12,7 +12,9 @@
 // ~5 us each, 0.5 ms of a ResNet-50 step).
 // The ReLU mask of the backward comes from y (after a residual add) or, where y was
 // relu(scale*x + shift) alone, is recomputed from x with the forward's own rounding
-// (bn_scale_shift + one fma): one tensor less to read in both backward passes.
+// (bn_scale_shift + one fma): one tensor less to read in both backward passes. After a residual
+// add the training forward can also write the mask as bits (one byte per row and group of V
+// channels: relu_bits), which the backward reads instead of y: 1/16 of y's bytes in fp16/bf16.
 // Sums are taken relative to the channel's first value (a shift), which keeps the one-pass
 // variance accurate when |mean| >> std; partials are combined in double.
 #include <algorithm>
@@ -264,9 +266,12 @@ __global__ void finalize_eval_kernel(int c, const float* gamma, const float* bet
 
 // The rows of one group of V channels starting at `col`: y = relu?(sc * x + sf + res?), the loads of
 // kUnroll rows in flight.
+// bits (may be null; only with kRelu): bit i of byte [row * (c / V) + col / V] is y's element i > 0.
 template <typename T, int V, bool kRes, bool kRelu>
 __device__ __forceinline__ void apply_column(const T* __restrict__ x, const T* __restrict__ res, T* __restrict__ y,
-                                             int64_t m, int c, size_t col, const float (&sc)[V], const float (&sf)[V]) {
+                                             int64_t m, int c, size_t col, const float (&sc)[V], const float (&sf)[V],
+                                             uint8_t* __restrict__ bits) {
+  static_assert(V <= 8, "a byte of ReLU bits per group");
   Vec<T, V> bx[kUnroll], br[kUnroll];
   stream_rows(
       m, [&](int u, int64_t r) {
@@ -288,7 +293,17 @@ __device__ __forceinline__ void apply_column(const T* __restrict__ x, const T* _
 #pragma unroll
           for (int i = 0; i < V; ++i) v[i] = v[i] > 0.f ? v[i] : 0.f;
         }
-        store_f<T, V>(y + size_t(r) * c + col, v);
+        Vec<T, V> out;
+#pragma unroll
+        for (int i = 0; i < V; ++i) out.v[i] = from_f<T>(v[i]);
+        *reinterpret_cast<Vec<T, V>*>(y + size_t(r) * c + col) = out;
+        if (kRelu && bits) {
+          // From the stored (rounded) values: the same mask as reading y back.
+          unsigned b = 0;
+#pragma unroll
+          for (int i = 0; i < V; ++i) b |= (to_f(out.v[i]) > 0.f ? 1u : 0u) << i;
+          bits[size_t(r) * size_t(c / V) + col / V] = uint8_t(b);
+        }
       });
 }
 
@@ -296,7 +311,7 @@ __device__ __forceinline__ void apply_column(const T* __restrict__ x, const T* _
 template <typename T, int V, bool kRes, bool kRelu>
 __global__ void __launch_bounds__(kThreads)
     apply_kernel(const T* __restrict__ x, const T* __restrict__ res, T* __restrict__ y,
-                 int64_t m, int c, const float* __restrict__ scale_shift) {
+                 int64_t m, int c, const float* __restrict__ scale_shift, uint8_t* __restrict__ bits) {
   const int groups = c / V;
   const int g = blockIdx.x * blockDim.x + threadIdx.x;
   if (g >= groups) return;
@@ -306,7 +321,7 @@ __global__ void __launch_bounds__(kThreads)
     sc[i] = scale_shift[g * V + i];
     sf[i] = scale_shift[c + g * V + i];
   }
-  apply_column<T, V, kRes, kRelu>(x, res, y, m, c, size_t(g) * V, sc, sf);
+  apply_column<T, V, kRes, kRelu>(x, res, y, m, c, size_t(g) * V, sc, sf, bits);
 }
 
 // The apply of a batch norm whose statistics a convolution wrote (fp16's conv+genstats: the fp32 sum
@@ -320,7 +335,7 @@ __global__ void __launch_bounds__(kThreads)
 template <typename T, int V, bool kRes, bool kRelu>
 __global__ void __launch_bounds__(kThreads)
     apply_sums_kernel(const T* __restrict__ x, const T* __restrict__ res, T* __restrict__ y, int64_t m, int c,
-                      float* sums, FwdFinalize f, BnSync sync) {
+                      float* sums, FwdFinalize f, BnSync sync, uint8_t* __restrict__ bits) {
   static_assert(32 * V <= kThreads, "a block's channels (at most 32 groups of V) are one per thread");
   __shared__ float sh_sc[kThreads], sh_sf[kThreads];
   __shared__ bool last;
@@ -346,7 +361,7 @@ __global__ void __launch_bounds__(kThreads)
       sc[i] = sh_sc[threadIdx.x * V + i];
       sf[i] = sh_sf[threadIdx.x * V + i];
     }
-    apply_column<T, V, kRes, kRelu>(x, res, y, m, c, size_t(g) * V, sc, sf);
+    apply_column<T, V, kRes, kRelu>(x, res, y, m, c, size_t(g) * V, sc, sf, bits);
   }
   // The block read its sums before the first __syncthreads; once every block of the column has
   // counted itself, the last one zeroes them.
@@ -369,7 +384,7 @@ __global__ void __launch_bounds__(kThreads)
 // and the written value depends on the value read, so no reordering can swap them; the
 // forward's apply_kernel likewise lets y alias res.
 
-enum class Mask : uint8_t { None, FromY, FromX };
+enum class Mask : uint8_t { None, FromY, FromX, FromBits };
 
 // Per-thread constants of the backward kernels for V channels.
 template <int V, Mask M>
@@ -387,10 +402,14 @@ struct BwdChannels {
 };
 
 // The ReLU's mask applied to gr in place: what of the output gradient reaches the batch norm.
+// bits: the forward's byte for this row and group (Mask::FromBits).
 template <typename T, int V, Mask M>
-__device__ __forceinline__ void mask_relu(const Vec<T, V>& y, const float (&xv)[V], const BwdChannels<V, M>& ch,
-                                          float (&gr)[V]) {
-  if (M == Mask::FromY) {
+__device__ __forceinline__ void mask_relu(const Vec<T, V>& y, uint8_t bits, const float (&xv)[V],
+                                          const BwdChannels<V, M>& ch, float (&gr)[V]) {
+  if (M == Mask::FromBits) {
+#pragma unroll
+    for (int i = 0; i < V; ++i) gr[i] = (bits >> i) & 1u ? gr[i] : 0.f;
+  } else if (M == Mask::FromY) {
     float yv[V];
     to_f<T, V>(y, yv);
 #pragma unroll
@@ -402,10 +421,10 @@ __device__ __forceinline__ void mask_relu(const Vec<T, V>& y, const float (&xv)[
 }
 
 template <typename T, int V, Mask M>
-__device__ __forceinline__ void masked(const Vec<T, V>& dy, const Vec<T, V>& y, const float (&xv)[V],
+__device__ __forceinline__ void masked(const Vec<T, V>& dy, const Vec<T, V>& y, uint8_t bits, const float (&xv)[V],
                                        const BwdChannels<V, M>& ch, float (&gr)[V]) {
   to_f<T, V>(dy, gr);
-  mask_relu<T, V, M>(y, xv, ch, gr);
+  mask_relu<T, V, M>(y, bits, xv, ch, gr);
 }
 
 // The backward's sums, then (last block of each column) dgamma, dbeta and the dx coefficients
@@ -423,7 +442,7 @@ __global__ void __launch_bounds__(kThreads)
                       const T* __restrict__ dy2, int64_t m, int c, const float* __restrict__ mean,
                       const float* __restrict__ invstd, const float* __restrict__ gamma,
                       const float* __restrict__ beta, T* __restrict__ dres, BwdFinalize f,
-                      BnSync sync) {
+                      BnSync sync, const uint8_t* __restrict__ bits) {
   const int groups = c / V;
   const int g = blockIdx.x * blockDim.x + threadIdx.x;
   float s[V], sx[V];
@@ -434,6 +453,7 @@ __global__ void __launch_bounds__(kThreads)
     ch.load(g, mean, invstd, gamma, beta);
     const size_t col = size_t(g) * V;
     Vec<T, V> bx[kUnroll], bd[kUnroll], by[kUnroll]{}, bd2[kUnroll]{};
+    uint8_t bb[kUnroll]{};
     stream_rows(
         m, [&](int u, int64_t r) {
           const size_t off = size_t(r) * c + col;
@@ -441,6 +461,7 @@ __global__ void __launch_bounds__(kThreads)
           bd[u] = load_v<T, V>(dy + off);
           if (kDy2) bd2[u] = load_v<T, V>(dy2 + off);
           if (M == Mask::FromY) by[u] = load_v<T, V>(y + off);
+          if (M == Mask::FromBits) bb[u] = bits[size_t(r) * size_t(groups) + size_t(g)];
         },
         [&](int u, int64_t r) {
           float xv[V], gr[V];
@@ -452,7 +473,7 @@ __global__ void __launch_bounds__(kThreads)
 #pragma unroll
             for (int i = 0; i < V; ++i) gr[i] += d2[i];
           }
-          mask_relu<T, V, M>(by[u], xv, ch, gr);
+          mask_relu<T, V, M>(by[u], bb[u], xv, ch, gr);
           if (dres) store_f<T, V>(dres + size_t(r) * c + col, gr);
 #pragma unroll
           for (int i = 0; i < V; ++i) {
@@ -480,7 +501,7 @@ __global__ void __launch_bounds__(kThreads)
                   const T* __restrict__ dres, int64_t m, int c, const float* __restrict__ coef,
                   const float* __restrict__ mean, const float* __restrict__ invstd,
                   const float* __restrict__ gamma, const float* __restrict__ beta,
-                  T* __restrict__ dx) {
+                  T* __restrict__ dx, const uint8_t* __restrict__ bits) {
   const int groups = c / V;
   const int g = blockIdx.x * blockDim.x + threadIdx.x;
   if (g >= groups) return;
@@ -495,12 +516,14 @@ __global__ void __launch_bounds__(kThreads)
   ch.load(g, mean, invstd, gamma, beta);
   const size_t col = size_t(g) * V;
   Vec<T, V> bx[kUnroll], bd[kUnroll], by[kUnroll]{};
+  uint8_t bb[kUnroll]{};
   stream_rows(
       m, [&](int u, int64_t r) {
         const size_t off = size_t(r) * c + col;
         bx[u] = load_v<T, V>(x + off);
         bd[u] = load_v<T, V>((kDres ? dres : dy) + off);
         if (!kDres && M == Mask::FromY) by[u] = load_v<T, V>(y + off);
+        if (!kDres && M == Mask::FromBits) bb[u] = bits[size_t(r) * size_t(groups) + size_t(g)];
       },
       [&](int u, int64_t r) {
         float xv[V], gr[V];
@@ -508,7 +531,7 @@ __global__ void __launch_bounds__(kThreads)
         if (kDres)
           to_f<T, V>(bd[u], gr);
         else
-          masked<T, V, M>(bd[u], by[u], xv, ch, gr);
+          masked<T, V, M>(bd[u], by[u], bb[u], xv, ch, gr);
 #pragma unroll
         for (int i = 0; i < V; ++i) gr[i] = a[i] * gr[i] + b[i] * (xv[i] - ch.mu[i]) + cc[i];
         store_f<T, V>(dx + size_t(r) * c + col, gr);
@@ -532,42 +555,42 @@ int pick_vec(int c, std::initializer_list<const void*> ptrs) {
 size_t reduce_shmem(int v) { return size_t(2) * kThreads * v * sizeof(float); }
 
 template <typename T, int V, bool kRes, bool kRelu>
-void launch_apply(const T* x, const T* res, T* y, int64_t m, int c, const float* ss,
+void launch_apply(const T* x, const T* res, T* y, int64_t m, int c, const float* ss, uint8_t* bits,
                   cudaStream_t s) {
   const Grid ap = apply_grid(m, c / V);
-  apply_kernel<T, V, kRes, kRelu><<<ap.grid, ap.block, 0, s>>>(x, res, y, m, c, ss);
+  apply_kernel<T, V, kRes, kRelu><<<ap.grid, ap.block, 0, s>>>(x, res, y, m, c, ss, bits);
   KERNEL_CHECK();
 }
 
 template <typename T, int V>
 void apply_v(const T* x, const T* res, T* y, int64_t m, int c, const float* ss, bool relu,
-             cudaStream_t s) {
+             uint8_t* bits, cudaStream_t s) {
   if (res) {
-    if (relu) launch_apply<T, V, true, true>(x, res, y, m, c, ss, s);
-    else launch_apply<T, V, true, false>(x, res, y, m, c, ss, s);
+    if (relu) launch_apply<T, V, true, true>(x, res, y, m, c, ss, bits, s);
+    else launch_apply<T, V, true, false>(x, res, y, m, c, ss, nullptr, s);
   } else {
-    if (relu) launch_apply<T, V, false, true>(x, res, y, m, c, ss, s);
-    else launch_apply<T, V, false, false>(x, res, y, m, c, ss, s);
+    if (relu) launch_apply<T, V, false, true>(x, res, y, m, c, ss, bits, s);
+    else launch_apply<T, V, false, false>(x, res, y, m, c, ss, nullptr, s);
   }
 }
 
 template <typename T, int V, bool kRes, bool kRelu>
 void launch_apply_sums(const T* x, const T* res, T* y, int64_t m, int c, float* sums, const FwdFinalize& f,
-                       BnSync sync, cudaStream_t s) {
+                       BnSync sync, uint8_t* bits, cudaStream_t s) {
   const Grid ap = apply_grid(m, c / V);
-  apply_sums_kernel<T, V, kRes, kRelu><<<ap.grid, ap.block, 0, s>>>(x, res, y, m, c, sums, f, sync);
+  apply_sums_kernel<T, V, kRes, kRelu><<<ap.grid, ap.block, 0, s>>>(x, res, y, m, c, sums, f, sync, bits);
   KERNEL_CHECK();
 }
 
 template <typename T, int V>
 void apply_sums_v(const T* x, const T* res, T* y, int64_t m, int c, float* sums, const FwdFinalize& f, bool relu,
-                  BnSync sync, cudaStream_t s) {
+                  BnSync sync, uint8_t* bits, cudaStream_t s) {
   if (res) {
-    if (relu) launch_apply_sums<T, V, true, true>(x, res, y, m, c, sums, f, sync, s);
-    else launch_apply_sums<T, V, true, false>(x, res, y, m, c, sums, f, sync, s);
+    if (relu) launch_apply_sums<T, V, true, true>(x, res, y, m, c, sums, f, sync, bits, s);
+    else launch_apply_sums<T, V, true, false>(x, res, y, m, c, sums, f, sync, nullptr, s);
   } else {
-    if (relu) launch_apply_sums<T, V, false, true>(x, res, y, m, c, sums, f, sync, s);
-    else launch_apply_sums<T, V, false, false>(x, res, y, m, c, sums, f, sync, s);
+    if (relu) launch_apply_sums<T, V, false, true>(x, res, y, m, c, sums, f, sync, bits, s);
+    else launch_apply_sums<T, V, false, false>(x, res, y, m, c, sums, f, sync, nullptr, s);
   }
 }
 
@@ -580,53 +603,66 @@ void stats_v(const T* x, int64_t m, int c, const FwdFinalize& f, BnSync sync, cu
 
 template <typename T, int V>
 void forward_train_v(const T* x, int64_t m, int c, const FwdFinalize& f, const T* res, bool relu,
-                     T* y, BnSync sync, cudaStream_t s) {
+                     T* y, BnSync sync, uint8_t* bits, cudaStream_t s) {
   stats_v<T, V>(x, m, c, f, sync, s);
-  apply_v<T, V>(x, res, y, m, c, f.scale_shift, relu, s);
+  apply_v<T, V>(x, res, y, m, c, f.scale_shift, relu, bits, s);
 }
 
 template <typename T, int V, Mask M>
 void backward_vm(const T* x, const T* y, const T* dy, const T* dy2, int64_t m, int c, const float* gamma,
                  const float* beta, const float* mean, const float* invstd, T* dx, T* dres,
-                 const BwdFinalize& f, BnSync sync, cudaStream_t s) {
+                 const BwdFinalize& f, BnSync sync, const uint8_t* bits, cudaStream_t s) {
   const Grid st = reduce_grid(m, c / V, kBwdReduceBlocksPerSm);
   if (dy2)
     bwd_reduce_kernel<T, V, M, true><<<st.grid, st.block, reduce_shmem(V), s>>>(
-        x, y, dy, dy2, m, c, mean, invstd, gamma, beta, dres, f, sync);
+        x, y, dy, dy2, m, c, mean, invstd, gamma, beta, dres, f, sync, bits);
   else
     bwd_reduce_kernel<T, V, M, false><<<st.grid, st.block, reduce_shmem(V), s>>>(
-        x, y, dy, dy2, m, c, mean, invstd, gamma, beta, dres, f, sync);
+        x, y, dy, dy2, m, c, mean, invstd, gamma, beta, dres, f, sync, bits);
   KERNEL_CHECK();
   const float* coef = f.coef;
   const Grid ap = apply_grid(m, c / V);
   // With a residual the dx pass reads the masked gradient the reduction wrote (dy + dy2).
   if (dres)
     bwd_dx_kernel<T, V, M, true><<<ap.grid, ap.block, 0, s>>>(x, y, dy, dres, m, c, coef, mean,
-                                                              invstd, gamma, beta, dx);
+                                                              invstd, gamma, beta, dx, bits);
   else
     bwd_dx_kernel<T, V, M, false><<<ap.grid, ap.block, 0, s>>>(x, y, dy, dres, m, c, coef, mean,
-                                                               invstd, gamma, beta, dx);
+                                                               invstd, gamma, beta, dx, bits);
   KERNEL_CHECK();
 }
 
 template <typename T, int V>
 void backward_v(const T* x, const T* y, const T* dy, const T* dy2, int64_t m, int c, const float* gamma,
                 const float* beta, const float* mean, const float* invstd, BnMask mask, T* dx,
-                T* dres, const BwdFinalize& f, BnSync sync, cudaStream_t s) {
+                T* dres, const BwdFinalize& f, BnSync sync, const uint8_t* bits, cudaStream_t s) {
   switch (mask) {
     case BnMask::None:
-      backward_vm<T, V, Mask::None>(x, y, dy, dy2, m, c, gamma, beta, mean, invstd, dx, dres, f, sync, s);
+      backward_vm<T, V, Mask::None>(x, y, dy, dy2, m, c, gamma, beta, mean, invstd, dx, dres, f, sync, bits, s);
       break;
     case BnMask::FromOutput:
-      backward_vm<T, V, Mask::FromY>(x, y, dy, dy2, m, c, gamma, beta, mean, invstd, dx, dres, f, sync, s);
+      backward_vm<T, V, Mask::FromY>(x, y, dy, dy2, m, c, gamma, beta, mean, invstd, dx, dres, f, sync, bits, s);
       break;
     case BnMask::FromInput:
-      backward_vm<T, V, Mask::FromX>(x, y, dy, dy2, m, c, gamma, beta, mean, invstd, dx, dres, f, sync, s);
+      backward_vm<T, V, Mask::FromX>(x, y, dy, dy2, m, c, gamma, beta, mean, invstd, dx, dres, f, sync, bits, s);
+      break;
+    case BnMask::FromBits:
+      // The forward writes bits only where it ran vectorized (V > 1); else y still holds the mask.
+      if constexpr (V > 1)
+        backward_vm<T, V, Mask::FromBits>(x, y, dy, dy2, m, c, gamma, beta, mean, invstd, dx, dres, f, sync, bits,
+                                          s);
+      else
+        backward_vm<T, V, Mask::FromY>(x, y, dy, dy2, m, c, gamma, beta, mean, invstd, dx, dres, f, sync, bits, s);
       break;
   }
 }
 
 }  // namespace
+
+size_t bn_relu_bits_bytes(DType t, int64_t m, int c) {
+  const size_t per_row = size_t(c) * dtype_size(t) / 16;
+  return size_t(m) * std::max<size_t>(per_row, 1);
+}
 
 size_t bn_sync_bytes(int c) {
   // 2c doubles per stripe, then one counter per column of blocks (at most c / 32 columns, V = 1).
@@ -640,39 +676,48 @@ BnSync bn_sync_view(void* zeroed, int c) {
   return v;
 }
 
-void bn_forward_train(DType t, const void* x, int64_t m, int c, const float* gamma,
+bool bn_forward_train(DType t, const void* x, int64_t m, int c, const float* gamma,
                       const float* beta, float eps, float momentum, float* running_mean,
                       float* running_var, float* save_mean, float* save_invstd,
                       const void* residual, bool relu, void* y, BnSync sync, float* scale_shift,
-                      cudaStream_t s) {
+                      cudaStream_t s, uint8_t* relu_bits) {
   const FwdFinalize f{gamma, beta, eps, momentum, running_mean, running_var, save_mean, save_invstd,
                       scale_shift};
+  bool bits = false;
   WK_DISPATCH(t, {
     const T* xt = static_cast<const T*>(x);
     const T* rt = static_cast<const T*>(residual);
     T* yt = static_cast<T*>(y);
-    if (pick_vec<T>(c, {x, residual, y}) > 1)
-      forward_train_v<T, 16 / sizeof(T)>(xt, m, c, f, rt, relu, yt, sync, s);
-    else
-      forward_train_v<T, 1>(xt, m, c, f, rt, relu, yt, sync, s);
+    if (pick_vec<T>(c, {x, residual, y}) > 1) {
+      bits = relu && relu_bits;
+      forward_train_v<T, 16 / sizeof(T)>(xt, m, c, f, rt, relu, yt, sync, relu_bits, s);
+    } else {
+      forward_train_v<T, 1>(xt, m, c, f, rt, relu, yt, sync, nullptr, s);
+    }
   });
+  return bits;
 }
 
-void bn_forward_train_sums(DType t, float* sums, const void* x, int64_t m, int c, const float* gamma,
+bool bn_forward_train_sums(DType t, float* sums, const void* x, int64_t m, int c, const float* gamma,
                            const float* beta, float eps, float momentum, float* running_mean,
                            float* running_var, float* save_mean, float* save_invstd,
-                           const void* residual, bool relu, void* y, BnSync sync, cudaStream_t s) {
+                           const void* residual, bool relu, void* y, BnSync sync, cudaStream_t s,
+                           uint8_t* relu_bits) {
   const FwdFinalize f{gamma, beta, eps, momentum, running_mean, running_var, save_mean, save_invstd,
                       nullptr};
+  bool bits = false;
   WK_DISPATCH(t, {
     const T* xt = static_cast<const T*>(x);
     const T* rt = static_cast<const T*>(residual);
     T* yt = static_cast<T*>(y);
-    if (pick_vec<T>(c, {x, residual, y}) > 1)
-      apply_sums_v<T, 16 / sizeof(T)>(xt, rt, yt, m, c, sums, f, relu, sync, s);
-    else
-      apply_sums_v<T, 1>(xt, rt, yt, m, c, sums, f, relu, sync, s);
+    if (pick_vec<T>(c, {x, residual, y}) > 1) {
+      bits = relu && relu_bits;
+      apply_sums_v<T, 16 / sizeof(T)>(xt, rt, yt, m, c, sums, f, relu, sync, relu_bits, s);
+    } else {
+      apply_sums_v<T, 1>(xt, rt, yt, m, c, sums, f, relu, sync, nullptr, s);
+    }
   });
+  return bits;
 }
 
 void bn_stats_pass(DType t, const void* x, int64_t m, int c, BnSync sync, float* scratch, cudaStream_t s) {
@@ -698,16 +743,16 @@ void bn_forward_eval(DType t, const void* x, int64_t m, int c, const float* gamm
     const T* rt = static_cast<const T*>(residual);
     T* yt = static_cast<T*>(y);
     if (pick_vec<T>(c, {x, residual, y}) > 1)
-      apply_v<T, 16 / sizeof(T)>(xt, rt, yt, m, c, scale_shift, relu, s);
+      apply_v<T, 16 / sizeof(T)>(xt, rt, yt, m, c, scale_shift, relu, nullptr, s);
     else
-      apply_v<T, 1>(xt, rt, yt, m, c, scale_shift, relu, s);
+      apply_v<T, 1>(xt, rt, yt, m, c, scale_shift, relu, nullptr, s);
   });
 }
 
 void bn_backward(DType t, const void* x, const void* y, const void* dy, const void* dy2, int64_t m, int c,
                  const float* gamma, const float* beta, const float* save_mean,
                  const float* save_invstd, BnMask mask, void* dx, void* dresidual, float* dgamma,
-                 float* dbeta, BnSync sync, float* coef, cudaStream_t s) {
+                 float* dbeta, BnSync sync, float* coef, cudaStream_t s, const uint8_t* relu_bits) {
   const BwdFinalize f{dgamma, dbeta, coef};
   WK_DISPATCH(t, {
     const T* xt = static_cast<const T*>(x);
@@ -716,13 +761,13 @@ void bn_backward(DType t, const void* x, const void* y, const void* dy, const vo
     const T* dy2t = static_cast<const T*>(dy2);
     T* dxt = static_cast<T*>(dx);
     T* drt = static_cast<T*>(dresidual);
-    const void* yp = mask == BnMask::FromOutput ? y : nullptr;
+    const void* yp = mask == BnMask::FromOutput || mask == BnMask::FromBits ? y : nullptr;
     if (pick_vec<T>(c, {x, yp, dy, dy2, dx, dresidual}) > 1)
       backward_v<T, 16 / sizeof(T)>(xt, yt, dyt, dy2t, m, c, gamma, beta, save_mean, save_invstd, mask,
-                                    dxt, drt, f, sync, s);
+                                    dxt, drt, f, sync, relu_bits, s);
     else
       backward_v<T, 1>(xt, yt, dyt, dy2t, m, c, gamma, beta, save_mean, save_invstd, mask, dxt, drt, f,
-                       sync, s);
+                       sync, relu_bits, s);
   });
 }
 

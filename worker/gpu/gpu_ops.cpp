@@ -89,7 +89,7 @@ std::vector<std::pair<std::string, size_t>> GpuOps::memory_breakdown() const {
       {"cuDNN workspace", ws_.carved()},
       {"side stream: half-precision dW", ws_.side_scratch_carved()},
       {"cuBLAS workspace", Device::kCublasWorkspace},
-      {"backend scratch (BN sums, half dW, max-pool argmax)", mem_scratch_},
+      {"backend scratch (BN sums, ReLU bits, half dW, max-pool argmax)", mem_scratch_},
       {"stem space-to-depth input", convs_.s2d_bytes()},
       {"fp16 conv+genstats sums", convs_.stats_bytes()},
       {"pool reserved, not handed out", pool_.reserved() - pool_.used()}};
@@ -306,18 +306,37 @@ void GpuOps::bn_forward_train(const BnDesc& d, const Act& x, ParamView gamma, Pa
   const int64_t m = int64_t(d.n) * d.h * d.w;
   float* s = scratch_f32(2 * size_t(d.c));
   writes(y);
-  bn_forwards_[y.data] = BnForward{x.data, gamma.offset, relu && residual == nullptr};
+  BnForward& rec = bn_forwards_[y.data];
+  rec = BnForward{x.data, gamma.offset, relu && residual == nullptr};
+  // After a residual add the mask cannot be recomputed from x: the forward writes it as bits, which
+  // the backward reads instead of y (16x fewer bytes in fp16/bf16, 32x in fp32).
+  uint8_t* bits = relu && residual && opt_.relu_bits
+                      ? relu_bits_for(y.data, gpu::bn_relu_bits_bytes(opt_.precision, m, d.c))
+                      : nullptr;
+  bool wrote_bits;
   if (sums) {
     ++fused_bn_forwards_;
-    gpu::bn_forward_train_sums(opt_.precision, sums, x.data, m, d.c, weights_.f32(gamma), weights_.f32(beta),
-                               d.eps, d.momentum, running_mean, running_var, save_mean, save_invstd,
-                               residual ? residual->data : nullptr, relu, y.data, bn_sync(d.c), dev_.stream);
-    return;
+    wrote_bits = gpu::bn_forward_train_sums(opt_.precision, sums, x.data, m, d.c, weights_.f32(gamma),
+                                            weights_.f32(beta), d.eps, d.momentum, running_mean, running_var,
+                                            save_mean, save_invstd, residual ? residual->data : nullptr, relu,
+                                            y.data, bn_sync(d.c), dev_.stream, bits);
+  } else {
+    wrote_bits = gpu::bn_forward_train(opt_.precision, x.data, m, d.c, weights_.f32(gamma), weights_.f32(beta),
+                                       d.eps, d.momentum, running_mean, running_var, save_mean, save_invstd,
+                                       residual ? residual->data : nullptr, relu, y.data, bn_sync(d.c), s,
+                                       dev_.stream, bits);
   }
-  gpu::bn_forward_train(opt_.precision, x.data, m, d.c, weights_.f32(gamma),
-                        weights_.f32(beta), d.eps, d.momentum, running_mean, running_var,
-                        save_mean, save_invstd, residual ? residual->data : nullptr, relu, y.data,
-                        bn_sync(d.c), s, dev_.stream);
+  if (wrote_bits) rec.relu_bits = bits;
+}
+
+uint8_t* GpuOps::relu_bits_for(const void* y, size_t bytes) {
+  Bits& b = relu_bits_[y];
+  if (bytes > b.bytes) {  // first use, or a larger batch than before (between steps)
+    b.p = static_cast<uint8_t*>(pool_.alloc(bytes));
+    b.bytes = bytes;
+    mem_scratch_ += bytes;
+  }
+  return b.p;
 }
 
 void GpuOps::bn_forward_eval(const BnDesc& d, const Act& x, ParamView gamma, ParamView beta,
@@ -353,12 +372,19 @@ void GpuOps::bn_backward(const BnDesc& d, const Act& x, const Act& y, const Act&
   float* s = scratch_f32(3 * size_t(d.c));
   // The ReLU mask from x (one tensor less to read) only where this backend's own training
   // forward wrote y = relu(bn(x)) from this very x and gamma.
+  // Else the bits that forward wrote, where it wrote them (after a residual add).
   BnMask mask = relu ? BnMask::FromOutput : BnMask::None;
+  const uint8_t* bits = nullptr;
   if (relu) {
     const auto it = bn_forwards_.find(y.data);
-    if (it != bn_forwards_.end() && it->second.plain_relu && it->second.x == x.data &&
-        it->second.gamma == gamma.offset)
-      mask = BnMask::FromInput;
+    if (it != bn_forwards_.end() && it->second.x == x.data && it->second.gamma == gamma.offset) {
+      if (it->second.plain_relu) {
+        mask = BnMask::FromInput;
+      } else if (it->second.relu_bits) {
+        mask = BnMask::FromBits;
+        bits = it->second.relu_bits;
+      }
+    }
   }
   writes(dx);
   if (dresidual) writes(*dresidual);
@@ -368,7 +394,7 @@ void GpuOps::bn_backward(const BnDesc& d, const Act& x, const Act& y, const Act&
   gpu::bn_backward(opt_.precision, x.data, y.data, dy.data, dy2 ? dy2->data : nullptr, m, d.c, weights_.f32(gamma),
                    weights_.f32(dbeta), save_mean, save_invstd, mask, dx.data,
                    dresidual ? dresidual->data : nullptr, grads_ + dgamma.offset,
-                   grads_ + dbeta.offset, bn_sync(d.c), s, dev_.stream);
+                   grads_ + dbeta.offset, bn_sync(d.c), s, dev_.stream, bits);
 }
 
 // --- Pooling

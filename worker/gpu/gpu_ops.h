@@ -146,7 +146,11 @@ class GpuOps final : public Ops {
     const void* x = nullptr;
     size_t gamma = 0;
     bool plain_relu = false;  // y = relu(bn(x)), no residual: the mask can be recomputed from x
+    const uint8_t* relu_bits = nullptr;  // the mask as bits (bn_relu_bits_bytes), when written
   };
+  // The buffer for the ReLU bits of the training forward that writes y (relu after a residual
+  // add), carved on first use and kept for that y (the model's activations stay where they are).
+  uint8_t* relu_bits_for(const void* y, size_t bytes);
   // The main stream is about to write [p, p + bytes) (or an activation): it first waits for
   // side-stream work that reads or writes it.
   void writes(const void* p, size_t bytes);
@@ -181,6 +185,11 @@ class GpuOps final : public Ops {
   void* half_scratch_ = nullptr;
   size_t half_scratch_bytes_ = 0;
   std::map<const void*, BnForward> bn_forwards_;
+  struct Bits {
+    uint8_t* p = nullptr;
+    size_t bytes = 0;
+  };
+  std::map<const void*, Bits> relu_bits_;
   // fp16 conv+genstats: which convolution output's sums a training batch norm may take.
   StatsPairing pairing_;
   bool in_backward_ = false;   // a backward call since the last first-layer weight gradient

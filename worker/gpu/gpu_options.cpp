@@ -16,6 +16,7 @@ GpuOptions gpu_options(const Knobs& k, int device, DType precision) {
   o.deterministic = k.cudnn_deterministic;
   o.wgrad_stream = k.wgrad_stream;
   o.fused_stats = k.fp16_fused;
+  o.relu_bits = k.relu_bits;
   return o;
 }
 

@@ -30,6 +30,9 @@ struct GpuOptions {
   // fp16: convolutions that feed a training batch norm write its sums (conv+genstats, conv_planner.h),
   // where timing chooses it (Timed), always (Always) or never (Off). Needs graph_engines.
   FusedStats fused_stats = Knobs{}.fp16_fused;
+  // A training batch norm with a residual add and ReLU writes the ReLU's mask as bits, which its
+  // backward reads instead of the output (bn.cu); off: the backward reads the output.
+  bool relu_bits = Knobs{}.relu_bits;
 };
 
 // Pure: the options the knobs give for this device and precision.

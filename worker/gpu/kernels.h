@@ -23,19 +23,24 @@ struct BnSync {
 size_t bn_sync_bytes(int c);
 BnSync bn_sync_view(void* zeroed, int c);
 // Training forward: statistics, running-stat update, saved mean/invstd, then the fused
-// normalise + residual + ReLU. scale_shift: scratch of 2*c floats.
-void bn_forward_train(DType t, const void* x, int64_t m, int c, const float* gamma,
+// normalise + residual + ReLU. scale_shift: scratch of 2*c floats. relu_bits (may be null; bn_relu_bits_bytes
+// of them): the ReLU's mask as bits for the backward (BnMask::FromBits); true when they were written
+// (with relu, where the tensors allow 16-byte accesses).
+bool bn_forward_train(DType t, const void* x, int64_t m, int c, const float* gamma,
                       const float* beta, float eps, float momentum, float* running_mean,
                       float* running_var, float* save_mean, float* save_invstd,
                       const void* residual, bool relu, void* y, BnSync sync, float* scale_shift,
-                      cudaStream_t s);
+                      cudaStream_t s, uint8_t* relu_bits = nullptr);
+// One byte per row and group of 16 bytes of channels (c * element bytes / 16 per row).
+size_t bn_relu_bits_bytes(DType t, int64_t m, int c);
 // The training forward from a convolution's sums of x (fp16's conv+genstats: sums[0, c) the sum,
 // sums[c, 2c) the sum of squares, fp32, over the m rows): the same finalize, in double, and the same
 // apply, in one kernel; the sums are zero again after it.
-void bn_forward_train_sums(DType t, float* sums, const void* x, int64_t m, int c, const float* gamma,
+bool bn_forward_train_sums(DType t, float* sums, const void* x, int64_t m, int c, const float* gamma,
                            const float* beta, float eps, float momentum, float* running_mean,
                            float* running_var, float* save_mean, float* save_invstd,
-                           const void* residual, bool relu, void* y, BnSync sync, cudaStream_t s);
+                           const void* residual, bool relu, void* y, BnSync sync, cudaStream_t s,
+                           uint8_t* relu_bits = nullptr);
 // The training forward's statistics pass alone, mean and invstd into scratch (2*c floats): what the
 // fused convolution's timing compares against (conv_planner.h).
 void bn_stats_pass(DType t, const void* x, int64_t m, int c, BnSync sync, float* scratch, cudaStream_t s);
@@ -45,14 +50,15 @@ void bn_forward_eval(DType t, const void* x, int64_t m, int c, const float* gamm
                      float* scale_shift, cudaStream_t s);
 // Where the backward's ReLU mask comes from: no ReLU; y > 0 (y = relu(bn(x) + residual));
 // or recomputed from x, gamma, beta and the saved statistics (only where y was relu(bn(x))
-// alone): y is then not read.
-enum class BnMask : uint8_t { None, FromOutput, FromInput };
+// alone): y is then not read; or the bits the training forward wrote (relu_bits; where it wrote
+// none, the vectorized launch was not possible and y is read).
+enum class BnMask : uint8_t { None, FromOutput, FromInput, FromBits };
 // coef: scratch of 3*c floats. dgamma/dbeta are accumulated (+=). dy2 (may be null; only with
 // dresidual): a second part of the output gradient, added to dy.
 void bn_backward(DType t, const void* x, const void* y, const void* dy, const void* dy2, int64_t m, int c,
                  const float* gamma, const float* beta, const float* save_mean,
                  const float* save_invstd, BnMask mask, void* dx, void* dresidual, float* dgamma,
-                 float* dbeta, BnSync sync, float* coef, cudaStream_t s);
+                 float* dbeta, BnSync sync, float* coef, cudaStream_t s, const uint8_t* relu_bits = nullptr);
 
 // --- Pooling (pooling.cu).
 // The forward also writes the position of each window's maximum (PyTorch's rule) into

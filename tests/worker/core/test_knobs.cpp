@@ -23,6 +23,7 @@ void check_defaults(const Knobs& k) {
   CHECK(k.wgrad_stream);
   CHECK_FALSE(k.cudnn_deterministic);
   CHECK(k.fp16_fused == FusedStats::Timed);
+  CHECK(k.relu_bits);
   CHECK(k.nccl_init_timeout_s == 300);
   CHECK(k.nvjpeg_backend == NvjpegBackend::Hardware);
   CHECK(k.nvjpeg_cpu_share < 0);  // auto
@@ -49,6 +50,7 @@ TEST_CASE("knobs: every knob set to its other value", "[knobs]") {
       {"WORKER_WGRAD_STREAM", "0"},
       {"WORKER_CUDNN_DETERMINISTIC", "1"},
       {"WORKER_FP16_FUSED", "0"},
+      {"WORKER_RELU_BITS", "0"},
       {"WORKER_NCCL_INIT_TIMEOUT_S", "2.5"},
       {"WORKER_NVJPEG_BACKEND", "hybrid"},
       {"WORKER_NVJPEG_CPU_SHARE", "0.25"},
@@ -66,6 +68,7 @@ TEST_CASE("knobs: every knob set to its other value", "[knobs]") {
   CHECK(k.cudnn_deterministic);
   CHECK(k.fp16_fused == FusedStats::Off);
   CHECK(read_knobs({{"WORKER_FP16_FUSED", "1"}}).fp16_fused == FusedStats::Always);
+  CHECK_FALSE(k.relu_bits);
   CHECK(k.nccl_init_timeout_s == 2.5);
   CHECK(k.nvjpeg_backend == NvjpegBackend::Hybrid);
   CHECK(k.nvjpeg_cpu_share == 0.25);

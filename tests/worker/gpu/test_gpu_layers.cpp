@@ -339,58 +339,65 @@ TEST_CASE("max-pool on the ResNet stem's shape matches the CPU backend, ties inc
 // The backward recomputes the ReLU mask from x where the forward's y was relu(bn(x)) alone, and
 // reads it from y otherwise: both must give bit-identical results on every batch-norm shape of
 // ResNet-50 (the recomputed mask is exactly the forward's).
-TEST_CASE("batch-norm backward: the ReLU mask from x equals the mask from y on ResNet-50's shapes",
-          "[gpu]") {
+TEST_CASE("batch-norm backward: the ReLU mask from x, or after a residual add from the forward's bits, "
+          "equals the mask from y on ResNet-50's shapes", "[gpu]") {
   struct Shape {
     int hw, c;
   };
   const Shape shapes[] = {{112, 64}, {56, 64},  {56, 256}, {56, 128}, {28, 128}, {28, 512},
                           {28, 256}, {14, 256}, {14, 1024}, {14, 512}, {7, 512},  {7, 2048}};
-  for (DType t : kTypes) {
-    for (const Shape& s : shapes) {
-      const int n = 2;
-      INFO("dtype " << dtype_name(t) << ", bn " << s.c << " " << s.hw << "x" << s.hw);
-      BnDesc d{n, s.hw, s.hw, s.c, 1e-5f, 0.1f};
-      const size_t c = size_t(s.c), numel = size_t(n) * s.hw * s.hw * s.c;
-      const uint64_t seed = uint64_t(s.c * 7 + s.hw);
-      const auto params = randn(2 * c, seed, 0.5f, 1.0f);
-      const auto grads0 = randn(2 * c, seed + 1);
-      Side gpu(make_gpu_ops(0, t), params, grads0);
-      const ParamView gamma{0, c}, beta{c, c};
-      const auto xv = rounded(randn(numel, seed + 2, 1.f, 0.2f), t);
-      const auto dyv = rounded(randn(numel, seed + 3), t);
-      Act x = gpu.act(n, s.hw, s.hw, s.c, xv), y = gpu.act(n, s.hw, s.hw, s.c);
-      Act dy = gpu.act(n, s.hw, s.hw, s.c, dyv);
-      float* rm = gpu.floats(std::vector<float>(c));
-      float* rv = gpu.floats(std::vector<float>(c, 1.f));
-      float* sm = gpu.floats(std::vector<float>(c));
-      float* si = gpu.floats(std::vector<float>(c));
-      gpu.ops->bn_forward_train(d, x, gamma, beta, rm, rv, sm, si, nullptr, true, y);
-      const auto yv = gpu.get(y);
-      // k = 0: y as the forward left it (mask recomputed from x); k = 1: y's memory overwritten
-      // with positive values, which must not matter (y is not read then); k = 2: a copy of y
-      // elsewhere, whose forward the backend does not know, so it reads the mask from y.
-      Act y2 = gpu.act(n, s.hw, s.hw, s.c, yv);
-      std::vector<float> dx[3], g[3];
-      for (int k = 0; k < 3; ++k) {
-        if (k == 1) {
-          std::vector<float> pos(yv.size());
-          for (size_t i = 0; i < pos.size(); ++i) pos[i] = std::fabs(yv[i]) + 1.f;
-          gpu.put(y, pos);
+  for (DType t : {DType::F32, DType::BF16, DType::F16}) {
+    for (bool residual : {false, true}) {
+      for (const Shape& s : shapes) {
+        const int n = 2;
+        INFO("dtype " << dtype_name(t) << ", bn " << s.c << " " << s.hw << "x" << s.hw << (residual ? " +residual" : ""));
+        BnDesc d{n, s.hw, s.hw, s.c, 1e-5f, 0.1f};
+        const size_t c = size_t(s.c), numel = size_t(n) * s.hw * s.hw * s.c;
+        const uint64_t seed = uint64_t(s.c * 7 + s.hw);
+        const auto params = randn(2 * c, seed, 0.5f, 1.0f);
+        const auto grads0 = randn(2 * c, seed + 1);
+        Side gpu(make_gpu_ops(0, t), params, grads0);
+        const ParamView gamma{0, c}, beta{c, c};
+        const auto xv = rounded(randn(numel, seed + 2, 1.f, 0.2f), t);
+        const auto dyv = rounded(randn(numel, seed + 3), t);
+        const auto rv = rounded(randn(numel, seed + 4, 1.f, -1.f), t);  // mean -1: enough outputs clipped
+        Act x = gpu.act(n, s.hw, s.hw, s.c, xv), y = gpu.act(n, s.hw, s.hw, s.c);
+        Act dy = gpu.act(n, s.hw, s.hw, s.c, dyv), res = gpu.act(n, s.hw, s.hw, s.c, rv);
+        Act dy2 = gpu.act(n, s.hw, s.hw, s.c, rounded(randn(numel, seed + 5), t));
+        float* rm = gpu.floats(std::vector<float>(c));
+        float* rvar = gpu.floats(std::vector<float>(c, 1.f));
+        float* sm = gpu.floats(std::vector<float>(c));
+        float* si = gpu.floats(std::vector<float>(c));
+        gpu.ops->bn_forward_train(d, x, gamma, beta, rm, rvar, sm, si, residual ? &res : nullptr, true, y);
+        const auto yv = gpu.get(y);
+        // k = 0: y as the forward left it (the mask recomputed from x, or its bits); k = 1: y's
+        // memory overwritten with positive values, which must not matter (y is not read then);
+        // k = 2: a copy of y elsewhere, whose forward the backend does not know, so it reads the mask from y.
+        Act y2 = gpu.act(n, s.hw, s.hw, s.c, yv);
+        std::vector<float> dx[3], dr[3], g[3];
+        for (int k = 0; k < 3; ++k) {
+          if (k == 1) {
+            std::vector<float> pos(yv.size());
+            for (size_t i = 0; i < pos.size(); ++i) pos[i] = std::fabs(yv[i]) + 1.f;
+            gpu.put(y, pos);
+          }
+          gpu.ops->upload(gpu.grads, grads0.data(), grads0.size() * 4);
+          Act dxa = gpu.act(n, s.hw, s.hw, s.c), dra = gpu.act(n, s.hw, s.hw, s.c);
+          gpu.ops->bn_backward(d, x, k == 2 ? y2 : y, dy, gamma, sm, si, true, dxa, residual ? &dra : nullptr, gamma,
+                               beta, residual ? &dy2 : nullptr);
+          dx[k] = gpu.get(dxa);
+          if (residual) dr[k] = gpu.get(dra);
+          g[k] = gpu.get_grads();
         }
-        gpu.ops->upload(gpu.grads, grads0.data(), grads0.size() * 4);
-        Act dxa = gpu.act(n, s.hw, s.hw, s.c);
-        gpu.ops->bn_backward(d, x, k == 2 ? y2 : y, dy, gamma, sm, si, true, dxa, nullptr, gamma,
-                             beta);
-        dx[k] = gpu.get(dxa);
-        g[k] = gpu.get_grads();
+        CHECK(dx[0] == dx[2]);
+        CHECK(dr[0] == dr[2]);
+        CHECK(g[0] == g[2]);
+        CHECK(dx[1] == dx[0]);
+        CHECK(dr[1] == dr[0]);
+        size_t zeros = 0;
+        for (float v : yv) zeros += v == 0.f;
+        CHECK(zeros > numel / 20);  // the mask matters: a good share of the outputs is clipped
       }
-      CHECK(dx[0] == dx[2]);
-      CHECK(g[0] == g[2]);
-      CHECK(dx[1] == dx[0]);
-      size_t zeros = 0;
-      for (float v : yv) zeros += v == 0.f;
-      CHECK(zeros > numel / 20);  // the mask matters: a good share of the outputs is clipped
     }
   }
 }
