@@ -647,7 +647,8 @@ void backward_v(const T* x, const T* y, const T* dy, const T* dy2, int64_t m, in
       backward_vm<T, V, Mask::FromX>(x, y, dy, dy2, m, c, gamma, beta, mean, invstd, dx, dres, f, sync, bits, s);
       break;
     case BnMask::FromBits:
-      // The forward writes bits only where it ran vectorized (V > 1); else y still holds the mask.
+      // The bits' layout is the vectorized kernels' (a byte per V channels); a backward that runs scalar
+      // (a gradient not 16-byte aligned) reads the mask from y, which still holds it.
       if constexpr (V > 1)
         backward_vm<T, V, Mask::FromBits>(x, y, dy, dy2, m, c, gamma, beta, mean, invstd, dx, dres, f, sync, bits,
                                           s);
