@@ -53,6 +53,8 @@ struct Knobs {
   bool cudnn_deterministic = false;  // WORKER_CUDNN_DETERMINISTIC=0|1: only cuDNN's deterministic algorithms
   FusedStats fp16_fused = FusedStats::Timed;  // WORKER_FP16_FUSED=auto|0|1: fp16 conv+genstats (1: always)
   bool relu_bits = true;  // WORKER_RELU_BITS=0|1: after a residual add, the backward's ReLU mask as bits
+  bool bn_join = true;    // WORKER_BN_JOIN=0|1: a projection block's two batch norms and its join in one pass
+  bool stem_pool = true;  // WORKER_STEM_POOL=0|1: the stem's batch norm + ReLU pooled as computed, not stored
   // --- The NCCL communicator
   double nccl_init_timeout_s = 300;  // WORKER_NCCL_INIT_TIMEOUT_S: how long every rank has to join
   // --- The GPU JPEG loader

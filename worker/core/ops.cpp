@@ -33,6 +33,27 @@ ParamView optimizer_range(const ParamView& range, size_t bound) {
   return range;
 }
 
+// --- A projection block's join as two batch norms (a backend may fuse them)
+
+void Ops::bn_forward_train_join(const BnSide& a, const BnSide& b, Act& y) {
+  bn_forward_train(b.d, b.x, b.gamma, b.beta, b.running_mean, b.running_var, b.save_mean, b.save_invstd, nullptr,
+                   false, y);
+  bn_forward_train(a.d, a.x, a.gamma, a.beta, a.running_mean, a.running_var, a.save_mean, a.save_invstd, &y, true,
+                   y);
+}
+
+void Ops::bn_backward_join(const BnSide& a, const BnSide& b, Act& y, const Act& dy, const Act* dy2, Act& dx,
+                           Act& dx_ds) {
+  bn_backward(a.d, a.x, y, dy, a.gamma, a.save_mean, a.save_invstd, true, dx, &y, a.gamma, a.beta, dy2);
+  bn_backward(b.d, b.x, y, y, b.gamma, b.save_mean, b.save_invstd, false, dx_ds, nullptr, b.gamma, b.beta);
+}
+
+void Ops::bn_relu_maxpool_forward_train(const BnSide& s, const PoolDesc& pool, Act& bn_y, Act& y) {
+  bn_forward_train(s.d, s.x, s.gamma, s.beta, s.running_mean, s.running_var, s.save_mean, s.save_invstd, nullptr,
+                   true, bn_y);
+  maxpool_forward(pool, bn_y, y);
+}
+
 // --- Step capture: unsupported unless a backend says otherwise (the trainer asks
 // step_capture_unsupported() first, so reaching these is a bug of the caller).
 

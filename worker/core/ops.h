@@ -80,6 +80,8 @@ struct StepValues {
 // What a captured step holds, for the start-up log and the benchmark.
 struct CaptureInfo {
   size_t kernels = 0;  // kernels per replay
+  size_t memsets = 0;
+  size_t copies = 0;
   size_t nodes = 0;    // kernels, memsets, copies, ...
 };
 
@@ -161,6 +163,35 @@ class Ops {
                            ParamView gamma, const float* save_mean, const float* save_invstd,
                            bool relu, Act& dx, Act* dresidual, ParamView dgamma,
                            ParamView dbeta, const Act* dy2 = nullptr) = 0;
+
+  // A projection block's join, y = relu(bn(x) + bn(x_ds)): the block's last batch norm and its
+  // downsample's, both in training mode, each updating and saving its statistics as
+  // bn_forward_train does. The default runs the downsample's batch norm into y, then the other with
+  // y as its residual (so y holds the downsample branch's output rounded to the compute dtype in
+  // between, and the sum is of that); a backend may do both in one pass with the same result,
+  // reading x and x_ds and writing y once.
+  struct BnSide {
+    BnDesc d;
+    Act x;
+    ParamView gamma, beta;  // backward: their gradients, at the same offsets of the gradient buffer
+    float* running_mean = nullptr;
+    float* running_var = nullptr;
+    float* save_mean = nullptr;
+    float* save_invstd = nullptr;
+  };
+  virtual void bn_forward_train_join(const BnSide& main, const BnSide& ds, Act& y);
+  // Its backward, y the join's output: the gradient dy (+ dy2 where non-null, as bn_backward's)
+  // through the ReLU to both batch norms, their dx into dx and dx_ds (in place allowed, as
+  // bn_backward's), their parameters' gradients added. y's memory may be overwritten (the default
+  // keeps the residual gradient there: bn_backward of the main batch norm with dresidual y, then
+  // the downsample's from it).
+  virtual void bn_backward_join(const BnSide& main, const BnSide& ds, Act& y, const Act& dy, const Act* dy2,
+                                Act& dx, Act& dx_ds);
+  // The stem's training batch norm + ReLU into bn_y, then the max-pool of bn_y into y. A backend may
+  // pool relu(bn(x)) as it computes it and leave bn_y unwritten, where its own backward of both needs
+  // nothing of bn_y: maxpool_backward(pool, bn_y, y, ...) from where the forward found each window's
+  // maximum, and bn_backward with this bn_y from x (the GPU; the default makes both calls).
+  virtual void bn_relu_maxpool_forward_train(const BnSide& bn, const PoolDesc& pool, Act& bn_y, Act& y);
 
   virtual void maxpool_forward(const PoolDesc& d, const Act& x, Act& y) = 0;
   virtual void maxpool_backward(const PoolDesc& d, const Act& x, const Act& y, const Act& dy,

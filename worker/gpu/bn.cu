@@ -114,35 +114,33 @@ __device__ __forceinline__ void stream_rows(int64_t m, Load&& load, Use&& use) {
   }
 }
 
-// Sums a[V] and b[V] of every thread over the block's rows into acc[channel] and
-// acc[c + channel] (double atomics); true in the last block of this column of blocks to
-// finish, which may then read acc (all sums are in) and must zero it again.
-template <int V>
-__device__ __forceinline__ bool block_accumulate(const float (&a)[V], const float (&b)[V], int c,
-                                                 BnSync sync) {
+// Sums a[k][V] of every thread (k < N) over the block's rows into acc[k * c + channel] (double
+// atomics); true in the last block of this column of blocks to finish, which may then read acc (all
+// sums are in) and must zero it again.
+template <int V, int N>
+__device__ __forceinline__ bool block_accumulate(const float (&a)[N][V], int c, BnSync sync) {
   extern __shared__ float sh[];
   __shared__ bool last;
   const int bx = blockDim.x * V;  // channels covered by the block
-  float* sh_a = sh;
-  float* sh_b = sh + blockDim.y * bx;
+  const int plane = blockDim.y * bx;
 #pragma unroll
-  for (int i = 0; i < V; ++i) {
-    sh_a[threadIdx.y * bx + threadIdx.x * V + i] = a[i];
-    sh_b[threadIdx.y * bx + threadIdx.x * V + i] = b[i];
-  }
+  for (int k = 0; k < N; ++k)
+#pragma unroll
+    for (int i = 0; i < V; ++i) sh[k * plane + threadIdx.y * bx + threadIdx.x * V + i] = a[k][i];
   __syncthreads();
   const int tid = threadIdx.y * blockDim.x + threadIdx.x;
   for (int idx = tid; idx < bx; idx += blockDim.x * blockDim.y) {
-    float sa = 0.f, sb = 0.f;
-    for (int y = 0; y < int(blockDim.y); ++y) {
-      sa += sh_a[y * bx + idx];
-      sb += sh_b[y * bx + idx];
-    }
+    float t[N];
+#pragma unroll
+    for (int k = 0; k < N; ++k) t[k] = 0.f;
+    for (int y = 0; y < int(blockDim.y); ++y)
+#pragma unroll
+      for (int k = 0; k < N; ++k) t[k] += sh[k * plane + y * bx + idx];
     const int ch = blockIdx.x * bx + idx;
-    double* acc = sync.acc + size_t(blockIdx.y % unsigned(kStripes)) * 2 * size_t(c);
+    double* acc = sync.acc + size_t(blockIdx.y % unsigned(kStripes)) * N * size_t(c);
     if (ch < c) {
-      atomicAdd(&acc[ch], double(sa));
-      atomicAdd(&acc[c + ch], double(sb));
+#pragma unroll
+      for (int k = 0; k < N; ++k) atomicAdd(&acc[k * c + ch], double(t[k]));
     }
   }
   __threadfence();
@@ -153,27 +151,46 @@ __device__ __forceinline__ bool block_accumulate(const float (&a)[V], const floa
   return last;
 }
 
-// In the last block of a column: calls f(channel, sum a, sum b) for each of its channels and
-// leaves the accumulators and the counter zeroed.
-template <int V, typename F>
+template <int V>
+__device__ __forceinline__ bool block_accumulate(const float (&a)[V], const float (&b)[V], int c, BnSync sync) {
+  float ab[2][V];
+#pragma unroll
+  for (int i = 0; i < V; ++i) {
+    ab[0][i] = a[i];
+    ab[1][i] = b[i];
+  }
+  return block_accumulate<V, 2>(ab, c, sync);
+}
+
+// In the last block of a column: calls f(channel, sums) (double sums[N]) for each of its channels
+// and leaves the accumulators and the counter zeroed.
+template <int V, int N, typename F>
 __device__ __forceinline__ void finalize_column(int c, BnSync sync, F&& f) {
   const int bx = blockDim.x * V;
   const int tid = threadIdx.y * blockDim.x + threadIdx.x;
   for (int idx = tid; idx < bx; idx += blockDim.x * blockDim.y) {
     const int ch = blockIdx.x * bx + idx;
     if (ch >= c) continue;
-    double sa = 0.0, sb = 0.0;
+    double t[N];
+#pragma unroll
+    for (int k = 0; k < N; ++k) t[k] = 0.0;
     const int stripes = min(kStripes, int(gridDim.y));
-    for (int k = 0; k < stripes; ++k) {
-      double* acc = sync.acc + size_t(k) * 2 * size_t(c);
-      sa += __ldcg(&acc[ch]);
-      sb += __ldcg(&acc[c + ch]);
-      acc[ch] = 0.0;
-      acc[c + ch] = 0.0;
+    for (int j = 0; j < stripes; ++j) {
+      double* acc = sync.acc + size_t(j) * N * size_t(c);
+#pragma unroll
+      for (int k = 0; k < N; ++k) {
+        t[k] += __ldcg(&acc[k * c + ch]);
+        acc[k * c + ch] = 0.0;
+      }
     }
-    f(ch, sa, sb);
+    f(ch, t);
   }
   if (tid == 0) sync.count[blockIdx.x] = 0u;
+}
+
+template <int V, typename F>
+__device__ __forceinline__ void finalize_column(int c, BnSync sync, F&& f) {
+  finalize_column<V, 2>(c, sync, [&](int ch, const double (&t)[2]) { f(ch, t[0], t[1]); });
 }
 
 // --- Forward
@@ -264,13 +281,28 @@ __global__ void finalize_eval_kernel(int c, const float* gamma, const float* bet
   scale_shift[c + ch] = beta[ch] - running_mean[ch] * scale;
 }
 
+// What the apply adds: the residual as read, or (a projection block's join) the output of the
+// downsample's batch norm over it, rounded to T as the unfused forward stores it before the add.
+template <int V>
+struct AsRead {
+  __device__ void operator()(float (&)[V]) const {}
+};
+template <typename T, int V>
+struct BnOfResidual {
+  float sc[V], sf[V];
+  __device__ void operator()(float (&q)[V]) const {
+#pragma unroll
+    for (int i = 0; i < V; ++i) q[i] = to_f(from_f<T>(__fmaf_rn(q[i], sc[i], sf[i])));
+  }
+};
+
 // The rows of one group of V channels starting at `col`: y = relu?(sc * x + sf + res?), the loads of
-// kUnroll rows in flight.
+// kUnroll rows in flight; the residual through `of_res` first.
 // bits (may be null; only with kRelu): bit i of byte [row * (c / V) + col / V] is y's element i > 0.
-template <typename T, int V, bool kRes, bool kRelu>
+template <typename T, int V, bool kRes, bool kRelu, typename OfRes = AsRead<V>>
 __device__ __forceinline__ void apply_column(const T* __restrict__ x, const T* __restrict__ res, T* __restrict__ y,
                                              int64_t m, int c, size_t col, const float (&sc)[V], const float (&sf)[V],
-                                             uint8_t* __restrict__ bits) {
+                                             uint8_t* __restrict__ bits, const OfRes& of_res = {}) {
   static_assert(V <= 8, "a byte of ReLU bits per group");
   Vec<T, V> bx[kUnroll], br[kUnroll];
   stream_rows(
@@ -286,6 +318,7 @@ __device__ __forceinline__ void apply_column(const T* __restrict__ x, const T* _
         if (kRes) {
           float q[V];
           to_f<T, V>(br[u], q);
+          of_res(q);
 #pragma unroll
           for (int i = 0; i < V; ++i) v[i] += q[i];
         }
@@ -324,32 +357,58 @@ __global__ void __launch_bounds__(kThreads)
   apply_column<T, V, kRes, kRelu>(x, res, y, m, c, size_t(g) * V, sc, sf, bits);
 }
 
-// The apply of a batch norm whose statistics a convolution wrote (fp16's conv+genstats: the fp32 sum
-// of x per channel at sums[0, c), the sum of squares at sums[c, 2c)), with the finalize folded in: each
-// block finalizes its channels first, one thread per channel, in double (E[x^2] - E[x]^2 cancels where
-// |mean| >> std, but in double the fp32 sums' own error stays the only one; the variance is clamped at
-// 0), every block getting the same bits; the first row of blocks writes the saved and running
-// statistics; the last block of each column to finish zeroes its channels' sums (the slot's rule,
-// stats_pairing.h). One kernel where the unfused forward runs two, and no finalize launch (one per
-// batch norm cost ~4 us: docs/fusion-probe.md's "BN finalize").
+// The finalize of a batch norm whose statistics a convolution wrote (fp16's conv+genstats: the fp32 sum
+// of x per channel at sums[0, c), the sum of squares at sums[c, 2c)), in the apply's blocks: in double
+// (E[x^2] - E[x]^2 cancels where |mean| >> std, but in double the fp32 sums' own error stays the only
+// one; the variance is clamped at 0), every block getting the same bits; the first row of blocks writes
+// the saved and running statistics. One kernel where the unfused forward runs two, and no finalize
+// launch (one per batch norm cost ~4 us: docs/fusion-probe.md's "BN finalize").
+__device__ __forceinline__ void sums_scale_shift(const float* sums, const FwdFinalize& f, int ch, int64_t m, int c,
+                                                 float& sc, float& sf) {
+  const double mu = double(__ldcg(&sums[ch])) / double(m);
+  const double var = double(__ldcg(&sums[c + ch])) / double(m) - mu * mu;
+  const float mean = float(mu);
+  const float invstd = finalize_stats(f, ch, m, mean, var, blockIdx.y == 0);
+  bn_scale_shift(f.gamma[ch], f.beta[ch], mean, invstd, sc, sf);
+}
+
+// After every thread of the block read its sums (the slot's rule, stats_pairing.h): the last block of
+// the column to count itself zeroes its channels' sums in each non-null slot, and the counter.
+template <int V>
+__device__ __forceinline__ void zero_sums_when_last(float* a, float* b, int c, BnSync sync) {
+  __shared__ bool last;
+  const int tid = threadIdx.y * blockDim.x + threadIdx.x;
+  if (tid == 0) last = atomicAdd(&sync.count[blockIdx.x], 1u) == gridDim.y - 1;
+  __syncthreads();
+  if (!last) return;
+  const int bx = blockDim.x * V;  // channels covered by the block
+  if (tid < bx) {
+    const int ch = blockIdx.x * bx + tid;
+    if (ch < c) {
+      float* slots[2] = {a, b};
+      for (float* sums : slots) {
+        if (!sums) continue;
+        sums[ch] = 0.f;
+        sums[c + ch] = 0.f;
+      }
+    }
+  }
+  if (tid == 0) sync.count[blockIdx.x] = 0u;
+}
+
+// The apply of a batch norm whose statistics a convolution wrote, with its finalize folded in
+// (sums_scale_shift); the sums are zero again after it.
 template <typename T, int V, bool kRes, bool kRelu>
 __global__ void __launch_bounds__(kThreads)
     apply_sums_kernel(const T* __restrict__ x, const T* __restrict__ res, T* __restrict__ y, int64_t m, int c,
                       float* sums, FwdFinalize f, BnSync sync, uint8_t* __restrict__ bits) {
   static_assert(32 * V <= kThreads, "a block's channels (at most 32 groups of V) are one per thread");
   __shared__ float sh_sc[kThreads], sh_sf[kThreads];
-  __shared__ bool last;
   const int tid = threadIdx.y * blockDim.x + threadIdx.x;
   const int bx = blockDim.x * V;  // channels covered by the block
   if (tid < bx) {
     const int ch = blockIdx.x * bx + tid;
-    if (ch < c) {
-      const double mu = double(__ldcg(&sums[ch])) / double(m);
-      const double var = double(__ldcg(&sums[c + ch])) / double(m) - mu * mu;
-      const float mean = float(mu);
-      const float invstd = finalize_stats(f, ch, m, mean, var, blockIdx.y == 0);
-      bn_scale_shift(f.gamma[ch], f.beta[ch], mean, invstd, sh_sc[tid], sh_sf[tid]);
-    }
+    if (ch < c) sums_scale_shift(sums, f, ch, m, c, sh_sc[tid], sh_sf[tid]);
   }
   __syncthreads();
   const int groups = c / V;
@@ -363,19 +422,57 @@ __global__ void __launch_bounds__(kThreads)
     }
     apply_column<T, V, kRes, kRelu>(x, res, y, m, c, size_t(g) * V, sc, sf, bits);
   }
-  // The block read its sums before the first __syncthreads; once every block of the column has
-  // counted itself, the last one zeroes them.
-  if (tid == 0) last = atomicAdd(&sync.count[blockIdx.x], 1u) == gridDim.y - 1;
-  __syncthreads();
-  if (!last) return;
+  zero_sums_when_last<V>(sums, nullptr, c, sync);
+}
+
+// One batch norm of a projection block's join: the sums a convolution wrote (finalized in the join's
+// blocks), or, where sums is null, the scale/shift a statistics pass finalized into f.scale_shift.
+struct JoinFwd {
+  float* sums;
+  FwdFinalize f;
+};
+
+__device__ __forceinline__ void join_scale_shift(const JoinFwd& s, int ch, int64_t m, int c, float& sc, float& sf) {
+  if (s.sums) {
+    sums_scale_shift(s.sums, s.f, ch, m, c, sc, sf);
+  } else {
+    sc = s.f.scale_shift[ch];
+    sf = s.f.scale_shift[c + ch];
+  }
+}
+
+// y = relu(bn_a(x) + round(bn_b(xd))) with the ReLU's bits: what bn_forward_train of b into y, then
+// of a with y as the residual, computes, reading x and xd and writing y once.
+template <typename T, int V>
+__global__ void __launch_bounds__(kThreads)
+    apply_join_kernel(const T* __restrict__ x, const T* __restrict__ xd, T* __restrict__ y, int64_t m, int c,
+                      JoinFwd a, JoinFwd b, BnSync sync, uint8_t* __restrict__ bits) {
+  static_assert(32 * V <= kThreads, "a block's channels (at most 32 groups of V) are one per thread");
+  __shared__ float sh[4][kThreads];  // a's scale and shift, then b's
+  const int tid = threadIdx.y * blockDim.x + threadIdx.x;
+  const int bx = blockDim.x * V;
   if (tid < bx) {
     const int ch = blockIdx.x * bx + tid;
     if (ch < c) {
-      sums[ch] = 0.f;
-      sums[c + ch] = 0.f;
+      join_scale_shift(a, ch, m, c, sh[0][tid], sh[1][tid]);
+      join_scale_shift(b, ch, m, c, sh[2][tid], sh[3][tid]);
     }
   }
-  if (tid == 0) sync.count[blockIdx.x] = 0u;
+  __syncthreads();
+  const int g = blockIdx.x * blockDim.x + threadIdx.x;
+  if (g < c / V) {
+    float sc[V], sf[V];
+    BnOfResidual<T, V> ds;
+#pragma unroll
+    for (int i = 0; i < V; ++i) {
+      sc[i] = sh[0][threadIdx.x * V + i];
+      sf[i] = sh[1][threadIdx.x * V + i];
+      ds.sc[i] = sh[2][threadIdx.x * V + i];
+      ds.sf[i] = sh[3][threadIdx.x * V + i];
+    }
+    apply_column<T, V, true, true>(x, xd, y, m, c, size_t(g) * V, sc, sf, bits, ds);
+  }
+  if (a.sums || b.sums) zero_sums_when_last<V>(a.sums, b.sums, c, sync);
 }
 
 // --- Backward
@@ -436,6 +533,19 @@ struct BwdFinalize {
   float* coef;    // 3c
 };
 
+// One channel's: sum g and sum g * (x - mean) in, dgamma, dbeta and the dx coefficients out.
+__device__ __forceinline__ void finalize_backward(const BwdFinalize& f, int chn, int64_t m, int c, float invstd,
+                                                  float gamma, double sum, double sxm) {
+  const double is = invstd;
+  const double dgamma = sxm * is;  // sum g*xhat
+  f.dgamma[chn] += float(dgamma);
+  f.dbeta[chn] += float(sum);
+  const double a = double(gamma) * is;
+  f.coef[chn] = float(a);
+  f.coef[c + chn] = float(-a * is * dgamma / double(m));
+  f.coef[2 * c + chn] = float(-a * sum / double(m));
+}
+
 template <typename T, int V, Mask M, bool kDy2>
 __global__ void __launch_bounds__(kThreads)
     bwd_reduce_kernel(const T* __restrict__ x, const T* __restrict__ y, const T* __restrict__ dy,
@@ -484,14 +594,7 @@ __global__ void __launch_bounds__(kThreads)
   }
   if (!block_accumulate<V>(s, sx, c, sync)) return;
   finalize_column<V>(c, sync, [&](int chn, double sum, double sxm) {
-    const double is = invstd[chn];
-    const double dgamma = sxm * is;  // sum g*xhat
-    f.dgamma[chn] += float(dgamma);
-    f.dbeta[chn] += float(sum);
-    const double a = double(gamma[chn]) * is;
-    f.coef[chn] = float(a);
-    f.coef[c + chn] = float(-a * is * dgamma / double(m));
-    f.coef[2 * c + chn] = float(-a * sum / double(m));
+    finalize_backward(f, chn, m, c, invstd[chn], gamma[chn], sum, sxm);
   });
 }
 
@@ -538,6 +641,138 @@ __global__ void __launch_bounds__(kThreads)
       });
 }
 
+// --- Backward of a projection block's join (bn_backward_join): a, the main branch's batch norm (its
+// input x, output y = relu(bn_a(x) + bn_b(xd)), the ReLU's bits); b, the downsample's. What the two
+// bn_backward calls compute: the masked gradient g = mask(dy + dy2) feeds a's sums unrounded, and the
+// residual gradient as the first call stores it, round(g), feeds a's dx and all of b's.
+struct JoinBwd {
+  const float* mean;
+  const float* invstd;
+  const float* gamma;
+  BwdFinalize f;
+};
+
+template <typename T, int V>
+__device__ __forceinline__ void join_gradient(const Vec<T, V>& dy, const Vec<T, V>& dy2, bool with_dy2, uint8_t bits,
+                                              float (&gr)[V], float (&gr_stored)[V]) {
+  to_f<T, V>(dy, gr);
+  if (with_dy2) {
+    float d2[V];
+    to_f<T, V>(dy2, d2);
+#pragma unroll
+    for (int i = 0; i < V; ++i) gr[i] += d2[i];
+  }
+#pragma unroll
+  for (int i = 0; i < V; ++i) {
+    gr[i] = (bits >> i) & 1u ? gr[i] : 0.f;
+    gr_stored[i] = to_f(from_f<T>(gr[i]));
+  }
+}
+
+// One thread's rows of the join's backward, kUnroll at a time: x, xd, dy (+ dy2) and the ReLU's byte
+// loaded (all of a batch before any is used), then in fp32 with the gradient (join_gradient).
+template <typename T, int V, bool kDy2>
+struct JoinRows {
+  const T* __restrict__ x;
+  const T* __restrict__ xd;
+  const T* __restrict__ dy;
+  const T* __restrict__ dy2;
+  const uint8_t* __restrict__ bits;
+  int c, g;
+  Vec<T, V> bx[kUnroll], bxd[kUnroll], bd[kUnroll], bd2[kUnroll]{};
+  uint8_t bb[kUnroll];
+  __device__ void load(int u, int64_t r) {
+    const size_t off = size_t(r) * c + size_t(g) * V;
+    bx[u] = load_v<T, V>(x + off);
+    bxd[u] = load_v<T, V>(xd + off);
+    bd[u] = load_v<T, V>(dy + off);
+    if (kDy2) bd2[u] = load_v<T, V>(dy2 + off);
+    bb[u] = bits[size_t(r) * size_t(c / V) + size_t(g)];
+  }
+  __device__ void get(int u, float (&xv)[V], float (&xdv)[V], float (&gr)[V], float (&gs)[V]) const {
+    to_f<T, V>(bx[u], xv);
+    to_f<T, V>(bxd[u], xdv);
+    join_gradient<T, V>(bd[u], bd2[u], kDy2, bb[u], gr, gs);
+  }
+};
+
+template <typename T, int V, bool kDy2>
+__global__ void __launch_bounds__(kThreads)
+    bwd_join_reduce_kernel(const T* __restrict__ x, const T* __restrict__ xd, const T* __restrict__ dy,
+                           const T* __restrict__ dy2, int64_t m, int c, JoinBwd a, JoinBwd b, BnSync sync,
+                           const uint8_t* __restrict__ bits) {
+  const int groups = c / V;
+  const int g = blockIdx.x * blockDim.x + threadIdx.x;
+  float t[4][V];  // a's sum g and sum g * (x - mean), then b's of the stored g over xd
+#pragma unroll
+  for (int k = 0; k < 4; ++k)
+#pragma unroll
+    for (int i = 0; i < V; ++i) t[k][i] = 0.f;
+  if (g < groups) {
+    float mu[V], mud[V];
+#pragma unroll
+    for (int i = 0; i < V; ++i) {
+      mu[i] = a.mean[g * V + i];
+      mud[i] = b.mean[g * V + i];
+    }
+    JoinRows<T, V, kDy2> rows{x, xd, dy, dy2, bits, c, g};
+    stream_rows(
+        m, [&](int u, int64_t r) { rows.load(u, r); },
+        [&](int u, int64_t) {
+          float xv[V], xdv[V], gr[V], gs[V];
+          rows.get(u, xv, xdv, gr, gs);
+#pragma unroll
+          for (int i = 0; i < V; ++i) {
+            t[0][i] += gr[i];
+            t[1][i] += gr[i] * (xv[i] - mu[i]);
+            t[2][i] += gs[i];
+            t[3][i] += gs[i] * (xdv[i] - mud[i]);
+          }
+        });
+  }
+  if (!block_accumulate<V, 4>(t, c, sync)) return;
+  finalize_column<V, 4>(c, sync, [&](int chn, const double (&sum)[4]) {
+    finalize_backward(a.f, chn, m, c, a.invstd[chn], a.gamma[chn], sum[0], sum[1]);
+    finalize_backward(b.f, chn, m, c, b.invstd[chn], b.gamma[chn], sum[2], sum[3]);
+  });
+}
+
+template <typename T, int V, bool kDy2>
+__global__ void __launch_bounds__(kThreads)
+    bwd_join_dx_kernel(const T* __restrict__ x, const T* __restrict__ xd, const T* __restrict__ dy,
+                       const T* __restrict__ dy2, int64_t m, int c, JoinBwd a, JoinBwd b, T* __restrict__ dx,
+                       T* __restrict__ dxd, const uint8_t* __restrict__ bits) {
+  const int groups = c / V;
+  const int g = blockIdx.x * blockDim.x + threadIdx.x;
+  if (g >= groups) return;
+  float ca[3][V], cb[3][V], mu[V], mud[V];
+#pragma unroll
+  for (int i = 0; i < V; ++i) {
+#pragma unroll
+    for (int k = 0; k < 3; ++k) {
+      ca[k][i] = a.f.coef[k * c + g * V + i];
+      cb[k][i] = b.f.coef[k * c + g * V + i];
+    }
+    mu[i] = a.mean[g * V + i];
+    mud[i] = b.mean[g * V + i];
+  }
+  JoinRows<T, V, kDy2> rows{x, xd, dy, dy2, bits, c, g};
+  stream_rows(
+      m, [&](int u, int64_t r) { rows.load(u, r); },
+      [&](int u, int64_t r) {
+        float xv[V], xdv[V], gr[V], gs[V];
+        rows.get(u, xv, xdv, gr, gs);
+#pragma unroll
+        for (int i = 0; i < V; ++i) {
+          xv[i] = ca[0][i] * gs[i] + ca[1][i] * (xv[i] - mu[i]) + ca[2][i];
+          xdv[i] = cb[0][i] * gs[i] + cb[1][i] * (xdv[i] - mud[i]) + cb[2][i];
+        }
+        const size_t off = size_t(r) * c + size_t(g) * V;
+        store_f<T, V>(dx + off, xv);
+        store_f<T, V>(dxd + off, xdv);
+      });
+}
+
 // --- Launch helpers
 
 bool aligned16(const void* p) { return (reinterpret_cast<uintptr_t>(p) & 15u) == 0; }
@@ -552,7 +787,7 @@ int pick_vec(int c, std::initializer_list<const void*> ptrs) {
   return kV;
 }
 
-size_t reduce_shmem(int v) { return size_t(2) * kThreads * v * sizeof(float); }
+size_t reduce_shmem(int v, int arrays = 2) { return size_t(arrays) * kThreads * v * sizeof(float); }
 
 template <typename T, int V, bool kRes, bool kRelu>
 void launch_apply(const T* x, const T* res, T* y, int64_t m, int c, const float* ss, uint8_t* bits,
@@ -599,6 +834,17 @@ void stats_v(const T* x, int64_t m, int c, const FwdFinalize& f, BnSync sync, cu
   const Grid st = reduce_grid(m, c / V, kStatsBlocksPerSm);
   stats_kernel<T, V><<<st.grid, st.block, reduce_shmem(V), s>>>(x, m, c, f, sync);
   KERNEL_CHECK();
+}
+
+// The statistics pass over x, vectorized where x allows.
+void stats_any(DType t, const void* x, int64_t m, int c, const FwdFinalize& f, BnSync sync, cudaStream_t s) {
+  WK_DISPATCH(t, {
+    const T* xt = static_cast<const T*>(x);
+    if (pick_vec<T>(c, {x}) > 1)
+      stats_v<T, 16 / sizeof(T)>(xt, m, c, f, sync, s);
+    else
+      stats_v<T, 1>(xt, m, c, f, sync, s);
+  });
 }
 
 template <typename T, int V>
@@ -666,15 +912,73 @@ size_t bn_relu_bits_bytes(DType t, int64_t m, int c) {
 }
 
 size_t bn_sync_bytes(int c) {
-  // 2c doubles per stripe, then one counter per column of blocks (at most c / 32 columns, V = 1).
-  return size_t(2) * size_t(c) * kStripes * sizeof(double) + (size_t(c) / 32 + 1) * sizeof(unsigned);
+  // Up to kBnSyncSums * c doubles per stripe, then one counter per column of blocks (at most c / 32
+  // columns, V = 1).
+  return size_t(kBnSyncSums) * size_t(c) * kStripes * sizeof(double) + (size_t(c) / 32 + 1) * sizeof(unsigned);
 }
 
-BnSync bn_sync_view(void* zeroed, int c) {
+BnSync bn_sync_view(void* zeroed, int c, int sums) {
   BnSync v;
   v.acc = static_cast<double*>(zeroed);
-  v.count = reinterpret_cast<unsigned*>(v.acc + 2 * size_t(c) * kStripes);
+  v.count = reinterpret_cast<unsigned*>(v.acc + size_t(sums) * size_t(c) * kStripes);
   return v;
+}
+
+bool bn_vectorized(DType t, int c, std::initializer_list<const void*> ptrs) {
+  bool v = false;
+  WK_DISPATCH(t, { v = pick_vec<T>(c, ptrs) > 1; });
+  return v;
+}
+
+void bn_forward_train_join(DType t, const BnJoinSide& a, const BnJoinSide& b, int64_t m, int c, void* y,
+                           void* sync_zeroed, uint8_t* relu_bits, cudaStream_t s) {
+  auto side = [&](const BnJoinSide& j) {
+    return JoinFwd{j.sums, FwdFinalize{j.gamma, j.beta, j.eps, j.momentum, j.running_mean, j.running_var,
+                                       j.save_mean, j.save_invstd, j.scale_shift}};
+  };
+  const JoinFwd ja = side(a), jb = side(b);
+  const BnSync sync = bn_sync_view(sync_zeroed, c);
+  WK_DISPATCH(t, {
+    constexpr int V = 16 / sizeof(T);
+    // The batch norms without a convolution's sums run their statistics pass first.
+    for (const BnJoinSide* j : {&a, &b})
+      if (!j->sums) stats_v<T, V>(static_cast<const T*>(j->x), m, c, side(*j).f, sync, s);
+    const Grid ap = apply_grid(m, c / V);
+    apply_join_kernel<T, V><<<ap.grid, ap.block, 0, s>>>(static_cast<const T*>(a.x), static_cast<const T*>(b.x),
+                                                         static_cast<T*>(y), m, c, ja, jb, sync, relu_bits);
+    KERNEL_CHECK();
+  });
+}
+
+void bn_backward_join(DType t, const BnJoinGrad& a, const BnJoinGrad& b, int64_t m, int c, const void* dy,
+                      const void* dy2, const uint8_t* relu_bits, void* sync_zeroed, cudaStream_t s) {
+  auto side = [](const BnJoinGrad& j) {
+    return JoinBwd{j.save_mean, j.save_invstd, j.gamma, BwdFinalize{j.dgamma, j.dbeta, j.coef}};
+  };
+  const JoinBwd ja = side(a), jb = side(b);
+  WK_DISPATCH(t, {
+    constexpr int V = 16 / sizeof(T);
+    const T* x = static_cast<const T*>(a.x);
+    const T* xd = static_cast<const T*>(b.x);
+    const T* g = static_cast<const T*>(dy);
+    const T* g2 = static_cast<const T*>(dy2);
+    const Grid st = reduce_grid(m, c / V, kBwdReduceBlocksPerSm);
+    const BnSync sync = bn_sync_view(sync_zeroed, c, 4);
+    const size_t shmem = reduce_shmem(V, 4);
+    if (dy2)
+      bwd_join_reduce_kernel<T, V, true><<<st.grid, st.block, shmem, s>>>(x, xd, g, g2, m, c, ja, jb, sync, relu_bits);
+    else
+      bwd_join_reduce_kernel<T, V, false><<<st.grid, st.block, shmem, s>>>(x, xd, g, g2, m, c, ja, jb, sync, relu_bits);
+    KERNEL_CHECK();
+    T* dx = static_cast<T*>(a.dx);
+    T* dxd = static_cast<T*>(b.dx);
+    const Grid ap = apply_grid(m, c / V);
+    if (dy2)
+      bwd_join_dx_kernel<T, V, true><<<ap.grid, ap.block, 0, s>>>(x, xd, g, g2, m, c, ja, jb, dx, dxd, relu_bits);
+    else
+      bwd_join_dx_kernel<T, V, false><<<ap.grid, ap.block, 0, s>>>(x, xd, g, g2, m, c, ja, jb, dx, dxd, relu_bits);
+    KERNEL_CHECK();
+  });
 }
 
 bool bn_forward_train(DType t, const void* x, int64_t m, int c, const float* gamma,
@@ -721,15 +1025,16 @@ bool bn_forward_train_sums(DType t, float* sums, const void* x, int64_t m, int c
   return bits;
 }
 
+void bn_train_scale_shift(DType t, const void* x, int64_t m, int c, const float* gamma, const float* beta,
+                          float eps, float momentum, float* running_mean, float* running_var, float* save_mean,
+                          float* save_invstd, BnSync sync, float* scale_shift, cudaStream_t s) {
+  const FwdFinalize f{gamma, beta, eps, momentum, running_mean, running_var, save_mean, save_invstd, scale_shift};
+  stats_any(t, x, m, c, f, sync, s);
+}
+
 void bn_stats_pass(DType t, const void* x, int64_t m, int c, BnSync sync, float* scratch, cudaStream_t s) {
   const FwdFinalize f{nullptr, nullptr, 1e-5f, 0.f, nullptr, nullptr, scratch, scratch + c, nullptr};
-  WK_DISPATCH(t, {
-    const T* xt = static_cast<const T*>(x);
-    if (pick_vec<T>(c, {x}) > 1)
-      stats_v<T, 16 / sizeof(T)>(xt, m, c, f, sync, s);
-    else
-      stats_v<T, 1>(xt, m, c, f, sync, s);
-  });
+  stats_any(t, x, m, c, f, sync, s);
 }
 
 void bn_forward_eval(DType t, const void* x, int64_t m, int c, const float* gamma,

@@ -72,7 +72,7 @@ void CapturedStep::replay(const StepValues& v) {
 
 CaptureInfo CapturedStep::info() const {
   if (!graph_) return {};
-  return {graph_->kernel_nodes(), graph_->nodes()};
+  return {graph_->kernel_nodes(), graph_->memset_nodes(), graph_->copy_nodes(), graph_->nodes()};
 }
 
 }  // namespace gpu

@@ -290,9 +290,23 @@ void ConvPlanner::wgrad(ConvPlan& p, const void* x, const void* dy, void* dw, bo
   }, x, nullptr, dy, dw, side);
 }
 
-bool ConvPlanner::fwd_stats(ConvPlan& p, const void* x, const void* w, void* y,
+float* ConvPlanner::stats_slot(ConvPlan& p, const void* y) {
+  if (!p.stats) return nullptr;
+  if (!p.stats_y) p.stats_y = y;
+  if (p.stats_y == y) return p.stats;
+  float*& slot = slots_[{&p, y}];
+  if (!slot) {  // as the plan's own: carved in the first steps, zero as the slot's rule wants
+    const size_t bytes = 2 * size_t(p.desc.cout) * sizeof(float);
+    slot = static_cast<float*>(pool_.alloc(bytes));
+    CUDA_CHECK(cudaMemsetAsync(slot, 0, bytes, dev_.stream));
+    stats_bytes_ += bytes;
+  }
+  return slot;
+}
+
+bool ConvPlanner::fwd_stats(ConvPlan& p, float* slot, const void* x, const void* w, void* y,
                             const std::function<void()>& stats_pass) {
-  if (!p.stats) {
+  if (!slot) {
     fwd(p, x, w, y);
     return false;
   }
@@ -325,7 +339,7 @@ bool ConvPlanner::fwd_stats(ConvPlan& p, const void* x, const void* w, void* y,
         return GraphConv::make(dev_.cudnn, ConvDir::FwdStats, p.desc, CUDNN_DATA_HALF, 0.f,
                                std::max(ws_.bytes(), size_t(64) << 20), ConvTuner::kCandidates, why);
       },
-      [&](size_t bytes) { return ws_.main(bytes); }, x, w, nullptr, y, dev_.stream, dev_.host_waits, p.stats,
+      [&](size_t bytes) { return ws_.main(bytes); }, x, w, nullptr, y, dev_.stream, dev_.host_waits, slot,
       &extra);
 }
 

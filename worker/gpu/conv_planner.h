@@ -51,9 +51,11 @@ struct ConvPlan {
   const void* s2d_x_of = nullptr;  // the x that s2d_x holds rearranged
   // Engine choice per direction: fwd, dgrad, dgrad accumulating, wgrad, fwd+stats (conv_engines.h).
   std::unique_ptr<ConvTuner> tune[5];
-  // fp16 conv+genstats: this shape's statistics slot (sum of y per channel, then sum of squares:
-  // 2 * cout fp32, zero between uses; stats_pairing.h). Null where the fusion does not apply.
+  // fp16 conv+genstats: the statistics slot of this shape's first output (sum of y per channel, then
+  // sum of squares: 2 * cout fp32, zero between uses; stats_pairing.h). Null where the fusion does not
+  // apply.
   float* stats = nullptr;
+  const void* stats_y = nullptr;  // the output whose slot `stats` is (ConvPlanner::stats_slot)
 
   ConvPlan() = default;
   ~ConvPlan();
@@ -85,13 +87,19 @@ class ConvPlanner {
   // side: on the side stream, inside a Workspace side task (the cuDNN handle is bound to that
   // stream meanwhile).
   void wgrad(ConvPlan& p, const void* x, const void* dy, void* dw, bool accumulate, bool side);
-  // The forward, writing y's sums into p.stats as well where this shape's choice is the fused graph
-  // (true then; p.stats zero before). The choice (GpuOptions::fused_stats): timed once the plain
+  // fp16 conv+genstats: the statistics slot of this shape's convolution writing y: p.stats for the
+  // first output seen, a slot of its own for each other one (a projection block's two 1x1
+  // convolutions can have one shape, and the join takes both their sums at once). Null where the
+  // fusion does not apply.
+  float* stats_slot(ConvPlan& p, const void* y);
+  // The forward, writing y's sums into `slot` (stats_slot's) as well where this shape's choice is the
+  // fused graph (true then; the slot zero before). The choice (GpuOptions::fused_stats): timed once the plain
   // forward's own choice is settled, the fused plans against that plain plan followed by
   // `stats_pass` (our statistics pass over y, as the batch norm would run it), on the training's
   // own calls like every tuner; or the first fused plan untimed (Always). The stem's
   // space-to-depth form never comes here.
-  bool fwd_stats(ConvPlan& p, const void* x, const void* w, void* y, const std::function<void()>& stats_pass);
+  bool fwd_stats(ConvPlan& p, float* slot, const void* x, const void* w, void* y,
+                 const std::function<void()>& stats_pass);
   // The fused forward is this shape's settled choice (the profile's label).
   bool stats_chosen(const ConvPlan& p) const;
   // Shapes whose settled choice is the fused forward.
@@ -124,6 +132,7 @@ class ConvPlanner {
   double search_seconds_ = 0;
   size_t s2d_bytes_ = 0;
   size_t stats_bytes_ = 0;
+  std::map<std::pair<const ConvPlan*, const void*>, float*> slots_;  // stats_slot's others, by plan and output
 };
 
 }  // namespace gpu

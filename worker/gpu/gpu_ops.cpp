@@ -135,7 +135,7 @@ float* GpuOps::scratch_f32(size_t count) {
   return f32_scratch_;
 }
 
-BnSync GpuOps::bn_sync(int c) {
+void* GpuOps::bn_sync_zeroed(int c) {
   if (c > bn_sync_c_) {
     const size_t bytes = bn_sync_bytes(c);
     bn_sync_ = pool_.alloc(bytes);
@@ -143,8 +143,10 @@ BnSync GpuOps::bn_sync(int c) {
     mem_scratch_ += bytes;
     bn_sync_c_ = c;
   }
-  return bn_sync_view(bn_sync_, c);
+  return bn_sync_;
 }
+
+BnSync GpuOps::bn_sync(int c) { return bn_sync_view(bn_sync_zeroed(c), c); }
 
 void* GpuOps::scratch_half(size_t bytes) {
   if (bytes > half_scratch_bytes_) {
@@ -158,6 +160,8 @@ void* GpuOps::scratch_half(size_t bytes) {
 
 void GpuOps::writes(const void* p, size_t bytes) {
   if (side_) side_->guard_write(p, bytes);
+  if (pool_unwritten_x_ && p <= pool_unwritten_x_ && pool_unwritten_x_ < static_cast<const char*>(p) + bytes)
+    pool_unwritten_x_ = nullptr;  // written since
   pairing_.written(p, bytes);  // an output written over loses its convolution's sums
 }
 
@@ -219,26 +223,27 @@ void GpuOps::conv_forward(const ConvDesc& d, const Act& x, ParamView w, Act& y) 
   }
   // fp16: the sums of y in the convolution's epilogue where a training batch norm is expected to
   // read y (stats_pairing.h), not in a validation pass (its batch norms are evaluation ones).
-  const StatsPairing::Conv call{{p.stats, 2 * size_t(d.cout) * sizeof(float)}, x.data, {y.data, y.bytes()},
+  float* slot = convs_.stats_slot(p, y.data);
+  const StatsPairing::Conv call{{slot, 2 * size_t(d.cout) * sizeof(float)}, x.data, {y.data, y.bytes()},
                                 in_backward_};
-  const bool want = p.stats && last_bn_train_ && pairing_.predicted(call);
+  const bool want = slot && last_bn_train_ && pairing_.predicted(call);
   auto timed = timer_->scope(want && convs_.stats_chosen(p) ? "conv fwd+stats" : "conv fwd",
                              [&] { return conv_label(d); });
   bool stats = false;
   if (want) {
-    if (pairing_.needs_zero(p.stats)) {
-      CUDA_CHECK(cudaMemsetAsync(p.stats, 0, call.slot.bytes, dev_.stream));
-      pairing_.zeroed(p.stats);
+    if (pairing_.needs_zero(slot)) {
+      CUDA_CHECK(cudaMemsetAsync(slot, 0, call.slot.bytes, dev_.stream));
+      pairing_.zeroed(slot);
     }
     const int64_t m = int64_t(d.n) * d.ho * d.wo;
-    stats = convs_.fwd_stats(p, x.data, weights_.weight(w), y.data, [&] {
+    stats = convs_.fwd_stats(p, slot, x.data, weights_.weight(w), y.data, [&] {
       gpu::bn_stats_pass(opt_.precision, y.data, m, d.cout, bn_sync(d.cout), scratch_f32(2 * size_t(d.cout)),
                          dev_.stream);
     });
   } else {
     convs_.fwd(p, x.data, weights_.weight(w), y.data);
   }
-  if (p.stats) pairing_.conv_wrote(call, stats);  // (bf16, fp32 and unfusable shapes: nothing to pair)
+  if (slot) pairing_.conv_wrote(call, stats);  // (bf16, fp32 and unfusable shapes: nothing to pair)
 }
 
 void GpuOps::conv_backward(const ConvDesc& d, const Act& x, ParamView w, const Act& dy, Act* dx,
@@ -397,23 +402,125 @@ void GpuOps::bn_backward(const BnDesc& d, const Act& x, const Act& y, const Act&
                    grads_ + dbeta.offset, bn_sync(d.c), s, dev_.stream, bits);
 }
 
+// --- A projection block's join
+
+bool GpuOps::joinable(const BnSide& a, const BnSide& b, std::initializer_list<const void*> ptrs) const {
+  return opt_.bn_join && a.d.c == b.d.c && a.x.numel() == b.x.numel() && a.x.c == a.d.c && b.x.c == b.d.c &&
+         gpu::bn_vectorized(opt_.precision, a.d.c, ptrs);
+}
+
+void GpuOps::bn_forward_train_join(const BnSide& a, const BnSide& b, Act& y) {
+  check_act(a.x, "bn_forward_train_join input");
+  check_act(b.x, "bn_forward_train_join downsample input");
+  check_act(y, "bn_forward_train_join output");
+  // (Decided before the sums are taken: the two calls of the default take them again.)
+  if (!joinable(a, b, {a.x.data, b.x.data, y.data})) return Ops::bn_forward_train_join(a, b, y);
+  last_bn_train_ = true;
+  float* sa = static_cast<float*>(const_cast<void*>(pairing_.train_reads(a.x.data, a.x.bytes())));
+  float* sb = static_cast<float*>(const_cast<void*>(pairing_.train_reads(b.x.data, b.x.bytes())));
+  auto timed = timer_->scope("bn fwd", [&] {
+    return bn_label(a.d, true, true) + " join" + (sa && sb ? " from conv stats" : sa || sb ? " from one conv's stats" : "");
+  });
+  const int c = a.d.c;
+  const int64_t m = int64_t(a.d.n) * a.d.h * a.d.w;
+  float* s = scratch_f32(4 * size_t(c));
+  writes(y);
+  BnForward& rec = bn_forwards_[y.data];
+  rec = BnForward{a.x.data, a.gamma.offset, false};
+  uint8_t* bits = opt_.relu_bits ? relu_bits_for(y.data, gpu::bn_relu_bits_bytes(opt_.precision, m, c)) : nullptr;
+  auto side = [&](const BnSide& q, float* sums, float* scale_shift) {
+    return gpu::BnJoinSide{q.x.data, sums, weights_.f32(q.gamma), weights_.f32(q.beta), q.d.eps, q.d.momentum,
+                           q.running_mean, q.running_var, q.save_mean, q.save_invstd, scale_shift};
+  };
+  fused_bn_forwards_ += int64_t(sa != nullptr) + int64_t(sb != nullptr);
+  gpu::bn_forward_train_join(opt_.precision, side(a, sa, s), side(b, sb, s + 2 * size_t(c)), m, c, y.data,
+                             bn_sync_zeroed(c), bits, dev_.stream);
+  rec.relu_bits = bits;
+}
+
+void GpuOps::bn_backward_join(const BnSide& a, const BnSide& b, Act& y, const Act& dy, const Act* dy2, Act& dx,
+                              Act& dx_ds) {
+  check_act(dy, "bn_backward_join output gradient");
+  if (dy2) check_act(*dy2, "bn_backward_join second output gradient");
+  // From the bits of this backend's own join forward of this very x and gamma.
+  const auto it = bn_forwards_.find(y.data);
+  const bool ours = it != bn_forwards_.end() && it->second.x == a.x.data && it->second.gamma == a.gamma.offset &&
+                    it->second.relu_bits;
+  if (!ours || !joinable(a, b, {a.x.data, b.x.data, dy.data, dy2 ? dy2->data : nullptr, dx.data, dx_ds.data}))
+    return Ops::bn_backward_join(a, b, y, dy, dy2, dx, dx_ds);
+  in_backward_ = true;
+  auto timed = timer_->scope("bn bwd", [&] { return bn_label(a.d, true, true) + " join"; });
+  const int c = a.d.c;
+  const int64_t m = int64_t(a.d.n) * a.d.h * a.d.w;
+  float* s = scratch_f32(6 * size_t(c));
+  writes(dx);
+  writes(dx_ds);
+  for (const BnSide* q : {&a, &b}) {
+    writes(grads_ + q->gamma.offset, size_t(c) * sizeof(float));
+    writes(grads_ + q->beta.offset, size_t(c) * sizeof(float));
+  }
+  auto side = [&](const BnSide& q, Act& qdx, float* coef) {
+    return gpu::BnJoinGrad{q.x.data, weights_.f32(q.gamma), q.save_mean, q.save_invstd, qdx.data,
+                           grads_ + q.gamma.offset, grads_ + q.beta.offset, coef};
+  };
+  gpu::bn_backward_join(opt_.precision, side(a, dx, s), side(b, dx_ds, s + 3 * size_t(c)), m, c, dy.data,
+                        dy2 ? dy2->data : nullptr, it->second.relu_bits, bn_sync_zeroed(c), dev_.stream);
+}
+
 // --- Pooling
 
-void GpuOps::maxpool_forward(const PoolDesc& d, const Act& x, Act& y) {
-  check_act(x, "maxpool_forward input");
-  auto timed = timer_->scope("max-pool fwd", [&] { return act_label(x); });
-  // The forward keeps where each window's maximum was, so that the backward only gathers.
+void* GpuOps::pool_argmax(const PoolDesc& d) {
   const size_t need = maxpool_argmax_bytes(d);
   if (need > pool_arg_bytes_) {
     pool_arg_ = pool_.alloc(need);
     pool_arg_bytes_ = need;
     mem_scratch_ += need;
   }
+  return pool_arg_;
+}
+
+void GpuOps::maxpool_forward(const PoolDesc& d, const Act& x, Act& y) {
+  check_act(x, "maxpool_forward input");
+  auto timed = timer_->scope("max-pool fwd", [&] { return act_label(x); });
+  // The forward keeps where each window's maximum was, so that the backward only gathers.
+  void* arg = pool_argmax(d);
   writes(y);
-  gpu::maxpool_forward(opt_.precision, x.data, y.data, pool_arg_, d, dev_.stream);
+  gpu::maxpool_forward(opt_.precision, x.data, y.data, arg, d, dev_.stream);
   pool_arg_x_ = x.data;
   pool_arg_y_ = y.data;
   pool_arg_d_ = d;
+}
+
+void GpuOps::bn_relu_maxpool_forward_train(const BnSide& s, const PoolDesc& pool, Act& bn_y, Act& y) {
+  check_act(s.x, "bn_relu_maxpool_forward_train input");
+  check_act(y, "bn_relu_maxpool_forward_train output");
+  const bool shapes = pool.n == s.d.n && pool.h == s.d.h && pool.w == s.d.w && pool.c == s.d.c && s.x.c == s.d.c;
+  // (A convolution's sums of x, which a stem in space-to-depth form never writes: the batch norm's
+  // apply from them, then the pool.)
+  if (!opt_.stem_pool || !shapes || pairing_.holds_sums(s.x.data, s.x.bytes()) ||
+      !gpu::maxpool_bn_applies(opt_.precision, pool, s.x.data, y.data, pool_argmax(pool)))
+    return Ops::bn_relu_maxpool_forward_train(s, pool, bn_y, y);
+  last_bn_train_ = true;
+  pairing_.train_reads(s.x.data, s.x.bytes());  // (none to take: for the prediction)
+  const int c = s.d.c;
+  const int64_t m = int64_t(s.d.n) * s.d.h * s.d.w;
+  float* ss = scratch_f32(2 * size_t(c));
+  {
+    auto timed = timer_->scope("bn fwd", [&] { return bn_label(s.d, false, true) + " statistics, pooled"; });
+    gpu::bn_train_scale_shift(opt_.precision, s.x.data, m, c, weights_.f32(s.gamma), weights_.f32(s.beta), s.d.eps,
+                              s.d.momentum, s.running_mean, s.running_var, s.save_mean, s.save_invstd, bn_sync(c), ss,
+                              dev_.stream);
+  }
+  auto timed = timer_->scope("max-pool fwd", [&] { return act_label(s.x) + " of the batch norm"; });
+  // What bn_forward_train would record of bn_y (its backward's mask comes from x), and what
+  // maxpool_forward would of the pool; bn_y holds nothing meanwhile.
+  bn_forwards_[bn_y.data] = BnForward{s.x.data, s.gamma.offset, true};
+  writes(y);
+  gpu::maxpool_forward_bn(opt_.precision, s.x.data, ss, y.data, pool_arg_, pool, dev_.stream);
+  pool_arg_x_ = bn_y.data;
+  pool_arg_y_ = y.data;
+  pool_arg_d_ = pool;
+  pool_unwritten_x_ = bn_y.data;
 }
 
 void GpuOps::maxpool_backward(const PoolDesc& d, const Act& x, const Act& y, const Act& dy,
@@ -426,6 +533,10 @@ void GpuOps::maxpool_backward(const PoolDesc& d, const Act& x, const Act& y, con
                      s.stride == d.stride && s.pad == d.pad && s.ho == d.ho && s.wo == d.wo;
   // Otherwise the argmax is found again, into the byte scratch (stream-ordered, like the
   // half-precision dW).
+  if (!saved && x.data == pool_unwritten_x_)
+    throw GpuError(GpuError::Kind::Invalid,
+                   "maxpool_backward: its input is the stem's batch-norm output that the fused forward did not store, "
+                   "and the forward's argmax is gone (another max-pool forward since; " + where() + ")");
   void* arg = saved ? pool_arg_ : scratch_half(maxpool_argmax_bytes(d));
   writes(dx);
   gpu::maxpool_backward(opt_.precision, x.data, dy.data, dx.data, d, arg, saved, dev_.stream);

@@ -18,6 +18,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <functional>
+#include <initializer_list>
 #include <map>
 #include <memory>
 #include <string>
@@ -79,6 +80,14 @@ class GpuOps final : public Ops {
   void bn_backward(const BnDesc& d, const Act& x, const Act& y, const Act& dy, ParamView gamma,
                    const float* save_mean, const float* save_invstd, bool relu, Act& dx,
                    Act* dresidual, ParamView dgamma, ParamView dbeta, const Act* dy2 = nullptr) override;
+  // Both batch norms and the add + ReLU in one pass, and the backward in two, where GpuOptions::bn_join
+  // and the tensors allow (the default's two calls elsewhere).
+  void bn_forward_train_join(const BnSide& main, const BnSide& ds, Act& y) override;
+  void bn_backward_join(const BnSide& main, const BnSide& ds, Act& y, const Act& dy, const Act* dy2, Act& dx,
+                        Act& dx_ds) override;
+  // Pools relu(bn(x)) as it computes it, bn_y left unwritten, where GpuOptions::stem_pool and the tensors
+  // allow (the stem's window, 16-byte accesses); the default's two calls elsewhere.
+  void bn_relu_maxpool_forward_train(const BnSide& bn, const PoolDesc& pool, Act& bn_y, Act& y) override;
   void maxpool_forward(const PoolDesc& d, const Act& x, Act& y) override;
   void maxpool_backward(const PoolDesc& d, const Act& x, const Act& y, const Act& dy,
                         Act& dx) override;
@@ -159,7 +168,10 @@ class GpuOps final : public Ops {
   float* scratch_f32(size_t count);
   void* scratch_half(size_t bytes);
   // The batch norms' zero-kept accumulators, large enough for c channels (kernels.h).
+  void* bn_sync_zeroed(int c);
   BnSync bn_sync(int c);
+  // The join's kernels apply to these batch norms and tensors.
+  bool joinable(const BnSide& a, const BnSide& b, std::initializer_list<const void*> ptrs) const;
   void check_act(const Act& a, const char* what) const;
   // The statistics slots no batch norm took, zeroed now (before and at the end of a captured step).
   void zero_untaken_stats();
@@ -203,6 +215,10 @@ class GpuOps final : public Ops {
   const void* pool_arg_x_ = nullptr;
   const void* pool_arg_y_ = nullptr;
   PoolDesc pool_arg_d_{};
+  // The argmax buffer, large enough for d (carved on first use, kept).
+  void* pool_argmax(const PoolDesc& d);
+  // The batch-norm output the fused stem forward left unwritten, until something writes it.
+  const void* pool_unwritten_x_ = nullptr;
   std::unique_ptr<OpTimer> timer_;
   // Bytes carved for each purpose, outgrown carvings included (the pool never frees).
   size_t mem_scratch_ = 0;

@@ -17,6 +17,8 @@ GpuOptions gpu_options(const Knobs& k, int device, DType precision) {
   o.wgrad_stream = k.wgrad_stream;
   o.fused_stats = k.fp16_fused;
   o.relu_bits = k.relu_bits;
+  o.bn_join = k.bn_join;
+  o.stem_pool = k.stem_pool;
   return o;
 }
 

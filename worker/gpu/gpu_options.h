@@ -33,6 +33,13 @@ struct GpuOptions {
   // A training batch norm with a residual add and ReLU writes the ReLU's mask as bits, which its
   // backward reads instead of the output (bn.cu); off: the backward reads the output.
   bool relu_bits = Knobs{}.relu_bits;
+  // A projection block's join (Ops::bn_forward_train_join, bn_backward_join): both batch norms and
+  // the add + ReLU in one pass forward and two backward (bn.cu); off: the two batch norms in turn.
+  bool bn_join = Knobs{}.bn_join;
+  // The stem's training batch norm + ReLU and max-pool (Ops::bn_relu_maxpool_forward_train): the pool
+  // reads the batch norm's input and applies it as it goes (pooling.cu), its output is not stored;
+  // off: the batch norm's output is written, then pooled.
+  bool stem_pool = Knobs{}.stem_pool;
 };
 
 // Pure: the options the knobs give for this device and precision.

@@ -4,6 +4,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <initializer_list>
 
 #include <cuda_runtime.h>
 
@@ -20,8 +21,13 @@ struct BnSync {
   double* acc = nullptr;
   unsigned* count = nullptr;
 };
+// The most per-channel sums one kernel accumulates (a projection block's join backward: 4).
+constexpr int kBnSyncSums = 4;
 size_t bn_sync_bytes(int c);
-BnSync bn_sync_view(void* zeroed, int c);
+BnSync bn_sync_view(void* zeroed, int c, int sums = 2);
+// The vectorized kernels (16-byte accesses) apply: c a multiple of 16 bytes' elements, every
+// (non-null) pointer 16-byte aligned.
+bool bn_vectorized(DType t, int c, std::initializer_list<const void*> ptrs);
 // Training forward: statistics, running-stat update, saved mean/invstd, then the fused
 // normalise + residual + ReLU. scale_shift: scratch of 2*c floats. relu_bits (may be null; bn_relu_bits_bytes
 // of them): the ReLU's mask as bits for the backward (BnMask::FromBits); true when they were written
@@ -41,6 +47,11 @@ bool bn_forward_train_sums(DType t, float* sums, const void* x, int64_t m, int c
                            float* running_var, float* save_mean, float* save_invstd,
                            const void* residual, bool relu, void* y, BnSync sync, cudaStream_t s,
                            uint8_t* relu_bits = nullptr);
+// The training forward without its apply: the statistics pass over x, the saved and running
+// statistics, and the apply's scale then shift into scale_shift (2c floats), rounded as the apply's own.
+void bn_train_scale_shift(DType t, const void* x, int64_t m, int c, const float* gamma, const float* beta,
+                          float eps, float momentum, float* running_mean, float* running_var, float* save_mean,
+                          float* save_invstd, BnSync sync, float* scale_shift, cudaStream_t s);
 // The training forward's statistics pass alone, mean and invstd into scratch (2*c floats): what the
 // fused convolution's timing compares against (conv_planner.h).
 void bn_stats_pass(DType t, const void* x, int64_t m, int c, BnSync sync, float* scratch, cudaStream_t s);
@@ -48,6 +59,41 @@ void bn_forward_eval(DType t, const void* x, int64_t m, int c, const float* gamm
                      const float* beta, float eps, const float* running_mean,
                      const float* running_var, const void* residual, bool relu, void* y,
                      float* scale_shift, cudaStream_t s);
+// A projection block's join in one pass (Ops::bn_forward_train_join): y = relu(bn_a(a.x) + bn_b(b.x)),
+// the same bits as bn_forward_train of b into y and then of a with y as its residual (the downsample
+// branch rounded to the compute dtype before the add), the ReLU's bits into relu_bits when non-null.
+// A side whose convolution wrote the sums of x (sums non-null) is finalized in the join's kernel and
+// its sums are zero again after it; the other runs the statistics pass first, into scale_shift (2c
+// floats). Both over m rows of c channels; only where bn_vectorized(t, c, {a.x, b.x, y}).
+struct BnJoinSide {
+  const void* x = nullptr;
+  float* sums = nullptr;
+  const float* gamma = nullptr;
+  const float* beta = nullptr;
+  float eps = 1e-5f, momentum = 0.1f;
+  float* running_mean = nullptr;
+  float* running_var = nullptr;
+  float* save_mean = nullptr;
+  float* save_invstd = nullptr;
+  float* scale_shift = nullptr;
+};
+void bn_forward_train_join(DType t, const BnJoinSide& a, const BnJoinSide& b, int64_t m, int c, void* y,
+                           void* sync_zeroed, uint8_t* relu_bits, cudaStream_t s);
+// Its backward from the forward's ReLU bits: the gradient dy (+ dy2 where non-null) to both batch
+// norms in two passes (sums, then both dx), as the two bn_backward calls compute it; y is not
+// touched. dx may alias x (each side's). sync_zeroed: bn_sync_bytes(c) zeroed bytes, left zeroed.
+struct BnJoinGrad {
+  const void* x = nullptr;
+  const float* gamma = nullptr;
+  const float* save_mean = nullptr;
+  const float* save_invstd = nullptr;
+  void* dx = nullptr;
+  float* dgamma = nullptr;  // +=
+  float* dbeta = nullptr;   // +=
+  float* coef = nullptr;    // scratch of 3c floats
+};
+void bn_backward_join(DType t, const BnJoinGrad& a, const BnJoinGrad& b, int64_t m, int c, const void* dy,
+                      const void* dy2, const uint8_t* relu_bits, void* sync_zeroed, cudaStream_t s);
 // Where the backward's ReLU mask comes from: no ReLU; y > 0 (y = relu(bn(x) + residual));
 // or recomputed from x, gamma, beta and the saved statistics (only where y was relu(bn(x))
 // alone): y is then not read; or the bits the training forward wrote (relu_bits; where it wrote
@@ -71,6 +117,13 @@ void maxpool_forward(DType t, const void* x, void* y, void* argmax, const PoolDe
                      cudaStream_t s);
 void maxpool_backward(DType t, const void* x, const void* dy, void* dx, const PoolDesc& d,
                       void* argmax, bool argmax_valid, cudaStream_t s);
+// The stem's max-pool of a training batch norm's output relu(scale * x + shift) (scale_shift: 2c floats,
+// bn_train_scale_shift's) computed from its input x, with the argmax: the output and argmax
+// maxpool_forward gives over the stored batch-norm output, which is not written. Only where
+// maxpool_bn_applies (the 3x3/2 window, 16-byte accesses).
+bool maxpool_bn_applies(DType t, const PoolDesc& d, const void* x, const void* y, const void* argmax);
+void maxpool_forward_bn(DType t, const void* x, const float* scale_shift, void* y, void* argmax, const PoolDesc& d,
+                        cudaStream_t s);
 void avgpool_forward(DType t, const void* x, void* y, int n, int hw, int c, cudaStream_t s);
 void avgpool_backward(DType t, const void* dy, void* dx, int n, int hw, int c, cudaStream_t s);
 

@@ -29,14 +29,25 @@ constexpr uint8_t kNone = 255;
 // so that each thread decodes its position with one 32-bit division.
 // kK: the window size when known at compile time (the stem's 3: its loops unrolled, the 9
 // loads in flight together), else 0.
-template <typename T, int V, bool kY, bool kArg, int kK>
+// kBn: x is a batch norm's input, and the window's values are its output relu(sc * x + sf) (a
+// training forward's scale/shift, bn_ss: 2c floats) rounded to T as that forward stores it, so the
+// pooled output and argmax are those of the stored output, which need not be written.
+template <typename T, int V, bool kY, bool kArg, int kK, bool kBn = false>
 __global__ void maxpool_fwd_kernel(const T* __restrict__ x, T* __restrict__ y,
-                                   uint8_t* __restrict__ arg_out, PoolDesc d) {
+                                   uint8_t* __restrict__ arg_out, PoolDesc d, const float* __restrict__ bn_ss = nullptr) {
   const int groups = d.c / V;
   const int K = kK ? kK : d.k;
   const int j = blockIdx.x * blockDim.x + threadIdx.x;
   if (j >= d.wo * groups) return;
   const int g = j % groups, ow = j / groups;
+  float sc[V], sf[V];
+  if (kBn) {
+#pragma unroll
+    for (int k = 0; k < V; ++k) {
+      sc[k] = bn_ss[g * V + k];
+      sf[k] = bn_ss[d.c + g * V + k];
+    }
+  }
   for (int row = blockIdx.y; row < d.n * d.ho; row += gridDim.y) {
     const int oh = row % d.ho, n = row / d.ho;
     const int64_t i = (int64_t(row) * d.wo + ow) * groups + g;
@@ -57,6 +68,13 @@ __global__ void maxpool_fwd_kernel(const T* __restrict__ x, T* __restrict__ y,
         if (iw < 0 || iw >= d.w) continue;
         float v[V];
         load_f<T, V>(x + ((size_t(n) * d.h + ih) * d.w + iw) * d.c + size_t(g) * V, v);
+        if (kBn) {  // as bn.cu's apply computes and stores it
+#pragma unroll
+          for (int k = 0; k < V; ++k) {
+            const float b = __fmaf_rn(v[k], sc[k], sf[k]);
+            v[k] = to_f(from_f<T>(b > 0.f ? b : 0.f));
+          }
+        }
 #pragma unroll
         for (int k = 0; k < V; ++k)
           if (arg[k] == kNone || v[k] > best[k] || isnan(v[k])) {
@@ -214,6 +232,25 @@ void maxpool_forward(DType t, const void* x, void* y, void* argmax, const PoolDe
       launch_fwd<T, true, true>(xt, yt, static_cast<uint8_t*>(argmax), d, s);
     else
       launch_fwd<T, true, false>(xt, yt, nullptr, d, s);
+  });
+}
+
+bool maxpool_bn_applies(DType t, const PoolDesc& d, const void* x, const void* y, const void* argmax) {
+  bool v = false;
+  WK_DISPATCH(t, { v = stem_window(d) && can_vec<T>(d.c, x, y, argmax); });
+  return v && argmax;
+}
+
+void maxpool_forward_bn(DType t, const void* x, const float* scale_shift, void* y, void* argmax, const PoolDesc& d,
+                        cudaStream_t s) {
+  if (!maxpool_bn_applies(t, d, x, y, argmax))
+    throw GpuError(GpuError::Kind::Invalid, "maxpool_forward_bn: not the stem's window or tensors not 16-byte aligned");
+  WK_DISPATCH(t, {
+    constexpr int V = 16 / sizeof(T);
+    const dim3 grid = row_grid(d.wo * (d.c / V), d.n * d.ho);
+    maxpool_fwd_kernel<T, V, true, true, 3, true><<<grid, kThreads, 0, s>>>(
+        static_cast<const T*>(x), static_cast<T*>(y), static_cast<uint8_t*>(argmax), d, scale_shift);
+    KERNEL_CHECK();
   });
 }
 

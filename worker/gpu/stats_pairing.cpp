@@ -55,6 +55,12 @@ const void* StatsPairing::train_reads(const void* x, size_t bytes) {
   return nullptr;
 }
 
+bool StatsPairing::holds_sums(const void* x, size_t bytes) const {
+  for (const Output& o : live_)
+    if (o.conv.y.p == x && o.conv.y.bytes == bytes) return o.has_stats;
+  return false;
+}
+
 void StatsPairing::eval_reads(const void* x, size_t bytes) {
   for (Output& o : live_)
     if (o.conv.y.p == x && o.conv.y.bytes == bytes) o.read_eval = true;

@@ -2,9 +2,10 @@
 // bookkeeping over pointers with no CUDA call, tested without a GPU (tests/worker/gpu/test_stats_pairing.cpp).
 //
 // A convolution may write, beside its output y, the per-channel fp32 sum and sum of squares of y into its
-// shape's statistics slot (a small device buffer). A training batch norm may then skip its statistics pass,
-// but only when what it reads is exactly that y with nothing written over any byte of it since, and the
-// slot still holds y's sums (another convolution of the same shape may have written it again). Every
+// statistics slot (a small device buffer, one per shape and output: ConvPlanner::stats_slot). A training
+// batch norm may then skip its statistics pass, but only when what it reads is exactly that y with nothing
+// written over any byte of it since, and the slot still holds y's sums (another call writing y may have
+// written it again). Every
 // main-stream write of the backend is reported here (GpuOps::writes), so the pairing cannot outlive the
 // data it describes.
 //
@@ -35,7 +36,7 @@ namespace gpu {
 
 class StatsPairing {
  public:
-  // One convolution call: its shape's statistics slot, its input, its output, and whether backward
+  // One convolution call: its statistics slot, its input, its output, and whether backward
   // has begun (the call is a recomputation).
   struct Conv {
     Range slot;
@@ -57,6 +58,8 @@ class StatsPairing {
   // A training batch norm reads x (bytes): the slot holding x's sums, which the caller's finalize takes
   // and zeroes; null when there are none (the batch norm computes its own statistics).
   const void* train_reads(const void* x, size_t bytes);
+  // Whether train_reads(x, bytes) would return sums now (nothing is taken or recorded).
+  bool holds_sums(const void* x, size_t bytes) const;
   // An evaluation batch norm reads x: the call that wrote it keeps its prediction.
   void eval_reads(const void* x, size_t bytes);
   // Every dirty slot, to be zeroed now; the outputs whose sums they held lose them.

@@ -14,7 +14,7 @@ void StepGraph::reset() {
   if (graph_) cudaGraphDestroy(graph_);
   exec_ = nullptr;
   graph_ = nullptr;
-  kernels_ = nodes_ = 0;
+  kernels_ = memsets_ = copies_ = nodes_ = 0;
 }
 
 void StepGraph::capture(const std::function<void()>& body) {
@@ -38,7 +38,9 @@ void StepGraph::capture(const std::function<void()>& body) {
   for (cudaGraphNode_t n : nodes) {
     cudaGraphNodeType t{};
     CUDA_CHECK(cudaGraphNodeGetType(n, &t));
-    if (t == cudaGraphNodeTypeKernel) ++kernels_;
+    kernels_ += t == cudaGraphNodeTypeKernel;
+    memsets_ += t == cudaGraphNodeTypeMemset;
+    copies_ += t == cudaGraphNodeTypeMemcpy;
   }
   CUDA_CHECK(cudaGraphUpload(exec_, stream_));
 }

@@ -26,6 +26,8 @@ class StepGraph {
   void launch();
   bool ready() const { return exec_ != nullptr; }
   size_t kernel_nodes() const { return kernels_; }  // kernels per replay
+  size_t memset_nodes() const { return memsets_; }
+  size_t copy_nodes() const { return copies_; }
   size_t nodes() const { return nodes_; }           // kernels, memsets, copies, ...
 
  private:
@@ -34,7 +36,7 @@ class StepGraph {
   cudaStream_t stream_;
   cudaGraph_t graph_ = nullptr;
   cudaGraphExec_t exec_ = nullptr;
-  size_t kernels_ = 0, nodes_ = 0;
+  size_t kernels_ = 0, memsets_ = 0, copies_ = 0, nodes_ = 0;
 };
 
 }  // namespace gpu

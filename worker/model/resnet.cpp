@@ -180,26 +180,36 @@ struct ResNet::Net {
     }
   }
 
+  static Ops::BnSide side(const BnL& l, const Act& x) {
+    return {l.d, x, l.gamma, l.beta, l.running_mean, l.running_var, l.save_mean, l.save_invstd};
+  }
+
   void forward(bool train, float grad_scale, float label_smoothing) {
     ops.conv_forward(conv1.d, input, conv1.w, conv1.out);
-    bn_fwd(bn1, conv1.out, nullptr, true, train);
-    if (pooled) ops.maxpool_forward(pool_d, bn1.out, pool_out);
+    if (pooled && train) {
+      ops.bn_relu_maxpool_forward_train(side(bn1, conv1.out), pool_d, bn1.out, pool_out);
+    } else {
+      bn_fwd(bn1, conv1.out, nullptr, true, train);
+      if (pooled) ops.maxpool_forward(pool_d, bn1.out, pool_out);
+    }
     for (Block& b : blocks) {
       ops.conv_forward(b.c1.d, *b.in, b.c1.w, b.c1.out);
       bn_fwd(b.b1, b.c1.out, nullptr, true, train);
       ops.conv_forward(b.c2.d, b.b1.out, b.c2.w, b.c2.out);
-      const Act* residual = b.in;
-      if (b.has_ds) {
-        ops.conv_forward(b.cd.d, *b.in, b.cd.w, b.cd.out);
-        bn_fwd(b.bd, b.cd.out, nullptr, false, train);
-        residual = &b.bd.out;
-      }
+      if (b.has_ds) ops.conv_forward(b.cd.d, *b.in, b.cd.w, b.cd.out);
       if (b.bottleneck) {
         bn_fwd(b.b2, b.c2.out, nullptr, true, train);
         ops.conv_forward(b.c3.d, b.b2.out, b.c3.w, b.c3.out);
-        bn_fwd(b.b3, b.c3.out, residual, true, train);
+      }
+      BnL& last = b.bottleneck ? b.b3 : b.b2;
+      const Act& last_x = b.bottleneck ? b.c3.out : b.c2.out;
+      if (!b.has_ds) {
+        bn_fwd(last, last_x, b.in, true, train);
+      } else if (train) {  // the downsample's batch norm writes the block's output, the join adds to it
+        ops.bn_forward_train_join(side(last, last_x), side(b.bd, b.cd.out), *b.out);
       } else {
-        bn_fwd(b.b2, b.c2.out, residual, true, train);
+        bn_fwd(b.bd, b.cd.out, nullptr, false, false);
+        bn_fwd(last, last_x, &b.bd.out, true, false);
       }
     }
     ops.avgpool_forward(*blocks.back().out, avg_out);
@@ -284,9 +294,14 @@ struct ResNet::Net {
     Act dres = *b.out;
     Act din = *b.in;
     din.data = !b.has_ds ? dres.data : b.din_data ? b.din_data : grad_s.data;
-    bn_bwd(last, last_conv.out, dout.a, true, d_last, &dres, dout.second());
     Act dd = b.cd.out;
-    if (b.has_ds) bn_bwd(b.bd, b.cd.out, dres, false, dd, nullptr);
+    if (b.has_ds) {  // the join: the residual gradient over O (dead once its ReLU mask is read)
+      ops.bn_backward_join(side(last, last_conv.out), side(b.bd, b.cd.out), dres, dout.a, dout.second(), d_last, dd);
+      unit_ready(last.unit);
+      unit_ready(b.bd.unit);
+    } else {
+      bn_bwd(last, last_conv.out, dout.a, true, d_last, &dres, dout.second());
+    }
     const Act& dout_s = dout.a;
     if (b.bottleneck) {
       Act db2 = like(dout_s, b.b2.out);

@@ -87,8 +87,8 @@ StepStats TrainingSession::replayed_step(bool want_loss) {
     captured_ = true;
     if (lead_) {
       const CaptureInfo c = ops_.captured();
-      out_ << "Step " << state_.step << ": captured as one CUDA graph (" << c.kernels << " kernels, " << c.nodes
-           << " nodes), replayed from now on" << std::endl;
+      out_ << "Step " << state_.step << ": captured as one CUDA graph (" << c.kernels << " kernels, " << c.memsets
+           << " memsets, " << c.copies << " copies, " << c.nodes << " nodes), replayed from now on" << std::endl;
     }
   }
   if (want_loss) s.loss = model_.last_loss();

@@ -24,6 +24,8 @@ void check_defaults(const Knobs& k) {
   CHECK_FALSE(k.cudnn_deterministic);
   CHECK(k.fp16_fused == FusedStats::Timed);
   CHECK(k.relu_bits);
+  CHECK(k.bn_join);
+  CHECK(k.stem_pool);
   CHECK(k.nccl_init_timeout_s == 300);
   CHECK(k.nvjpeg_backend == NvjpegBackend::Hardware);
   CHECK(k.nvjpeg_cpu_share < 0);  // auto
@@ -51,6 +53,8 @@ TEST_CASE("knobs: every knob set to its other value", "[knobs]") {
       {"WORKER_CUDNN_DETERMINISTIC", "1"},
       {"WORKER_FP16_FUSED", "0"},
       {"WORKER_RELU_BITS", "0"},
+      {"WORKER_BN_JOIN", "0"},
+      {"WORKER_STEM_POOL", "0"},
       {"WORKER_NCCL_INIT_TIMEOUT_S", "2.5"},
       {"WORKER_NVJPEG_BACKEND", "hybrid"},
       {"WORKER_NVJPEG_CPU_SHARE", "0.25"},
@@ -69,6 +73,8 @@ TEST_CASE("knobs: every knob set to its other value", "[knobs]") {
   CHECK(k.fp16_fused == FusedStats::Off);
   CHECK(read_knobs({{"WORKER_FP16_FUSED", "1"}}).fp16_fused == FusedStats::Always);
   CHECK_FALSE(k.relu_bits);
+  CHECK_FALSE(k.bn_join);
+  CHECK_FALSE(k.stem_pool);
   CHECK(k.nccl_init_timeout_s == 2.5);
   CHECK(k.nvjpeg_backend == NvjpegBackend::Hybrid);
   CHECK(k.nvjpeg_cpu_share == 0.25);

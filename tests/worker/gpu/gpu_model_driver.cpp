@@ -166,7 +166,8 @@ int bench(const std::map<std::string, std::string>& a, Clock::time_point t_start
     extra += ", \"graph\": true, \"images_per_s_stream\": " +
              std::to_string(stream_rates[stream_rates.size() / 2]) +
              ", \"kernels_per_step\": " + std::to_string(graph.kernels) +
-             ", \"graph_nodes\": " + std::to_string(graph.nodes);
+             ", \"graph_memsets\": " + std::to_string(graph.memsets) + ", \"graph_copies\": " +
+             std::to_string(graph.copies) + ", \"graph_nodes\": " + std::to_string(graph.nodes);
   }
   if (geti(a, "profile", 0) && gops) {
     // In an NVTX range, so that Nsight Compute can time this one step's kernels:

@@ -389,16 +389,188 @@ TEST_CASE("batch-norm backward: the ReLU mask from x, or after a residual add fr
           if (residual) dr[k] = gpu.get(dra);
           g[k] = gpu.get_grads();
         }
-        CHECK(dx[0] == dx[2]);
-        CHECK(dr[0] == dr[2]);
-        CHECK(g[0] == g[2]);
-        CHECK(dx[1] == dx[0]);
-        CHECK(dr[1] == dr[0]);
+        CHECK_SAME(dx[0], dx[2]);
+        CHECK_SAME(dr[0], dr[2]);
+        CHECK_SAME(g[0], g[2]);
+        CHECK_SAME(dx[1], dx[0]);
+        CHECK_SAME(dr[1], dr[0]);
         size_t zeros = 0;
         for (float v : yv) zeros += v == 0.f;
         CHECK(zeros > numel / 20);  // the mask matters: a good share of the outputs is clipped
       }
     }
+  }
+}
+
+// A projection block's join (Ops::bn_forward_train_join, bn_backward_join) in one pass forward and two
+// backward (GpuOptions::bn_join) against the two batch norms in turn, on ResNet-50's four join shapes:
+// the same bits forward (output, saved and running statistics) and backward (both dx and the four
+// parameter gradients, with and without a second output gradient). In fp16 also from the
+// convolutions' sums (conv+genstats always on), with both convolutions of one shape as in ResNet-50's
+// first block, whose sums must both reach the join (each run against its own statistics: see below).
+TEST_CASE("a projection block's join in one pass equals its two batch norms in turn, on ResNet-50's shapes",
+          "[gpu]") {
+  struct Shape {
+    int hw, c;
+  };
+  const Shape shapes[] = {{56, 256}, {28, 512}, {14, 1024}, {7, 2048}};
+  struct Run {
+    std::vector<float> y, stats, x, xd, dx[2], dxd[2], g[2];
+    int64_t fused = 0;
+  };
+  // y from x, xd and the saved statistics as bn.cu computes it: each side's scale and shift, the
+  // downsample's output rounded to the dtype, the add, the ReLU, the rounding.
+  auto join_of = [](DType t, const Run& r, const std::vector<float>& params, size_t c) {
+    std::vector<float> y(r.x.size());
+    for (size_t i = 0; i < y.size(); ++i) {
+      const size_t ch = i % c;
+      auto affine = [&](size_t side, float v) {
+        const float gamma = params[2 * side * c + ch], beta = params[(2 * side + 1) * c + ch];
+        const float mean = r.stats[(4 * side + 2) * c + ch], invstd = r.stats[(4 * side + 3) * c + ch];
+        const float sc = gamma * invstd;
+        return std::fma(v, sc, std::fma(-mean, sc, beta));
+      };
+      const float v = affine(0, r.x[i]) + round_to(t, affine(1, r.xd[i]));
+      y[i] = round_to(t, v > 0.f ? v : 0.f);
+    }
+    return y;
+  };
+  for (DType t : {DType::F32, DType::BF16, DType::F16}) {
+    for (bool convs : {false, true}) {
+      if (convs && t != DType::F16) continue;  // conv+genstats is fp16's
+      for (const Shape& sh : shapes) {
+        const int n = 2, cin = 64;
+        INFO("dtype " << dtype_name(t) << ", join " << sh.c << " " << sh.hw << "x" << sh.hw
+                      << (convs ? " from the convolutions' sums" : ""));
+        const size_t c = size_t(sh.c), numel = size_t(n) * sh.hw * sh.hw * sh.c, wn = c * cin;
+        const size_t in_numel = size_t(n) * sh.hw * sh.hw * cin;
+        const uint64_t seed = uint64_t(sh.c + sh.hw) * 11;
+        std::vector<float> params = randn(c, seed, 0.5f, 1.f);  // gamma, beta of the main branch, then the downsample's
+        for (const auto& part : {randn(c, seed + 1, 0.5f, 0.f), randn(c, seed + 2, 0.5f, 1.f),
+                                 randn(c, seed + 3, 0.5f, -1.f), rounded(randn(2 * wn, seed + 4, 0.125f), t)})
+          params.insert(params.end(), part.begin(), part.end());  // (mean -1 in all: a good share clipped)
+        const ParamView ga{0, c}, ba{c, c}, gb{2 * c, c}, bb{3 * c, c}, w3{4 * c, wn}, wd{4 * c + wn, wn};
+        const auto grads0 = randn(params.size(), seed + 5);
+        const auto xv = rounded(randn(numel, seed + 6, 1.f, 0.2f), t);
+        const auto xdv = rounded(randn(numel, seed + 7, 2.f, -0.5f), t);
+        const auto uv = rounded(randn(in_numel, seed + 8), t), udv = rounded(randn(in_numel, seed + 9), t);
+        const auto dyv = rounded(randn(numel, seed + 10), t), dy2v = rounded(randn(numel, seed + 11), t);
+        const ConvDesc cd{n, sh.hw, sh.hw, cin, sh.c, 1, 1, 1, 0, sh.hw, sh.hw};
+        Run r[2];
+        for (int k = 0; k < 2; ++k) {
+          worker::gpu::GpuOptions o = worker::gpu::gpu_options(worker::process_knobs(), 0, t);
+          o.bn_join = k == 0;
+          o.relu_bits = true;
+          if (convs) o.fused_stats = worker::FusedStats::Always;
+          auto owned = std::make_unique<worker::gpu::GpuOps>(o);
+          worker::gpu::GpuOps& gops = *owned;
+          Side g(std::move(owned), params, grads0);
+          const BnDesc d{n, sh.hw, sh.hw, sh.c, 1e-5f, 0.1f};
+          Act x = g.act(n, sh.hw, sh.hw, sh.c, xv), xd = g.act(n, sh.hw, sh.hw, sh.c, xdv);
+          Act u = g.act(n, sh.hw, sh.hw, cin, uv), ud = g.act(n, sh.hw, sh.hw, cin, udv);
+          Act y = g.act(n, sh.hw, sh.hw, sh.c);
+          float* st = g.floats(std::vector<float>(8 * c, 1.f));  // running mean, var, save mean, invstd; a's, b's
+          Ops::BnSide a{d, x, ga, ba, st, st + c, st + 2 * c, st + 3 * c};
+          Ops::BnSide b{d, xd, gb, bb, st + 4 * c, st + 5 * c, st + 6 * c, st + 7 * c};
+          if (convs) gops.register_conv(cd, w3);
+          // With the convolutions: twice, since a convolution writes the sums once its output was
+          // seen feeding a training batch norm (stats_pairing.h).
+          for (int it = 0; it < (convs ? 2 : 1); ++it) {
+            if (convs) {
+              g.ops->conv_forward(cd, ud, wd, xd);
+              g.ops->conv_forward(cd, u, w3, x);
+            }
+            g.ops->bn_forward_train_join(a, b, y);
+          }
+          r[k].y = g.get(y);
+          r[k].stats = g.get_f(st, 8 * c);
+          r[k].x = g.get(x);
+          r[k].xd = g.get(xd);
+          r[k].fused = gops.fused_bn_forwards();
+          Act dy = g.act(n, sh.hw, sh.hw, sh.c, dyv), dy2 = g.act(n, sh.hw, sh.hw, sh.c, dy2v);
+          for (int j = 0; j < 2; ++j) {
+            g.ops->upload(g.grads, grads0.data(), grads0.size() * 4);
+            Act dxa = g.act(n, sh.hw, sh.hw, sh.c), dxda = g.act(n, sh.hw, sh.hw, sh.c);
+            g.ops->bn_backward_join(a, b, y, dy, j == 0 ? &dy2 : nullptr, dxa, dxda);
+            r[k].dx[j] = g.get(dxa);
+            r[k].dxd[j] = g.get(dxda);
+            r[k].g[j] = g.get_grads();
+            g.put(y, r[k].y);  // (the two calls in turn keep the residual gradient over y)
+          }
+        }
+        CHECK(r[0].fused == r[1].fused);
+        if (convs) {
+          // cuDNN's genstats sums in an order of its own, which can differ from run to run in the last
+          // fp32 bits: each run's output against what its own saved statistics give.
+          CHECK(r[0].fused >= 2);  // both batch norms of the last join took their convolution's sums
+          for (const Run& q : r) CHECK_SAME(q.y, join_of(t, q, params, c));
+        } else {
+          CHECK_SAME(r[0].y, r[1].y);
+          CHECK_SAME(r[0].stats, r[1].stats);
+          for (int j = 0; j < 2; ++j) {
+            INFO((j == 0 ? "with" : "without") << " a second output gradient");
+            CHECK_SAME(r[0].dx[j], r[1].dx[j]);
+            CHECK_SAME(r[0].dxd[j], r[1].dxd[j]);
+            CHECK_SAME(r[0].g[j], r[1].g[j]);
+          }
+        }
+        size_t zeros = 0;
+        for (float v : r[0].y) zeros += v == 0.f;
+        CHECK(zeros > numel / 20);  // the mask matters
+        CHECK(zeros < numel - numel / 20);
+      }
+    }
+  }
+}
+
+// The stem's batch norm + ReLU pooled as it is computed (GpuOptions::stem_pool: its output never
+// stored) against the batch norm written and then pooled: the same pooled output (ties of the ReLU's
+// zeros included), argmax, statistics, and backward through both from what the forward kept. And the
+// backward refuses to pool-backward from the unstored output once the forward's argmax is gone.
+TEST_CASE("the stem's batch norm pooled as computed equals it stored and then pooled", "[gpu]") {
+  for (DType t : {DType::F32, DType::BF16, DType::F16}) {
+    INFO("dtype " << dtype_name(t));
+    const int n = 2, hw = 112, c = 64, ho = 56;
+    const BnDesc d{n, hw, hw, c, 1e-5f, 0.1f};
+    const PoolDesc pd{n, hw, hw, c, 3, 2, 1, ho, ho};
+    const size_t numel = size_t(n) * hw * hw * c, out = size_t(n) * ho * ho * c;
+    std::vector<float> params = randn(c, 61, 0.5f, 1.f);
+    const auto beta = randn(c, 62, 0.5f, -1.f);  // a good share clipped: whole windows of zeros
+    params.insert(params.end(), beta.begin(), beta.end());
+    const auto grads0 = randn(2 * c, 63);
+    const auto xv = rounded(randn(numel, 64, 1.f, 0.3f), t);
+    const auto dyv = rounded(randn(out, 65), t);
+    std::vector<float> y[2], st[2], dx[2], g[2];
+    for (int k = 0; k < 2; ++k) {
+      worker::gpu::GpuOptions o = worker::gpu::gpu_options(worker::process_knobs(), 0, t);
+      o.stem_pool = k == 0;
+      Side s(std::make_unique<worker::gpu::GpuOps>(o), params, grads0);
+      Act x = s.act(n, hw, hw, c, xv), bn_y = s.act(n, hw, hw, c), ya = s.act(n, ho, ho, c);
+      float* stats = s.floats(std::vector<float>(4 * size_t(c), 1.f));
+      const ParamView gamma{0, size_t(c)}, bview{size_t(c), size_t(c)};
+      const Ops::BnSide bn{d, x, gamma, bview, stats, stats + c, stats + 2 * c, stats + 3 * c};
+      s.ops->bn_relu_maxpool_forward_train(bn, pd, bn_y, ya);
+      y[k] = s.get(ya);
+      st[k] = s.get_f(stats, 4 * size_t(c));
+      Act dy = s.act(n, ho, ho, c, dyv), dbn = s.act(n, hw, hw, c), dxa = s.act(n, hw, hw, c);
+      s.ops->maxpool_backward(pd, bn_y, ya, dy, dbn);
+      s.ops->bn_backward(d, x, bn_y, dbn, gamma, stats + 2 * c, stats + 3 * c, true, dxa, nullptr, gamma, bview);
+      dx[k] = s.get(dxa);
+      g[k] = s.get_grads();
+      if (k == 0) {  // another pool forward takes the argmax buffer: the unstored output cannot be pooled back
+        Act other = s.act(n, ho, ho, c);
+        s.ops->maxpool_forward(pd, x, other);
+        CHECK_THROWS_WITH(s.ops->maxpool_backward(pd, bn_y, ya, dy, dbn),
+                          Catch::Contains("did not store") && Catch::Contains("argmax is gone"));
+      }
+    }
+    CHECK_SAME(y[0], y[1]);
+    CHECK_SAME(st[0], st[1]);
+    CHECK_SAME(dx[0], dx[1]);
+    CHECK_SAME(g[0], g[1]);
+    size_t zeros = 0;
+    for (float v : y[1]) zeros += v == 0.f;
+    CHECK(zeros > out / 50);  // windows of zeros only: ties, decided by the first position
   }
 }
 

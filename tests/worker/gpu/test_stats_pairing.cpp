@@ -32,7 +32,11 @@ TEST_CASE("stats pairing: a training batch norm takes the sums of exactly the ou
   CHECK(p.needs_zero(at(0)));                  // written, not taken yet
   CHECK(p.train_reads(at(3), kAct) == nullptr);  // another tensor
   CHECK(p.train_reads(at(2), kAct / 2) == nullptr);  // part of the output only
+  CHECK(p.holds_sums(at(2), kAct));
+  CHECK(p.holds_sums(at(2), kAct));  // asking takes nothing
+  CHECK_FALSE(p.holds_sums(at(2), kAct / 2));
   CHECK(p.train_reads(at(2), kAct) == at(0));
+  CHECK_FALSE(p.holds_sums(at(2), kAct));
   CHECK_FALSE(p.needs_zero(at(0)));            // the finalize zeroes what it takes
   CHECK(p.train_reads(at(2), kAct) == nullptr);  // taken once: a second batch norm computes its own
 }
