@@ -141,6 +141,10 @@ class GpuOps final : public Ops {
   // CUDA graph is being captured.
   void profile_start() { timer_->start(); }
   std::vector<OpTimer::Row> profile_stop() { return timer_->stop(); }
+  // The kernels and memsets each operation adds to the next captured step (capture_step between
+  // the two calls).
+  void census_start() { timer_->start_census(); }
+  std::vector<OpTimer::Row> census_stop() { return timer_->stop_census(); }
   // Ends the convolution engines' exploration (waits for its timings): due before capturing a
   // CUDA graph, whose replays must not explore.
   void settle_conv_engines() { convs_.settle(); }

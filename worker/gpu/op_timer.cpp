@@ -1,6 +1,7 @@
 #include "worker/gpu/op_timer.h"
 
 #include <map>
+#include <vector>
 
 #include "worker/gpu/check.h"
 
@@ -17,12 +18,41 @@ OpTimer::Scope::~Scope() {
 
 void OpTimer::start() {
   slots_.clear();
-  on_ = true;
+  mode_ = Mode::Time;
+}
+
+void OpTimer::start_census() {
+  slots_.clear();
+  counts_.clear();
+  mode_ = Mode::Census;
+}
+
+std::pair<size_t, size_t> OpTimer::graph_nodes() const {
+  cudaStreamCaptureStatus status{};
+  cudaGraph_t g = nullptr;
+  CUDA_CHECK(cudaStreamGetCaptureInfo(stream_, &status, nullptr, &g));
+  if (status != cudaStreamCaptureStatusActive || !g) return {0, 0};
+  size_t n = 0;
+  CUDA_CHECK(cudaGraphGetNodes(g, nullptr, &n));
+  std::vector<cudaGraphNode_t> nodes(n);
+  CUDA_CHECK(cudaGraphGetNodes(g, nodes.data(), &n));
+  std::pair<size_t, size_t> c{0, 0};
+  for (cudaGraphNode_t node : nodes) {
+    cudaGraphNodeType t{};
+    CUDA_CHECK(cudaGraphNodeGetType(node, &t));
+    c.first += t == cudaGraphNodeTypeKernel;
+    c.second += t == cudaGraphNodeTypeMemset;
+  }
+  return c;
 }
 
 size_t OpTimer::begin(const char* category, std::string label) {
   const size_t slot = slots_.size();
   slots_.emplace_back(category, std::move(label));
+  if (mode_ == Mode::Census) {
+    counts_.push_back(graph_nodes());
+    return slot;
+  }
   while (events_.size() < 2 * slots_.size()) {
     cudaEvent_t e = nullptr;
     CUDA_CHECK(cudaEventCreate(&e));
@@ -33,28 +63,61 @@ size_t OpTimer::begin(const char* category, std::string label) {
 }
 
 void OpTimer::end(size_t slot) {
-  // No throw from a destructor: a failed record shows up as a failed read in stop().
+  // No throw from a destructor: a failed record shows up as a failed read in stop(); a failed
+  // census count as nothing added.
+  if (mode_ == Mode::Census) {
+    try {
+      const auto now = graph_nodes();
+      counts_[slot] = {now.first - counts_[slot].first, now.second - counts_[slot].second};
+    } catch (...) {
+      counts_[slot] = {0, 0};
+    }
+    return;
+  }
   cudaEventRecord(events_[2 * slot + 1], stream_);
 }
 
-std::vector<OpTimer::Row> OpTimer::stop() {
-  on_ = false;
-  CUDA_CHECK(cudaStreamSynchronize(stream_));
+std::vector<OpTimer::Row> OpTimer::rows(const std::vector<double>& ms) const {
   std::vector<Row> rows;
   std::map<std::pair<std::string, std::string>, size_t> index;
   for (size_t i = 0; i < slots_.size(); ++i) {
-    float ms = 0;
-    CUDA_CHECK(cudaEventElapsedTime(&ms, events_[2 * i], events_[2 * i + 1]));
     auto it = index.find(slots_[i]);
     if (it == index.end()) {
       it = index.emplace(slots_[i], rows.size()).first;
       rows.push_back({slots_[i].first, slots_[i].second, 0, 0});
     }
-    rows[it->second].calls += 1;
-    rows[it->second].ms += double(ms);
+    Row& r = rows[it->second];
+    r.calls += 1;
+    if (i < ms.size()) r.ms += ms[i];
+    if (i < counts_.size()) {
+      r.kernels += counts_[i].first;
+      r.memsets += counts_[i].second;
+    }
   }
-  slots_.clear();
   return rows;
+}
+
+std::vector<OpTimer::Row> OpTimer::stop() {
+  mode_ = Mode::Off;
+  CUDA_CHECK(cudaStreamSynchronize(stream_));
+  std::vector<double> ms(slots_.size());
+  for (size_t i = 0; i < slots_.size(); ++i) {
+    float t = 0;
+    CUDA_CHECK(cudaEventElapsedTime(&t, events_[2 * i], events_[2 * i + 1]));
+    ms[i] = double(t);
+  }
+  counts_.clear();
+  std::vector<Row> r = rows(ms);
+  slots_.clear();
+  return r;
+}
+
+std::vector<OpTimer::Row> OpTimer::stop_census() {
+  mode_ = Mode::Off;
+  std::vector<Row> r = rows({});
+  slots_.clear();
+  counts_.clear();
+  return r;
 }
 
 }  // namespace gpu

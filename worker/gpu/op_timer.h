@@ -1,10 +1,13 @@
 // Device time of every backend operation, for the benchmark's per-layer breakdown: a pair of
 // CUDA events on the backend's stream around each Ops call, read back once when recording
 // stops. Off unless started; then each call costs one branch. Not for use while a CUDA graph
-// is being captured (the events would become graph nodes).
+// is being captured (the events would become graph nodes). Its census instead runs while a graph
+// is captured: the kernels and memsets each operation adds to it, counted from the graph under
+// construction.
 #pragma once
 
 #include <cstddef>
+#include <cstdint>
 #include <string>
 #include <utility>
 #include <vector>
@@ -21,6 +24,7 @@ class OpTimer {
     std::string label;     // the layer's shape, e.g. "1x1/1 256->64 56x56"
     int calls = 0;
     double ms = 0;         // summed over the calls
+    size_t kernels = 0, memsets = 0;  // census: graph nodes added, summed over the calls
   };
 
   explicit OpTimer(cudaStream_t s) : stream_(s) {}
@@ -31,7 +35,9 @@ class OpTimer {
   void start();
   // Waits for the recorded work; rows in first-seen order, one per (category, label).
   std::vector<Row> stop();
-  bool on() const { return on_; }
+  bool on() const { return mode_ == Mode::Time; }
+  void start_census();
+  std::vector<Row> stop_census();  // rows as stop()'s, with kernels and memsets instead of ms
 
   class Scope {
    public:
@@ -48,7 +54,7 @@ class OpTimer {
   // `label` (a callable returning std::string) is only called while recording.
   template <typename F>
   Scope scope(const char* category, F&& label) {
-    if (!on_) return Scope(nullptr, 0);
+    if (mode_ == Mode::Off) return Scope(nullptr, 0);
     return Scope(this, begin(category, label()));
   }
 
@@ -56,8 +62,14 @@ class OpTimer {
   size_t begin(const char* category, std::string label);
   void end(size_t slot);
 
+  // Kernel and memset nodes of the graph the stream is capturing into (0, 0 when none).
+  std::pair<size_t, size_t> graph_nodes() const;
+  std::vector<Row> rows(const std::vector<double>& ms) const;
+
+  enum class Mode : uint8_t { Off, Time, Census };
   cudaStream_t stream_;
-  bool on_ = false;
+  Mode mode_ = Mode::Off;
+  std::vector<std::pair<size_t, size_t>> counts_;  // census: per slot, the counts at begin, then what it added
   std::vector<cudaEvent_t> events_;  // 2 per slot, created as needed and reused
   std::vector<std::pair<std::string, std::string>> slots_;
 };

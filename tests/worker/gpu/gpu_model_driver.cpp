@@ -5,13 +5,15 @@
 //     every gradient, OIHW), fwd (state after one training forward), sgd and adam (state after
 //     one step of each from the same start): the files compare_torch_gpu.py checks.
 //   gpu_model_driver bench --depth D --batch N --precision P [--steps-per-window 10 --windows 5]
-//                          [--graph 1] [--profile 1]
+//                          [--graph 1 [--census 1]] [--profile 1]
 //     trains on synthetic data (SGD momentum) and prints images/s (median of timed windows after
 //     warm-up: 14 steps, more while the convolution engines are still timed, 40 at most), the time to
 //     the first finished step and the pool's peak bytes, as JSON.
 //     --graph 1: the step (zero, forward, backward, SGD, weight shadow) is then captured as a CUDA
 //     graph and timed again replayed (images_per_s is that figure; images_per_s_stream the one
 //     without); the graph's kernel count is the number of kernels per step.
+//     --census 1: "census" lists the operations that added memsets to the captured graph, with the
+//     kernels and memsets each added (OpTimer's census).
 //     --profile 1: one more step with CUDA events around every backend operation: "breakdown"
 //     lists device ms per operation and shape (the step is the NVTX range "profiled_step").
 #include <algorithm>
@@ -149,12 +151,26 @@ int bench(const std::map<std::string, std::string>& a, Clock::time_point t_start
   if (geti(a, "graph", 0) && gops) {
     // The batch stays outside the graph (its sample indices are kernel arguments); capturing
     // runs one step.
+    const bool census = geti(a, "census", 0) != 0;
+    if (census) gops->census_start();
     ops->capture_step([&] {
       ops->zero(m.grads(), m.num_params() * 4);
       m.forward_backward();
       ops->sgd_step(0.1f, 0.9f, 1e-4f, mom, false, false, nullptr);
       ops->params_updated();
     });
+    if (census) {
+      extra += ", \"census\": [";
+      bool first = true;
+      for (const auto& r : gops->census_stop()) {
+        if (r.memsets == 0) continue;
+        extra += std::string(first ? "" : ", ") + "{\"op\": \"" + r.category + "\", \"shape\": \"" + r.label +
+                 "\", \"calls\": " + std::to_string(r.calls) + ", \"kernels\": " + std::to_string(r.kernels) +
+                 ", \"memsets\": " + std::to_string(r.memsets) + "}";
+        first = false;
+      }
+      extra += "]";
+    }
     const std::vector<double> stream_rates = rates;
     rates = time_windows([&] {
       for (auto& i : idx) i = next++;
