@@ -6,6 +6,8 @@
 //   forward:  stats (+ finalize, by the last block of each column) -> apply; or, in fp16 after a
 //             convolution that wrote the sums (conv+genstats), apply with the finalize of those sums
 //   backward: reduce (sum g, sum g*(x-mean); writes dresidual; + finalize) -> dx
+//   a projection block's join (its last batch norm and the downsample's, then add + ReLU): both
+//             applies in one pass; backward: both batch norms' four sums in one pass, both dx in another
 // Each block adds its sums into per-channel double accumulators (atomics, kStripes copies); the last block of
 // a column of blocks to finish reads them, finalizes its channels and zeroes the accumulators
 // and its counter again for the next call (a separate finalize kernel per batch norm cost
