@@ -943,8 +943,8 @@ void bn_forward_train_join(DType t, const BnJoinSide& a, const BnJoinSide& b, in
   WK_DISPATCH(t, {
     constexpr int V = 16 / sizeof(T);
     // The batch norms without a convolution's sums run their statistics pass first.
-    for (const BnJoinSide* j : {&a, &b})
-      if (!j->sums) stats_v<T, V>(static_cast<const T*>(j->x), m, c, side(*j).f, sync, s);
+    if (!ja.sums) stats_v<T, V>(static_cast<const T*>(a.x), m, c, ja.f, sync, s);
+    if (!jb.sums) stats_v<T, V>(static_cast<const T*>(b.x), m, c, jb.f, sync, s);
     const Grid ap = apply_grid(m, c / V);
     apply_join_kernel<T, V><<<ap.grid, ap.block, 0, s>>>(static_cast<const T*>(a.x), static_cast<const T*>(b.x),
                                                          static_cast<T*>(y), m, c, ja, jb, sync, relu_bits);

@@ -334,6 +334,12 @@ void GpuOps::bn_forward_train(const BnDesc& d, const Act& x, ParamView gamma, Pa
   if (wrote_bits) rec.relu_bits = bits;
 }
 
+const GpuOps::BnForward* GpuOps::forward_of(const Act& y, const Act& x, ParamView gamma) const {
+  const auto it = bn_forwards_.find(y.data);
+  return it != bn_forwards_.end() && it->second.x == x.data && it->second.gamma == gamma.offset ? &it->second
+                                                                                                 : nullptr;
+}
+
 uint8_t* GpuOps::relu_bits_for(const void* y, size_t bytes) {
   Bits& b = relu_bits_[y];
   if (bytes > b.bytes) {  // first use, or a larger batch than before (between steps)
@@ -380,15 +386,12 @@ void GpuOps::bn_backward(const BnDesc& d, const Act& x, const Act& y, const Act&
   // Else the bits that forward wrote, where it wrote them (after a residual add).
   BnMask mask = relu ? BnMask::FromOutput : BnMask::None;
   const uint8_t* bits = nullptr;
-  if (relu) {
-    const auto it = bn_forwards_.find(y.data);
-    if (it != bn_forwards_.end() && it->second.x == x.data && it->second.gamma == gamma.offset) {
-      if (it->second.plain_relu) {
-        mask = BnMask::FromInput;
-      } else if (it->second.relu_bits) {
-        mask = BnMask::FromBits;
-        bits = it->second.relu_bits;
-      }
+  if (const BnForward* f = relu ? forward_of(y, x, gamma) : nullptr) {
+    if (f->plain_relu) {
+      mask = BnMask::FromInput;
+    } else if (f->relu_bits) {
+      mask = BnMask::FromBits;
+      bits = f->relu_bits;
     }
   }
   writes(dx);
@@ -443,10 +446,9 @@ void GpuOps::bn_backward_join(const BnSide& a, const BnSide& b, Act& y, const Ac
   check_act(dy, "bn_backward_join output gradient");
   if (dy2) check_act(*dy2, "bn_backward_join second output gradient");
   // From the bits of this backend's own join forward of this very x and gamma.
-  const auto it = bn_forwards_.find(y.data);
-  const bool ours = it != bn_forwards_.end() && it->second.x == a.x.data && it->second.gamma == a.gamma.offset &&
-                    it->second.relu_bits;
-  if (!ours || !joinable(a, b, {a.x.data, b.x.data, dy.data, dy2 ? dy2->data : nullptr, dx.data, dx_ds.data}))
+  const BnForward* f = forward_of(y, a.x, a.gamma);
+  if (!f || !f->relu_bits ||
+      !joinable(a, b, {a.x.data, b.x.data, dy.data, dy2 ? dy2->data : nullptr, dx.data, dx_ds.data}))
     return Ops::bn_backward_join(a, b, y, dy, dy2, dx, dx_ds);
   in_backward_ = true;
   auto timed = timer_->scope("bn bwd", [&] { return bn_label(a.d, true, true) + " join"; });
@@ -464,7 +466,7 @@ void GpuOps::bn_backward_join(const BnSide& a, const BnSide& b, Act& y, const Ac
                            grads_ + q.gamma.offset, grads_ + q.beta.offset, coef};
   };
   gpu::bn_backward_join(opt_.precision, side(a, dx, s), side(b, dx_ds, s + 3 * size_t(c)), m, c, dy.data,
-                        dy2 ? dy2->data : nullptr, it->second.relu_bits, bn_sync_zeroed(c), dev_.stream);
+                        dy2 ? dy2->data : nullptr, f->relu_bits, bn_sync_zeroed(c), dev_.stream);
 }
 
 // --- Pooling

@@ -161,6 +161,9 @@ class GpuOps final : public Ops {
     bool plain_relu = false;  // y = relu(bn(x)), no residual: the mask can be recomputed from x
     const uint8_t* relu_bits = nullptr;  // the mask as bits (bn_relu_bits_bytes), when written
   };
+  // The record of this backend's training forward that wrote y from this very x and gamma; null when
+  // y holds something else.
+  const BnForward* forward_of(const Act& y, const Act& x, ParamView gamma) const;
   // The buffer for the ReLU bits of the training forward that writes y (relu after a residual
   // add), carved on first use and kept for that y (the model's activations stay where they are).
   uint8_t* relu_bits_for(const void* y, size_t bytes);
