@@ -3,12 +3,13 @@
 //   CUDA_INJECTION64_PATH=/path/to/libcupti_trace.so train_resnet ...
 //
 // The CUDA driver loads the library at cuInit and calls InitializeInjection(). CUPTI's activity
-// API then records every kernel and memcpy (start, end, stream) and every runtime/driver call
-// (its end); at exit, stderr gets, over the last part of the run (CUPTI_TRACE_FROM, the fraction
-// of the run skipped as warm-up, default 0.3):
-//   - per stream: operations, busy time and its share of the window, mean queue latency;
-//   - per stream and operation name: count, total and mean duration, mean and worst queue
-//     latency, the CUPTI_TRACE_TOP (default 12) largest of each stream.
+// API then records every kernel, memcpy and memset (start, end, stream) and every runtime/driver
+// call (its end); at exit, stderr gets, over the last part of the run (CUPTI_TRACE_FROM, the
+// fraction of the run skipped as warm-up, default 0.3):
+//   - per stream: operations, busy time and its share of the window, the idle gaps between them,
+//     mean queue latency;
+//   - per stream and operation name: count, total and mean duration, the mean gap before it, mean
+//     and worst queue latency, the CUPTI_TRACE_TOP (default 12) largest of each stream.
 // Queue latency is the device start minus the end of the call that enqueued it: work that waits
 // behind other work (its stream's, or another stream's sharing its hardware queue) shows here.
 // This is how the JPEG pipeline's stall was found (docs/benchmarks.md, "Data loading").
@@ -81,6 +82,11 @@ void CUPTIAPI buffer_completed(CUcontext, uint32_t, uint8_t* buffer, size_t, siz
         t.ops.push_back({m->streamId, kind, m->start, m->end, m->correlationId, m->bytes});
         break;
       }
+      case CUPTI_ACTIVITY_KIND_MEMSET: {
+        const auto* m = reinterpret_cast<const CUpti_ActivityMemset4*>(r);
+        t.ops.push_back({m->streamId, "memset", m->start, m->end, m->correlationId, m->bytes});
+        break;
+      }
       case CUPTI_ACTIVITY_KIND_RUNTIME:
       case CUPTI_ACTIVITY_KIND_DRIVER: {
         const auto* a = reinterpret_cast<const CUpti_ActivityAPI*>(r);
@@ -95,10 +101,11 @@ void CUPTIAPI buffer_completed(CUcontext, uint32_t, uint8_t* buffer, size_t, siz
 
 struct Sum {
   int64_t n = 0, queued = 0;
-  double busy_us = 0, queue_us = 0, worst_queue_us = 0;
+  double busy_us = 0, queue_us = 0, worst_queue_us = 0, gap_us = 0;
   uint64_t bytes = 0;
-  void add(const Op& op, const double* queue) {
+  void add(const Op& op, const double* queue, double gap) {
     ++n;
+    gap_us += gap;
     busy_us += double(op.end - op.start) * 1e-3;
     bytes += op.bytes;
     if (queue) {
@@ -124,19 +131,30 @@ void report() {
   const uint64_t from = first + uint64_t(double(last - first) * skip);
   std::map<uint32_t, Sum> per_stream;
   std::map<std::pair<uint32_t, std::string>, Sum> per_op;
-  for (const Op& op : t.ops) {
+  // The gap before an operation: its start minus the end of the one before it on its stream, where
+  // that one is in the window too (idle time that the graph's node-to-node latency explains).
+  std::sort(t.ops.begin(), t.ops.end(), [](const Op& a, const Op& b) {
+    return a.stream != b.stream ? a.stream < b.stream : a.start < b.start;
+  });
+  for (size_t i = 0; i < t.ops.size(); ++i) {
+    const Op& op = t.ops[i];
     if (op.start < from) continue;
     const auto it = t.call_end.find(op.correlation);
     const bool known = it != t.call_end.end() && op.start > it->second;
     const double queue = known ? double(op.start - it->second) * 1e-3 : 0.0;
-    per_stream[op.stream].add(op, known ? &queue : nullptr);
-    per_op[{op.stream, op.name}].add(op, known ? &queue : nullptr);
+    const Op* prev = i > 0 && t.ops[i - 1].stream == op.stream && t.ops[i - 1].start >= from ? &t.ops[i - 1] : nullptr;
+    const double gap = prev && op.start > prev->end ? double(op.start - prev->end) * 1e-3 : 0.0;
+    per_stream[op.stream].add(op, known ? &queue : nullptr, gap);
+    per_op[{op.stream, op.name}].add(op, known ? &queue : nullptr, gap);
   }
   const double window_us = double(last - from) * 1e-3;
   std::fprintf(stderr, "cupti_trace: the last %.0f%% of the run, %.1f ms\n", 100.0 * (1.0 - skip), window_us * 1e-3);
   for (const auto& [stream, s] : per_stream) {
-    std::fprintf(stderr, "cupti_trace: stream %u: %lld ops, busy %.1f ms (%.1f%%), mean queue latency %.1f us\n", stream,
-                 static_cast<long long>(s.n), s.busy_us * 1e-3, 100.0 * s.busy_us / window_us, s.mean_queue());
+    std::fprintf(stderr,
+                 "cupti_trace: stream %u: %lld ops, busy %.1f ms (%.1f%%), gaps between them %.1f ms, mean queue latency "
+                 "%.1f us\n",
+                 stream, static_cast<long long>(s.n), s.busy_us * 1e-3, 100.0 * s.busy_us / window_us, s.gap_us * 1e-3,
+                 s.mean_queue());
   }
   std::vector<std::pair<std::pair<uint32_t, std::string>, Sum>> ops(per_op.begin(), per_op.end());
   std::sort(ops.begin(), ops.end(), [](const auto& a, const auto& b) { return a.second.busy_us > b.second.busy_us; });
@@ -145,9 +163,10 @@ void report() {
   for (const auto& [key, s] : ops) {
     if (shown[key.first]++ >= top) continue;
     std::fprintf(stderr,
-                 "cupti_trace:   stream %u %-60s n %7lld total %9.1f ms mean %8.1f us queue mean %8.1f worst %9.1f us",
+                 "cupti_trace:   stream %u %-60s n %7lld total %9.1f ms mean %8.1f us gap before %6.2f us queue mean "
+                 "%8.1f worst %9.1f us",
                  key.first, key.second.c_str(), static_cast<long long>(s.n), s.busy_us * 1e-3, s.busy_us / double(s.n),
-                 s.mean_queue(), s.worst_queue_us);
+                 s.gap_us / double(s.n), s.mean_queue(), s.worst_queue_us);
     if (s.bytes) std::fprintf(stderr, " bytes/op %llu", static_cast<unsigned long long>(s.bytes / uint64_t(s.n)));
     std::fprintf(stderr, "\n");
   }
@@ -161,7 +180,7 @@ extern "C" __attribute__((visibility("default"))) int InitializeInjection() {
     return 0;
   }
   for (CUpti_ActivityKind kind : {CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL, CUPTI_ACTIVITY_KIND_MEMCPY,
-                                  CUPTI_ACTIVITY_KIND_RUNTIME, CUPTI_ACTIVITY_KIND_DRIVER}) {
+                                  CUPTI_ACTIVITY_KIND_MEMSET, CUPTI_ACTIVITY_KIND_RUNTIME, CUPTI_ACTIVITY_KIND_DRIVER}) {
     if (cuptiActivityEnable(kind) != CUPTI_SUCCESS) std::fprintf(stderr, "cupti_trace: activity kind %d refused\n", int(kind));
   }
   std::atexit(report);

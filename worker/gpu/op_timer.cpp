@@ -24,10 +24,12 @@ void OpTimer::start() {
 void OpTimer::start_census() {
   slots_.clear();
   counts_.clear();
+  memset_sizes_.clear();
+  seen_memsets_.clear();
   mode_ = Mode::Census;
 }
 
-std::pair<size_t, size_t> OpTimer::graph_nodes() const {
+std::pair<size_t, size_t> OpTimer::graph_nodes(std::map<size_t, size_t>* sizes) {
   cudaStreamCaptureStatus status{};
   cudaGraph_t g = nullptr;
   CUDA_CHECK(cudaStreamGetCaptureInfo(stream_, &status, nullptr, &g));
@@ -41,7 +43,13 @@ std::pair<size_t, size_t> OpTimer::graph_nodes() const {
     cudaGraphNodeType t{};
     CUDA_CHECK(cudaGraphNodeGetType(node, &t));
     c.first += t == cudaGraphNodeTypeKernel;
-    c.second += t == cudaGraphNodeTypeMemset;
+    if (t != cudaGraphNodeTypeMemset) continue;
+    ++c.second;
+    if (sizes && seen_memsets_.insert(node).second) {
+      cudaMemsetParams p{};
+      CUDA_CHECK(cudaGraphMemsetNodeGetParams(node, &p));
+      ++(*sizes)[p.elementSize * p.width * p.height];
+    }
   }
   return c;
 }
@@ -50,7 +58,9 @@ size_t OpTimer::begin(const char* category, std::string label) {
   const size_t slot = slots_.size();
   slots_.emplace_back(category, std::move(label));
   if (mode_ == Mode::Census) {
-    counts_.push_back(graph_nodes());
+    std::map<size_t, size_t> earlier;  // marks the memsets so far as seen: not this operation's
+    counts_.push_back(graph_nodes(&earlier));
+    memset_sizes_.emplace_back();
     return slot;
   }
   while (events_.size() < 2 * slots_.size()) {
@@ -67,7 +77,7 @@ void OpTimer::end(size_t slot) {
   // census count as nothing added.
   if (mode_ == Mode::Census) {
     try {
-      const auto now = graph_nodes();
+      const auto now = graph_nodes(&memset_sizes_[slot]);
       counts_[slot] = {now.first - counts_[slot].first, now.second - counts_[slot].second};
     } catch (...) {
       counts_[slot] = {0, 0};
@@ -93,6 +103,8 @@ std::vector<OpTimer::Row> OpTimer::rows(const std::vector<double>& ms) const {
       r.kernels += counts_[i].first;
       r.memsets += counts_[i].second;
     }
+    if (i < memset_sizes_.size())
+      for (const auto& [bytes, n] : memset_sizes_[i]) r.memset_bytes[bytes] += n;
   }
   return rows;
 }
@@ -117,6 +129,8 @@ std::vector<OpTimer::Row> OpTimer::stop_census() {
   std::vector<Row> r = rows({});
   slots_.clear();
   counts_.clear();
+  memset_sizes_.clear();
+  seen_memsets_.clear();
   return r;
 }
 

@@ -8,7 +8,9 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <map>
 #include <string>
+#include <unordered_set>
 #include <utility>
 #include <vector>
 
@@ -25,6 +27,7 @@ class OpTimer {
     int calls = 0;
     double ms = 0;         // summed over the calls
     size_t kernels = 0, memsets = 0;  // census: graph nodes added, summed over the calls
+    std::map<size_t, size_t> memset_bytes;  // census: the memsets' sizes (bytes -> how many)
   };
 
   explicit OpTimer(cudaStream_t s) : stream_(s) {}
@@ -63,13 +66,16 @@ class OpTimer {
   void end(size_t slot);
 
   // Kernel and memset nodes of the graph the stream is capturing into (0, 0 when none).
-  std::pair<size_t, size_t> graph_nodes() const;
+  // The memsets not seen before are marked seen and, with `sizes`, counted there (bytes -> how many).
+  std::pair<size_t, size_t> graph_nodes(std::map<size_t, size_t>* sizes);
   std::vector<Row> rows(const std::vector<double>& ms) const;
 
   enum class Mode : uint8_t { Off, Time, Census };
   cudaStream_t stream_;
   Mode mode_ = Mode::Off;
   std::vector<std::pair<size_t, size_t>> counts_;  // census: per slot, the counts at begin, then what it added
+  std::vector<std::map<size_t, size_t>> memset_sizes_;  // census: per slot, the sizes of the memsets it added
+  std::unordered_set<cudaGraphNode_t> seen_memsets_;
   std::vector<cudaEvent_t> events_;  // 2 per slot, created as needed and reused
   std::vector<std::pair<std::string, std::string>> slots_;
 };
