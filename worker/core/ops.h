@@ -83,6 +83,7 @@ struct CaptureInfo {
   size_t memsets = 0;
   size_t copies = 0;
   size_t nodes = 0;    // kernels, memsets, copies, ...
+  size_t memsets_dropped = 0;  // redundant zeroings left out of the graph (not in memsets or nodes)
 };
 
 // Synthetic data (worker/core/synthetic.h defines the generator, identical on every backend).

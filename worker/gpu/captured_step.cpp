@@ -44,13 +44,13 @@ const OptScalars* CapturedStep::scalars(const StepValues& v, bool adam, float be
   return slot_;
 }
 
-void CapturedStep::capture(const std::function<void()>& body) {
+void CapturedStep::capture(const std::function<void()>& body, const StepGraph::ZeroAlready& zero_already) {
   graph_.reset();
   auto graph = std::make_unique<StepGraph>(stream_);
   captured_ = {};
   capturing_ = true;
   try {
-    graph->capture(body);
+    graph->capture(body, zero_already);
   } catch (...) {
     capturing_ = false;
     throw;
@@ -72,7 +72,8 @@ void CapturedStep::replay(const StepValues& v) {
 
 CaptureInfo CapturedStep::info() const {
   if (!graph_) return {};
-  return {graph_->kernel_nodes(), graph_->memset_nodes(), graph_->copy_nodes(), graph_->nodes()};
+  return {graph_->kernel_nodes(), graph_->memset_nodes(), graph_->copy_nodes(), graph_->nodes(),
+          graph_->dropped_memsets()};
 }
 
 }  // namespace gpu

@@ -35,7 +35,7 @@ class CapturedStep {
                             const DeviceLossScale* loss_scale = nullptr);
 
   // Captures what `body` enqueues on the stream (nothing runs), replacing an earlier capture.
-  void capture(const std::function<void()>& body);
+  void capture(const std::function<void()>& body, const StepGraph::ZeroAlready& zero_already = nullptr);
   bool capturing() const { return capturing_; }
   // The values the captured step's optimizer was enqueued with (the capturing step's own).
   const StepValues& captured_values() const { return captured_.values; }

@@ -206,10 +206,7 @@ ConvPlan& ConvPlanner::plan(const ConvDesc& d, bool may_fuse) {
   search_seconds_ += seconds_since(t0);
   if (may_fuse && fusable(d)) {
     // Set up with the plan, outside the training loop; zero as the slot's rule wants.
-    const size_t bytes = 2 * size_t(d.cout) * sizeof(float);
-    p->stats = static_cast<float*>(pool_.alloc(bytes));
-    CUDA_CHECK(cudaMemsetAsync(p->stats, 0, bytes, dev_.stream));
-    stats_bytes_ += bytes;
+    p->stats = new_slot(d.cout);
   }
   ConvPlan& ref = *p;
   ws_.note_plan(std::max({p->ws_fwd, p->ws_data, p->ws_filter}),
@@ -295,13 +292,27 @@ float* ConvPlanner::stats_slot(ConvPlan& p, const void* y) {
   if (!p.stats_y) p.stats_y = y;
   if (p.stats_y == y) return p.stats;
   float*& slot = slots_[{&p, y}];
-  if (!slot) {  // as the plan's own: carved in the first steps, zero as the slot's rule wants
-    const size_t bytes = 2 * size_t(p.desc.cout) * sizeof(float);
-    slot = static_cast<float*>(pool_.alloc(bytes));
-    CUDA_CHECK(cudaMemsetAsync(slot, 0, bytes, dev_.stream));
-    stats_bytes_ += bytes;
-  }
+  if (!slot) slot = new_slot(p.desc.cout);  // as the plan's own: carved in the first steps
   return slot;
+}
+
+float* ConvPlanner::new_slot(int cout) {
+  const size_t bytes = 2 * size_t(cout) * sizeof(float);
+  float* slot = static_cast<float*>(pool_.alloc(bytes));
+  CUDA_CHECK(cudaMemsetAsync(slot, 0, bytes, dev_.stream));  // zero, as the slot's rule wants
+  stats_bytes_ += bytes;
+  slot_ranges_.push_back({slot, bytes});
+  return slot;
+}
+
+bool ConvPlanner::within_stats_output(const void* p, size_t bytes) const {
+  const auto* b = static_cast<const char*>(p);
+  for (const Range& r : slot_ranges_) {
+    const auto* s = static_cast<const char*>(r.p);
+    const size_t half = r.bytes / 2;
+    if ((b >= s && b + bytes <= s + half) || (b >= s + half && b + bytes <= s + r.bytes)) return true;
+  }
+  return false;
 }
 
 bool ConvPlanner::fwd_stats(ConvPlan& p, float* slot, const void* x, const void* w, void* y,

@@ -113,12 +113,16 @@ class ConvPlanner {
   double search_seconds() const { return search_seconds_; }  // choosing algorithms so far
   size_t s2d_bytes() const { return s2d_bytes_; }  // the space-to-depth forms' buffers
   size_t stats_bytes() const { return stats_bytes_; }  // the fp16 statistics slots
+  // [p, p + bytes) lies inside one half of a statistics slot: its sums or its sums of squares, the
+  // two outputs cuDNN's genstats zeroes one by one (the backend's own zeroings take whole slots).
+  bool within_stats_output(const void* p, size_t bytes) const;
 
  private:
   using Key = std::tuple<int, int, int, int, int, int, int, int, int>;
   // may_fuse: false for the stem's space-to-depth form (which loses fused: docs/fusion-probe.md).
   ConvPlan& plan(const ConvDesc& d, bool may_fuse);
   bool fusable(const ConvDesc& d) const;
+  float* new_slot(int cout);  // a statistics slot for cout channels, zeroed
   // x/w/y by role, the output's role null; `side` as in wgrad.
   void tuned(ConvPlan& p, int slot, float beta, const std::function<void()>& legacy, const void* x,
              const void* w, const void* y, void* out, bool side = false);
@@ -133,6 +137,7 @@ class ConvPlanner {
   size_t s2d_bytes_ = 0;
   size_t stats_bytes_ = 0;
   std::map<std::pair<const ConvPlan*, const void*>, float*> slots_;  // stats_slot's others, by plan and output
+  std::vector<Range> slot_ranges_;  // every statistics slot
 };
 
 }  // namespace gpu

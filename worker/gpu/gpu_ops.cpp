@@ -722,10 +722,18 @@ void GpuOps::capture_step(const std::function<void()>& body) {
   join_side_work();
   // Every replay starts with the fp16 statistics slots zero, as the capture does (stats_pairing.h).
   zero_untaken_stats();
-  capture_.capture([&] {
-    body();  // (on one stream: conv_backward keeps off the side stream meanwhile)
-    zero_untaken_stats();
-  });
+  // cuDNN's conv+genstats zeroes its two statistics outputs (two memsets per call) although the
+  // slots are zero before every such call (stats_pairing.h): the graph goes without them. Ours,
+  // which zero a dirty slot whole, stay.
+  StepGraph::ZeroAlready zero_already;
+  if (opt_.graph_drop_zeroing)
+    zero_already = [this](const void* p, size_t bytes) { return convs_.within_stats_output(p, bytes); };
+  capture_.capture(
+      [&] {
+        body();  // (on one stream: conv_backward keeps off the side stream meanwhile)
+        zero_untaken_stats();
+      },
+      zero_already);
   replay_step(capture_.captured_values());  // the capturing step itself
 }
 

@@ -40,6 +40,10 @@ struct GpuOptions {
   // reads the batch norm's input and applies it as it goes (pooling.cu), its output is not stored;
   // off: the batch norm's output is written, then pooled.
   bool stem_pool = Knobs{}.stem_pool;
+  // The captured step without the memsets by which cuDNN's conv+genstats zeroes its statistics
+  // outputs: the fp16 statistics slots are zero before every such call already (stats_pairing.h);
+  // off: the graph keeps every node the capture recorded.
+  bool graph_drop_zeroing = Knobs{}.graph_drop_zeroing;
 };
 
 // Pure: the options the knobs give for this device and precision.

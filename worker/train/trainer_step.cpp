@@ -88,7 +88,9 @@ StepStats TrainingSession::replayed_step(bool want_loss) {
     if (lead_) {
       const CaptureInfo c = ops_.captured();
       out_ << "Step " << state_.step << ": captured as one CUDA graph (" << c.kernels << " kernels, " << c.memsets
-           << " memsets, " << c.copies << " copies, " << c.nodes << " nodes), replayed from now on" << std::endl;
+           << " memsets, " << c.copies << " copies, " << c.nodes << " nodes";
+      if (c.memsets_dropped) out_ << "; " << c.memsets_dropped << " redundant zeroings left out";
+      out_ << "), replayed from now on" << std::endl;
     }
   }
   if (want_loss) s.loss = model_.last_loss();

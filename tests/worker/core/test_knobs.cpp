@@ -26,6 +26,7 @@ void check_defaults(const Knobs& k) {
   CHECK(k.relu_bits);
   CHECK(k.bn_join);
   CHECK(k.stem_pool);
+  CHECK(k.graph_drop_zeroing);
   CHECK(k.nccl_init_timeout_s == 300);
   CHECK(k.nvjpeg_backend == NvjpegBackend::Hardware);
   CHECK(k.nvjpeg_cpu_share < 0);  // auto
@@ -55,6 +56,7 @@ TEST_CASE("knobs: every knob set to its other value", "[knobs]") {
       {"WORKER_RELU_BITS", "0"},
       {"WORKER_BN_JOIN", "0"},
       {"WORKER_STEM_POOL", "0"},
+      {"WORKER_GRAPH_DROP_ZEROING", "0"},
       {"WORKER_NCCL_INIT_TIMEOUT_S", "2.5"},
       {"WORKER_NVJPEG_BACKEND", "hybrid"},
       {"WORKER_NVJPEG_CPU_SHARE", "0.25"},
@@ -75,6 +77,7 @@ TEST_CASE("knobs: every knob set to its other value", "[knobs]") {
   CHECK_FALSE(k.relu_bits);
   CHECK_FALSE(k.bn_join);
   CHECK_FALSE(k.stem_pool);
+  CHECK_FALSE(k.graph_drop_zeroing);
   CHECK(k.nccl_init_timeout_s == 2.5);
   CHECK(k.nvjpeg_backend == NvjpegBackend::Hybrid);
   CHECK(k.nvjpeg_cpu_share == 0.25);

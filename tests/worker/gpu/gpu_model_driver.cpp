@@ -166,7 +166,13 @@ int bench(const std::map<std::string, std::string>& a, Clock::time_point t_start
         if (r.memsets == 0) continue;
         extra += std::string(first ? "" : ", ") + "{\"op\": \"" + r.category + "\", \"shape\": \"" + r.label +
                  "\", \"calls\": " + std::to_string(r.calls) + ", \"kernels\": " + std::to_string(r.kernels) +
-                 ", \"memsets\": " + std::to_string(r.memsets) + "}";
+                 ", \"memsets\": " + std::to_string(r.memsets) + ", \"memset_bytes\": {";
+        bool first_size = true;
+        for (const auto& [bytes, n] : r.memset_bytes) {
+          extra += std::string(first_size ? "" : ", ") + "\"" + std::to_string(bytes) + "\": " + std::to_string(n);
+          first_size = false;
+        }
+        extra += "}}";
         first = false;
       }
       extra += "]";
@@ -182,7 +188,8 @@ int bench(const std::map<std::string, std::string>& a, Clock::time_point t_start
     extra += ", \"graph\": true, \"images_per_s_stream\": " +
              std::to_string(stream_rates[stream_rates.size() / 2]) +
              ", \"kernels_per_step\": " + std::to_string(graph.kernels) +
-             ", \"graph_memsets\": " + std::to_string(graph.memsets) + ", \"graph_copies\": " +
+             ", \"graph_memsets\": " + std::to_string(graph.memsets) +
+             ", \"graph_memsets_dropped\": " + std::to_string(graph.memsets_dropped) + ", \"graph_copies\": " +
              std::to_string(graph.copies) + ", \"graph_nodes\": " + std::to_string(graph.nodes);
   }
   if (geti(a, "profile", 0) && gops) {

@@ -539,3 +539,54 @@ TEST_CASE("a small ResNet-50 in fp16: the timed conv+genstats choice ends within
   WARN("tuning ended after " << steps << " steps; fused_half_faster " << g.fused_half_faster());
   CHECK(fused_tuners > 0);
 }
+
+// The captured step goes without cuDNN's zeroing of its statistics outputs (GpuOptions::
+// graph_drop_zeroing: the slots are zero before every conv+genstats call). Six steps (two uncaptured,
+// the capturing one, three replays) against the same steps uncaptured: the gradients, loss and running
+// statistics of the last. A slot left holding the last replay's sums would double the next one's
+// statistics. Tolerance: twice what another kernel choice moves the result by: the graph that keeps
+// the zeroings (its engines settled at the capture, where the uncaptured run may still explore
+// others), and the unfused fp16 path (its own statistics pass); fp16's unit roundoff at least.
+TEST_CASE("a small ResNet-50 in fp16: the captured step without cuDNN's redundant zeroings replays the uncaptured steps",
+          "[gpu][fused][graph]") {
+  auto run = [](FusedStats fused, int captured, bool drop, size_t* dropped) {
+    gpu::GpuOptions o = gpu::gpu_options(process_knobs(), 0, DType::F16);
+    o.fused_stats = fused;
+    o.graph_drop_zeroing = drop;
+    gpu::GpuOps ops(o);
+    Model m(small_resnet(50, 8), ops);
+    m.init(5);
+    auto body = [&] {
+      ops.zero(m.grads(), m.num_params() * 4);
+      m.forward_backward();
+    };
+    for (int k = 0; k < 6; ++k) {
+      learnable_batch(ops, m, 100 + 24 * k);
+      if (captured < 0 || k < captured) body();
+      else if (k == captured) ops.capture_step(body);
+      else ops.replay_step({0.1f, 0});
+    }
+    if (dropped) *dropped = captured < 0 ? 0 : ops.captured().memsets_dropped;
+    CHECK((ops.fused_bn_forwards() > 0) == (fused == FusedStats::Always));
+    return downloaded(ops, m);
+  };
+  const ModelRun ref = run(FusedStats::Always, -1, false, nullptr);
+  const ModelRun unfused = run(FusedStats::Off, -1, false, nullptr);
+  size_t kept_dropped = 1, dropped = 0;
+  const ModelRun kept = run(FusedStats::Always, 2, false, &kept_dropped);
+  const ModelRun without = run(FusedStats::Always, 2, true, &dropped);
+  CHECK(kept_dropped == 0);
+  WARN("zeroings left out of the captured step: " << dropped);
+  CHECK(dropped > 0);
+  auto tol = [](double a, double b, double floor) { return std::max(2 * std::max(a, b), floor); };
+  const double g_tol = tol(l2_rel(kept.grads, ref.grads), l2_rel(unfused.grads, ref.grads), kU16);
+  const double s_tol =
+      tol(rel_err(kept.buffers, ref.buffers).rel, rel_err(unfused.buffers, ref.buffers).rel, kU16);
+  const double l_tol = tol(std::fabs(double(kept.loss) - ref.loss), std::fabs(double(unfused.loss) - ref.loss),
+                           kU16 * std::fabs(ref.loss));
+  CHECK(l2_rel(without.grads, ref.grads) <= g_tol);
+  const Err s = rel_err(without.buffers, ref.buffers);
+  INFO("running statistics: " << s.where);
+  CHECK(s.rel <= s_tol);
+  CHECK(std::fabs(double(without.loss) - ref.loss) <= l_tol);
+}
