@@ -4,6 +4,7 @@
 #include <vector>
 
 #include "worker/gpu/check.h"
+#include "worker/gpu/step_graph.h"
 
 namespace worker {
 namespace gpu {
@@ -34,18 +35,14 @@ std::pair<size_t, size_t> OpTimer::graph_nodes(std::map<size_t, size_t>* sizes) 
   cudaGraph_t g = nullptr;
   CUDA_CHECK(cudaStreamGetCaptureInfo(stream_, &status, nullptr, &g));
   if (status != cudaStreamCaptureStatusActive || !g) return {0, 0};
-  size_t n = 0;
-  CUDA_CHECK(cudaGraphGetNodes(g, nullptr, &n));
-  std::vector<cudaGraphNode_t> nodes(n);
-  CUDA_CHECK(cudaGraphGetNodes(g, nodes.data(), &n));
   std::pair<size_t, size_t> c{0, 0};
-  for (cudaGraphNode_t node : nodes) {
+  for (cudaGraphNode_t node : graph_nodes_of(g)) {
     cudaGraphNodeType t{};
     CUDA_CHECK(cudaGraphNodeGetType(node, &t));
     c.first += t == cudaGraphNodeTypeKernel;
     if (t != cudaGraphNodeTypeMemset) continue;
     ++c.second;
-    if (sizes && seen_memsets_.insert(node).second) {
+    if (seen_memsets_.insert(node).second && sizes) {
       cudaMemsetParams p{};
       CUDA_CHECK(cudaGraphMemsetNodeGetParams(node, &p));
       ++(*sizes)[p.elementSize * p.width * p.height];
@@ -58,8 +55,7 @@ size_t OpTimer::begin(const char* category, std::string label) {
   const size_t slot = slots_.size();
   slots_.emplace_back(category, std::move(label));
   if (mode_ == Mode::Census) {
-    std::map<size_t, size_t> earlier;  // marks the memsets so far as seen: not this operation's
-    counts_.push_back(graph_nodes(&earlier));
+    counts_.push_back(graph_nodes(nullptr));  // (the memsets so far marked seen: not this operation's)
     memset_sizes_.emplace_back();
     return slot;
   }
@@ -94,7 +90,9 @@ std::vector<OpTimer::Row> OpTimer::rows(const std::vector<double>& ms) const {
     auto it = index.find(slots_[i]);
     if (it == index.end()) {
       it = index.emplace(slots_[i], rows.size()).first;
-      rows.push_back({slots_[i].first, slots_[i].second, 0, 0});
+      rows.emplace_back();
+      rows.back().category = slots_[i].first;
+      rows.back().label = slots_[i].second;
     }
     Row& r = rows[it->second];
     r.calls += 1;

@@ -66,7 +66,8 @@ class OpTimer {
   void end(size_t slot);
 
   // Kernel and memset nodes of the graph the stream is capturing into (0, 0 when none).
-  // The memsets not seen before are marked seen and, with `sizes`, counted there (bytes -> how many).
+  // The memsets not seen before are marked seen and, where `sizes` is given, counted there (bytes ->
+  // how many).
   std::pair<size_t, size_t> graph_nodes(std::map<size_t, size_t>* sizes);
   std::vector<Row> rows(const std::vector<double>& ms) const;
 

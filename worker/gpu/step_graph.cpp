@@ -18,9 +18,7 @@ void StepGraph::reset() {
   kernels_ = memsets_ = copies_ = nodes_ = dropped_ = 0;
 }
 
-namespace {
-
-std::vector<cudaGraphNode_t> nodes_of(cudaGraph_t g) {
+std::vector<cudaGraphNode_t> graph_nodes_of(cudaGraph_t g) {
   size_t n = 0;
   CUDA_CHECK(cudaGraphGetNodes(g, nullptr, &n));
   std::vector<cudaGraphNode_t> nodes(n);
@@ -28,6 +26,8 @@ std::vector<cudaGraphNode_t> nodes_of(cudaGraph_t g) {
   nodes.resize(n);
   return nodes;
 }
+
+namespace {
 
 std::vector<cudaGraphNode_t> neighbours(cudaGraphNode_t n, bool before) {
   size_t count = 0;
@@ -45,7 +45,7 @@ std::vector<cudaGraphNode_t> neighbours(cudaGraphNode_t n, bool before) {
 }  // namespace
 
 void StepGraph::drop_memsets(const ZeroAlready& zero_already) {
-  for (cudaGraphNode_t node : nodes_of(graph_)) {
+  for (cudaGraphNode_t node : graph_nodes_of(graph_)) {
     cudaGraphNodeType t{};
     CUDA_CHECK(cudaGraphNodeGetType(node, &t));
     if (t != cudaGraphNodeTypeMemset) continue;
@@ -82,7 +82,7 @@ void StepGraph::capture(const std::function<void()>& body, const ZeroAlready& ze
   CUDA_CHECK(cudaStreamEndCapture(stream_, &graph_));
   if (zero_already) drop_memsets(zero_already);
   CUDA_CHECK(cudaGraphInstantiate(&exec_, graph_, 0));
-  const std::vector<cudaGraphNode_t> nodes = nodes_of(graph_);
+  const std::vector<cudaGraphNode_t> nodes = graph_nodes_of(graph_);
   nodes_ = nodes.size();
   for (cudaGraphNode_t n : nodes) {
     cudaGraphNodeType t{};

@@ -8,11 +8,15 @@
 
 #include <cstddef>
 #include <functional>
+#include <vector>
 
 #include <cuda_runtime.h>
 
 namespace worker {
 namespace gpu {
+
+// Every node of a graph (also of one under capture, from cudaStreamGetCaptureInfo).
+std::vector<cudaGraphNode_t> graph_nodes_of(cudaGraph_t g);
 
 class StepGraph {
  public:
