@@ -103,7 +103,8 @@ void CpuOps::make_batch(DataKind kind, uint64_t seed, const int64_t* host_indice
     const int64_t s = host_indices[i];
     labels[i] = synth::label(seed, s, classes);
     float* dst = img + i * per;
-    for (int64_t e = 0; e < per; ++e) dst[e] = synth::pixel(kind, seed, s, image_size, classes, e);
+    const synth::SamplePixels sample(kind, seed, s, image_size, classes);
+    for (int64_t e = 0; e < per; ++e) dst[e] = sample(e);
   }
 }
 

@@ -19,17 +19,15 @@ struct Indices {
   int64_t v[kMaxIndices];
 };
 
+// Sample blockIdx.y of the batch, its elements strided over the blocks of x.
 template <typename T>
-__global__ void images_kernel(DataKind kind, uint64_t seed, Indices idx, int n, int image_size,
-                              int classes, T* __restrict__ images) {
+__global__ void images_kernel(DataKind kind, uint64_t seed, Indices idx, int image_size, int classes,
+                              T* __restrict__ images) {
   const int64_t per = int64_t(image_size) * image_size * synth::kChannels;
-  const int64_t total = per * n;
-  for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < total;
-       i += int64_t(gridDim.x) * blockDim.x) {
-    const int b = int(i / per);
-    const int64_t e = i - int64_t(b) * per;
-    images[i] = from_f<T>(synth::pixel(kind, seed, idx.v[b], image_size, classes, e));
-  }
+  const synth::SamplePixels sample(kind, seed, idx.v[blockIdx.y], image_size, classes);
+  T* out = images + per * blockIdx.y;
+  for (int64_t e = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; e < per; e += int64_t(gridDim.x) * blockDim.x)
+    out[e] = from_f<T>(sample(e));
 }
 
 __global__ void labels_kernel(uint64_t seed, Indices idx, int n, int classes, int32_t* labels) {
@@ -46,11 +44,12 @@ void make_batch(DType t, DataKind kind, uint64_t seed, const int64_t* host_indic
     const int cnt = std::min(kMaxIndices, n - start);
     Indices idx{};
     std::copy(host_indices + start, host_indices + start + cnt, idx.v);
-    const int64_t total = int64_t(per) * cnt;
-    const unsigned blocks = unsigned(std::min<int64_t>((total + 255) / 256, 132 * 32));
+    // About 32 blocks of 256 per multiprocessor of an H200 in all, at least one per sample.
+    const int64_t most = std::max(1, 132 * 32 / cnt);
+    const unsigned per_sample = unsigned(std::clamp<int64_t>((int64_t(per) + 255) / 256, 1, most));
     WK_DISPATCH(t, {
-      images_kernel<T><<<blocks, 256, 0, s>>>(kind, seed, idx, cnt, image_size, classes,
-                                              static_cast<T*>(images) + per * start);
+      images_kernel<T><<<dim3(per_sample, unsigned(cnt)), 256, 0, s>>>(kind, seed, idx, image_size, classes,
+                                                                       static_cast<T*>(images) + per * start);
       KERNEL_CHECK();
     });
     if (labels) {
