@@ -55,6 +55,8 @@ struct Knobs {
   bool relu_bits = true;  // WORKER_RELU_BITS=0|1: after a residual add, the backward's ReLU mask as bits
   bool bn_join = true;    // WORKER_BN_JOIN=0|1: a projection block's two batch norms and its join in one pass
   bool stem_pool = true;  // WORKER_STEM_POOL=0|1: the stem's batch norm + ReLU pooled as computed, not stored
+  // WORKER_DW_BATCHED=0|1: bf16/fp16 weight gradients added to the fp32 gradients in one pass, not each alone
+  bool dw_batched = true;
   bool graph_drop_zeroing = true;  // WORKER_GRAPH_DROP_ZEROING=0|1: cuDNN's zeroing of slots already zero left out of the graph
   // --- The NCCL communicator
   double nccl_init_timeout_s = 300;  // WORKER_NCCL_INIT_TIMEOUT_S: how long every rank has to join

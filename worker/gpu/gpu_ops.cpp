@@ -88,6 +88,7 @@ std::vector<std::pair<std::string, size_t>> GpuOps::memory_breakdown() const {
       {std::string(dtype_name(opt_.precision)) + " weight shadow", weights_.shadow_bytes()},
       {"cuDNN workspace", ws_.carved()},
       {"side stream: half-precision dW", ws_.side_scratch_carved()},
+      {"half-precision weight gradients, added in one pass", dw_half_bytes_},
       {"cuBLAS workspace", Device::kCublasWorkspace},
       {"backend scratch (BN sums, ReLU bits, half dW, max-pool argmax)", mem_scratch_},
       {"stem space-to-depth input", convs_.s2d_bytes()},
@@ -159,6 +160,7 @@ void* GpuOps::scratch_half(size_t bytes) {
 }
 
 void GpuOps::writes(const void* p, size_t bytes) {
+  if (dw_pending_in(p, bytes)) join_side_work();
   if (side_) side_->guard_write(p, bytes);
   if (pool_unwritten_x_ && p <= pool_unwritten_x_ && pool_unwritten_x_ < static_cast<const char*>(p) + bytes)
     pool_unwritten_x_ = nullptr;  // written since
@@ -172,6 +174,28 @@ void GpuOps::zero_untaken_stats() {
 
 void GpuOps::join_side_work() {
   if (side_) side_->join();
+  add_pending_dw();
+}
+
+bool GpuOps::dw_pending_in(const void* p, size_t bytes) const {
+  const char* a = static_cast<const char*>(p);
+  for (const ParamView& v : dw_pending_) {
+    const char* g = reinterpret_cast<const char*>(grads_ + v.offset);
+    if (a < g + v.count * sizeof(float) && g < a + bytes) return true;
+  }
+  return false;
+}
+
+void GpuOps::add_pending_dw() {
+  if (dw_pending_.empty()) return;
+  size_t lo = SIZE_MAX, hi = 0;
+  for (const ParamView& v : dw_pending_) {
+    lo = std::min(lo, v.offset);
+    hi = std::max(hi, v.offset + v.count);
+  }
+  dw_pending_.clear();
+  auto timed = timer_->scope("optimizer", [] { return std::string("weight gradients added to the fp32 gradients"); });
+  add_to_f32(opt_.precision, dw_half_ + lo * dtype_size(opt_.precision), grads_ + lo, hi - lo, dev_.stream);
 }
 
 // --- Parameters
@@ -179,6 +203,11 @@ void GpuOps::join_side_work() {
 void GpuOps::bind_params(float* params, float* grads, size_t count) {
   weights_.bind(params, count);
   grads_ = grads;
+  const size_t half = count * dtype_size(opt_.precision);
+  if (opt_.dw_batched && opt_.precision != DType::F32 && half > dw_half_bytes_) {
+    dw_half_ = static_cast<char*>(alloc_zeroed(pool_, half, dev_.stream));
+    dw_half_bytes_ = half;
+  }
   if (weights_.has_shadow() && params) params_updated();  // else import_master() fills the shadow
 }
 
@@ -262,6 +291,10 @@ void GpuOps::conv_backward(const ConvDesc& d, const Act& x, ParamView w, const A
   const ConvTuner* wt = p.tune[3].get();
   const bool side =
       side_ && dx && !p.s2d && !timer_->on() && (!wt || wt->settled()) && !capture_.capturing();
+  // A batched weight gradient waiting for this parameter (a second call before the gradients were
+  // read): added first, before a side task may write its place again.
+  const bool batched = opt_.dw_batched && opt_.precision != DType::F32 && !p.s2d;
+  if (batched && dw_pending_in(grads_ + dw.offset, dw.count * sizeof(float))) join_side_work();
   if (side) ws_.begin_side_task();  // before the data gradient: the two may overlap as well
   if (dx) {
     check_act(*dx, "conv_backward input gradient");
@@ -280,6 +313,17 @@ void GpuOps::conv_backward(const ConvDesc& d, const Act& x, ParamView w, const A
     void* tmp = scratch_half(size_t(s.cout) * s.kp * s.kp * s.cs * dtype_size(opt_.precision));
     convs_.wgrad(q, p.s2d_x, dy.data, tmp, false, false);
     s2d_wgrad_fold(opt_.precision, tmp, g, s, dev_.stream);
+    return;
+  }
+  if (batched) {
+    // dW in the compute dtype (as autocast's weight gradient) at its place in dw_half_, added to the
+    // fp32 gradients with the other layers' (add_pending_dw): one pass instead of one per layer.
+    const size_t es = dtype_size(opt_.precision);
+    void* half = dw_half_ + dw.offset * es;
+    if (!side) writes(half, dw.count * es);
+    convs_.wgrad(p, x.data, dy.data, half, false, side);
+    dw_pending_.push_back(dw);
+    if (side) ws_.end_side_task({{x.data, x.bytes()}, {dy.data, dy.bytes()}}, {{half, dw.count * es}});
     return;
   }
   if (!side) writes(g, g_bytes);
@@ -731,6 +775,7 @@ void GpuOps::capture_step(const std::function<void()>& body) {
   capture_.capture(
       [&] {
         body();  // (on one stream: conv_backward keeps off the side stream meanwhile)
+        add_pending_dw();  // every replay adds its own weight gradients
         zero_untaken_stats();
       },
       zero_already);

@@ -129,8 +129,9 @@ class GpuOps final : public Ops {
 
   // For the NCCL communicator.
   cudaStream_t stream() const { return dev_.stream; }
-  // Makes the stream wait for the work on the side stream (the weight gradients), before
-  // something outside this class reads what the stream has computed (a collective).
+  // Makes the stream wait for the work on the side stream (the weight gradients), and adds the
+  // weight gradients that wait in the compute dtype (GpuOptions::dw_batched) to the fp32 gradients,
+  // before something reads what the stream has computed (a collective, the optimizer, the host).
   void join_side_work();
   int device_ordinal() const { return opt_.device; }
   // Seconds spent choosing convolution algorithms so far (start-up cost).
@@ -168,9 +169,14 @@ class GpuOps final : public Ops {
   // add), carved on first use and kept for that y (the model's activations stay where they are).
   uint8_t* relu_bits_for(const void* y, size_t bytes);
   // The main stream is about to write [p, p + bytes) (or an activation): it first waits for
-  // side-stream work that reads or writes it.
+  // side-stream work that reads or writes it, and for the weight gradients waiting to be added there.
   void writes(const void* p, size_t bytes);
   void writes(const Act& a) { writes(a.data, a.bytes()); }
+  // GpuOptions::dw_batched: the weight gradients computed and not yet added to the fp32 gradients
+  // (dw_half_ holds them at their parameters' offsets; zero wherever no convolution's weight is), and
+  // their addition, one pass over the span they cover (after the side stream's work is joined).
+  bool dw_pending_in(const void* p, size_t bytes) const;
+  void add_pending_dw();
   // Scratch that only grows (between steps, never inside the loop after the first step).
   float* scratch_f32(size_t count);
   void* scratch_half(size_t bytes);
@@ -198,6 +204,9 @@ class GpuOps final : public Ops {
   ConvPlanner convs_;
   CapturedStep capture_;
   float* grads_ = nullptr;  // the model's fp32 gradients (bind_params)
+  std::vector<ParamView> dw_pending_;
+  char* dw_half_ = nullptr;  // (bind_params; zeroed, null where not dw_batched)
+  size_t dw_half_bytes_ = 0;
 
   float* f32_scratch_ = nullptr;
   size_t f32_scratch_count_ = 0;

@@ -40,6 +40,10 @@ struct GpuOptions {
   // reads the batch norm's input and applies it as it goes (pooling.cu), its output is not stored;
   // off: the batch norm's output is written, then pooled.
   bool stem_pool = Knobs{}.stem_pool;
+  // bf16/fp16: each convolution's weight gradient, computed in the compute dtype, waits in its place of a
+  // half-precision copy of the gradient buffer, and all are added to the fp32 gradients in one pass
+  // before anything reads those (GpuOps::join_side_work); off: each is added as it is computed.
+  bool dw_batched = Knobs{}.dw_batched;
   // The captured step without the memsets by which cuDNN's conv+genstats zeroes its statistics
   // outputs: the fp16 statistics slots are zero before every such call already (stats_pairing.h);
   // off: the graph keeps every node the capture recorded.

@@ -26,6 +26,7 @@ void check_defaults(const Knobs& k) {
   CHECK(k.relu_bits);
   CHECK(k.bn_join);
   CHECK(k.stem_pool);
+  CHECK(k.dw_batched);
   CHECK(k.graph_drop_zeroing);
   CHECK(k.nccl_init_timeout_s == 300);
   CHECK(k.nvjpeg_backend == NvjpegBackend::Hardware);
@@ -56,6 +57,7 @@ TEST_CASE("knobs: every knob set to its other value", "[knobs]") {
       {"WORKER_RELU_BITS", "0"},
       {"WORKER_BN_JOIN", "0"},
       {"WORKER_STEM_POOL", "0"},
+      {"WORKER_DW_BATCHED", "0"},
       {"WORKER_GRAPH_DROP_ZEROING", "0"},
       {"WORKER_NCCL_INIT_TIMEOUT_S", "2.5"},
       {"WORKER_NVJPEG_BACKEND", "hybrid"},
@@ -77,6 +79,7 @@ TEST_CASE("knobs: every knob set to its other value", "[knobs]") {
   CHECK_FALSE(k.relu_bits);
   CHECK_FALSE(k.bn_join);
   CHECK_FALSE(k.stem_pool);
+  CHECK_FALSE(k.dw_batched);
   CHECK_FALSE(k.graph_drop_zeroing);
   CHECK(k.nccl_init_timeout_s == 2.5);
   CHECK(k.nvjpeg_backend == NvjpegBackend::Hybrid);
@@ -100,6 +103,7 @@ TEST_CASE("knobs: the default values spelled out, and empty values, read as the 
         {"WORKER_WGRAD_STREAM", v("1")},
         {"WORKER_CUDNN_DETERMINISTIC", v("0")},
         {"WORKER_FP16_FUSED", v("auto")},
+        {"WORKER_DW_BATCHED", v("1")},
         {"WORKER_NCCL_INIT_TIMEOUT_S", v("300")},
         {"WORKER_NVJPEG_BACKEND", v("hardware")},
         {"WORKER_NVJPEG_CPU_SHARE", v("auto")},
@@ -120,6 +124,7 @@ TEST_CASE("knobs: a bad value names the variable, the value and what it takes", 
       {"WORKER_GPU_TF32", "yes", "is not 0 or 1"},
       {"WORKER_CONV_S2D", "2", "is not 0 or 1"},
       {"WORKER_WGRAD_STREAM", "on", "is not 0 or 1"},
+      {"WORKER_DW_BATCHED", "yes", "is not 0 or 1"},
       {"WORKER_CUDNN_DETERMINISTIC", "true", "is not 0 or 1"},
       {"WORKER_MEM_REPORT", "01", "is not 0 or 1"},
       {"WORKER_CUDNN_SEARCH", "fastest", "is not one of: find, heuristic"},

@@ -177,12 +177,14 @@ TEST_CASE("workspace: the two streams' pieces of the shared buffer are kept apar
 
 namespace {
 
-std::vector<float> grads_after(bool wgrad_stream, DType t, Recompute mode, int micro_batches, float* loss) {
+std::vector<float> grads_after(bool wgrad_stream, DType t, Recompute mode, int micro_batches, float* loss,
+                               bool dw_batched = true) {
   worker::gpu::GpuOptions g;
   g.precision = t;
   g.graph_engines = false;  // legacy plans only: no timed choice that could differ between the runs
   g.deterministic = true;
   g.wgrad_stream = wgrad_stream;
+  g.dw_batched = dw_batched;
   worker::gpu::GpuOps ops(g);
   Model m(small_resnet(50, 8, mode), ops);
   m.init(5);
@@ -212,6 +214,31 @@ TEST_CASE("weight gradients on the side stream equal the one-stream run bit for 
       for (size_t i = 0; i < one.size(); ++i) differ += std::memcmp(&one[i], &side[i], sizeof(float)) != 0;
       CHECK(differ == 0);
       CHECK(std::memcmp(&loss_one, &loss_side, sizeof(float)) == 0);
+    }
+  }
+}
+
+// GpuOptions::dw_batched: the weight gradients wait in the compute dtype and are added to the fp32
+// gradients in one pass when something reads them; the same values as each added as it is computed,
+// over micro-batches (the next one's weight gradient adds the waiting one first), with the side stream
+// or without. (Compared with ==: the one pass also adds the zeros between the convolutions' weights to
+// the batch norms' gradients, which may turn a -0 into a +0.)
+TEST_CASE("weight gradients added in one pass equal each added as it is computed", "[gpu]") {
+  for (DType t : {DType::BF16, DType::F16}) {
+    for (const bool side : {false, true}) {
+      INFO(dtype_name(t) << (side ? ", side stream" : ", one stream"));
+      float loss_each = 0, loss_batched = 0;
+      const std::vector<float> each = grads_after(side, t, Recompute::None, 3, &loss_each, false);
+      const std::vector<float> batched = grads_after(side, t, Recompute::None, 3, &loss_batched, true);
+      REQUIRE(each.size() == batched.size());
+      size_t differ = 0, nonzero = 0;
+      for (size_t i = 0; i < each.size(); ++i) {
+        differ += !(each[i] == batched[i]);
+        nonzero += each[i] != 0.f;
+      }
+      CHECK(differ == 0);
+      CHECK(nonzero > each.size() / 2);  // the gradients are there at all
+      CHECK(std::memcmp(&loss_each, &loss_batched, sizeof(float)) == 0);
     }
   }
 }
