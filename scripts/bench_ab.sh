@@ -9,7 +9,7 @@
 # Usage: scripts/bench_ab.sh VARIANT [VARIANT ...]
 #   VARIANT  space-separated VAR=VALUE settings, "" for the defaults; AB_BIN=DIR among them runs that
 #            folder's binaries instead (another build's, e.g. with other compile-time constants), e.g.
-#            scripts/bench_ab.sh "" "WORKER_STEM_POOL_BACKWARD=0" "AB_BIN=.gpu/v1"
+#            scripts/bench_ab.sh "" "WORKER_DW_BATCHED=0" "AB_BIN=.gpu/v1"
 #   AB_PRECISION=fp16  AB_DEPTH=50  AB_BATCH=256  AB_ROUNDS=3  AB_TRAINER=0  AB_STEPS=300
 #   AB_ARGS="--steps-per-window 8 --windows 4"   more gpu_model_driver arguments
 #   GPU_BIN  folder of our binaries (default .gpu/bin, else build/bin); OUT  where logs go (out/gpu)

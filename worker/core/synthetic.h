@@ -111,7 +111,8 @@ struct SamplePixels {
   float mean[kChannels];
   uint64_t stripe;    // class_stripe's hash of the sample's class
   WK_HD SamplePixels(DataKind kind_, uint64_t seed, int64_t sample, int image_size_, int classes)
-      : kind(kind_), image_size(image_size_), key(sample_key(seed, uint64_t(sample), kStreamPixel)), mean{}, stripe(0) {
+      : kind(kind_), image_size(image_size_), key(sample_key(seed, uint64_t(sample), kStreamPixel)), mean{},
+        stripe(0) {
     if (kind == DataKind::Random) return;
     const int32_t cls = label(seed, sample, classes);
     for (int c = 0; c < kChannels; ++c) mean[c] = class_mean(seed, cls, c);

@@ -199,8 +199,9 @@ void check_window(const PoolDesc& d) {
 
 // x: one row of `per_row` threads; y: the rows, at most kMaxRowBlocks (a grid-stride loop past them).
 // Each thread takes several rows: the stem's max-pool had one row a block (28,672 blocks forward and
-// 114,688 backward at ResNet-50 batch 256); at most 4,096 rows ran 0.3 % faster (H100, fp16, alternating gpu_model_driver
-// runs, 2026-12-07: 7,699-7,703 against 7,678-7,684 images/s; 1,024: 7,689-7,698; 256: 7,656-7,661).
+// 114,688 backward at ResNet-50 batch 256); at most 4,096 rows ran 0.3 % faster (H100, fp16,
+// alternating gpu_model_driver runs, 2026-12-07: 7,699-7,703 against 7,678-7,684 images/s; 1,024:
+// 7,689-7,698; 256: 7,656-7,661).
 constexpr int kMaxRowBlocks = 4096;
 dim3 row_grid(int per_row, int rows) {
   return dim3(unsigned((per_row + kThreads - 1) / kThreads), unsigned(std::min(rows, kMaxRowBlocks)));
