@@ -74,7 +74,10 @@ WK_HD inline float class_mean(uint64_t seed, int32_t cls, int c) {
   return 2.0f * uniform01(hash4(seed, uint64_t(cls), uint64_t(c), kStreamClass)) - 1.0f;
 }
 
-// The stripe's sign at (y, x) from its class's hash h.
+// The hash that sets a class's stripe, and the stripe's sign at (y, x) from it.
+WK_HD inline uint64_t class_stripe_hash(uint64_t seed, int32_t cls) {
+  return hash4(seed, uint64_t(cls), 1000, kStreamClass);
+}
 WK_HD inline float stripe_sign(uint64_t h, int y, int x) {
   const int period = 2 + int(h % 8);
   const int fx = 1 + int((h >> 8) % 3);
@@ -84,7 +87,7 @@ WK_HD inline float stripe_sign(uint64_t h, int y, int x) {
 }
 
 WK_HD inline float class_stripe(uint64_t seed, int32_t cls, int y, int x) {
-  return stripe_sign(hash4(seed, uint64_t(cls), 1000, kStreamClass), y, x);
+  return stripe_sign(class_stripe_hash(seed, cls), y, x);
 }
 
 // Value of element e = (y * size + x) * 3 + c of sample `sample`: the definition, one element at a
@@ -109,14 +112,14 @@ struct SamplePixels {
   int image_size;
   uint64_t key;       // sample_key of the pixel stream
   float mean[kChannels];
-  uint64_t stripe;    // class_stripe's hash of the sample's class
+  uint64_t stripe;    // class_stripe_hash of the sample's class
   WK_HD SamplePixels(DataKind kind_, uint64_t seed, int64_t sample, int image_size_, int classes)
       : kind(kind_), image_size(image_size_), key(sample_key(seed, uint64_t(sample), kStreamPixel)), mean{},
         stripe(0) {
     if (kind == DataKind::Random) return;
     const int32_t cls = label(seed, sample, classes);
     for (int c = 0; c < kChannels; ++c) mean[c] = class_mean(seed, cls, c);
-    stripe = hash4(seed, uint64_t(cls), 1000, kStreamClass);
+    stripe = class_stripe_hash(seed, cls);
   }
   WK_HD float operator()(int64_t e) const {
     const float noise = normalish(element_hash(key, uint64_t(e)));

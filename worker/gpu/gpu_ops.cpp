@@ -293,7 +293,7 @@ void GpuOps::conv_backward(const ConvDesc& d, const Act& x, ParamView w, const A
       side_ && dx && !p.s2d && !timer_->on() && (!wt || wt->settled()) && !capture_.capturing();
   // A batched weight gradient waiting for this parameter (a second call before the gradients were
   // read): added first, before a side task may write its place again.
-  const bool batched = opt_.dw_batched && opt_.precision != DType::F32 && !p.s2d;
+  const bool batched = dw_half_ && !p.s2d;  // (bind_params carved dw_half_ where dw_batched applies)
   if (batched && dw_pending_in(grads_ + dw.offset, dw.count * sizeof(float))) join_side_work();
   if (side) ws_.begin_side_task();  // before the data gradient: the two may overlap as well
   if (dx) {
