@@ -266,8 +266,15 @@ void EtcdRendezvous::expire_job(int64_t ttl_s) {
   for (const std::string& key : {membership_key(cfg_.job_id), job_key(cfg_.job_id)})
     if (std::optional<KeyValue> kv = client_.get(key); kv && kv->lease == 0) open.push_back(std::move(*kv));
   if (open.empty()) return;  // gone, or another node's end put them on a lease already
+  // Both in one transaction: two nodes ending at once would otherwise each move one of them, onto
+  // two leases. The node whose transaction loses drops its lease.
   const LeaseGrant g = client_.grant_lease(ttl_s);
-  for (const KeyValue& kv : open) compare_and_swap(client_, kv.key, kv.mod_revision, kv.value, g.id);
+  Txn t;
+  for (const KeyValue& kv : open) {
+    t.compare.push_back({kv.key, CompareTarget::Mod, CompareResult::Equal, kv.mod_revision, ""});
+    t.success.push_back(RequestOp::put(kv.key, kv.value, g.id));
+  }
+  if (!client_.txn(t).succeeded) client_.revoke(g.id);
 }
 
 }  // namespace launch::etcd

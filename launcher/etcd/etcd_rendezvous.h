@@ -137,7 +137,7 @@ class EtcdRendezvous {
   bool admit(std::string_view token_fingerprint);
   // The job is over: its records (the membership record and the job record) are attached to a
   // lease of `ttl_s` seconds of their own, so that they go that long after the end and the job id
-  // can be used again. Best effort (a record changed meanwhile is left as it is).
+  // can be used again, all on one lease. Best effort (records changed meanwhile are left as they are).
   void expire_job(int64_t ttl_s);
 
   // Readable once this node's lease is lost (lease_keeper.h): it is no member any more, and no
