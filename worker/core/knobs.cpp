@@ -63,6 +63,16 @@ void read_mib(const proto::EnvMap& env, const char* name, size_t* out) {
   *out = size_t(std::stoull(*v));
 }
 
+// A whole number in [lo, hi].
+void read_count(const proto::EnvMap& env, const char* name, int lo, int hi, int* out) {
+  const std::string* v = value_of(env, name);
+  if (!v) return;
+  if (!all_digits(*v, 4) || std::stoi(*v) < lo || std::stoi(*v) > hi)
+    throw EnvError(quoted(name, *v) + " is not a whole number from " + std::to_string(lo) + " to " +
+                   std::to_string(hi) + "; unset it or give e.g. " + std::to_string(*out));
+  *out = std::stoi(*v);
+}
+
 void read_seconds(const proto::EnvMap& env, const char* name, double* out) {
   const std::string* v = value_of(env, name);
   if (!v) return;
@@ -102,6 +112,7 @@ Knobs read_knobs(const proto::EnvMap& env) {
   read_mib(env, "WORKER_GPU_POOL_CHUNK_MB", &k.gpu_pool_chunk_mb);
   read_flag(env, "WORKER_CONV_S2D", "the stem convolution in space-to-depth form", &k.conv_s2d);
   read_choice(env, "WORKER_CONV_ENGINES", {{"auto", true}, {"legacy", false}}, &k.conv_graph_engines);
+  read_count(env, "WORKER_CONV_CANDIDATES", 1, 64, &k.conv_candidates);
   read_flag(env, "WORKER_WGRAD_STREAM", "weight gradients on a second stream", &k.wgrad_stream);
   read_flag(env, "WORKER_CUDNN_DETERMINISTIC", "only cuDNN's deterministic algorithms", &k.cudnn_deterministic);
   read_choice(env, "WORKER_FP16_FUSED",

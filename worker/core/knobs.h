@@ -49,6 +49,9 @@ struct Knobs {
   // WORKER_CONV_ENGINES=auto|legacy: bf16/fp16 convolutions may run on cuDNN graph-API engines,
   // timed on the first calls; legacy: the legacy API's plans only.
   bool conv_graph_engines = true;
+  // WORKER_CONV_CANDIDATES=N (1-64): graph-API plans timed per convolution shape and direction
+  // besides the legacy plan (the heuristics' first N that build).
+  int conv_candidates = 5;
   bool wgrad_stream = true;  // WORKER_WGRAD_STREAM=0|1: backward's weight gradients on a second stream
   bool cudnn_deterministic = false;  // WORKER_CUDNN_DETERMINISTIC=0|1: only cuDNN's deterministic algorithms
   FusedStats fp16_fused = FusedStats::Timed;  // WORKER_FP16_FUSED=auto|0|1: fp16 conv+genstats (1: always)

@@ -154,11 +154,9 @@ std::unique_ptr<GraphConv> GraphConv::make(cudnnHandle_t h, ConvDir dir, const C
     impl->stats_c = d.cout;
     size_t configs = 0;
     int considered = 0, compiled = 0;
-    // Mode A's list first; mode B (a different model) adds engines A ranks low or misses; for the
-    // fused graph also the fallback list (the probe's, docs/fusion-probe.md).
-    std::vector<cudnnBackendHeurMode_t> modes{CUDNN_HEUR_MODE_A, CUDNN_HEUR_MODE_B};
-    if (stats) modes.push_back(CUDNN_HEUR_MODE_FALLBACK);
-    for (cudnnBackendHeurMode_t mode : modes) {
+    // Mode A's list first; mode B (a different model) adds engines A ranks low or misses; then the
+    // fallback list (for the fused graph, the probe's: docs/fusion-probe.md).
+    for (cudnnBackendHeurMode_t mode : {CUDNN_HEUR_MODE_A, CUDNN_HEUR_MODE_B, CUDNN_HEUR_MODE_FALLBACK}) {
       if (int(impl->plans.size()) >= max_plans) break;
       std::vector<fe::ManagedOpaqueDescriptor> cfgs;
       try {

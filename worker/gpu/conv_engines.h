@@ -10,8 +10,9 @@
 // How: a ConvTuner per convolution shape and direction. It runs the legacy plan until the host
 // has waited for the device once after its first call (the end of the first step: the first
 // step stays as fast as before, nothing is built for it); the next call builds up to
-// kCandidates graph-API plans (the heuristics' order, mode A then B; engines that compile at run time or
-// lower the precision left out, workspace within what is already allocated) and times the
+// GpuOptions::conv_candidates graph-API plans (the heuristics' order, modes A, B, then fallback;
+// engines that compile at run time or lower the precision left out, workspace within what is
+// already allocated) and times the
 // legacy plan; each next call times one candidate, on real data, with CUDA events; once every
 // time is in, the fastest stays. All candidates compute the same convolution, so exploring
 // costs nothing but the slower candidates' extra microseconds. settle() (before capturing a
@@ -65,7 +66,6 @@ class GraphConv {
 
 class ConvTuner {
  public:
-  static constexpr int kCandidates = 5;  // graph-API plans tried besides the legacy one
   static constexpr int kTrials = 2;      // timed calls per candidate
   static constexpr int kBusyUs = 150;    // busy wait ahead of each timed call
 

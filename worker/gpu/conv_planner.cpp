@@ -256,7 +256,7 @@ void ConvPlanner::tuned(ConvPlan& p, int slot, float beta, const std::function<v
       [&](std::string* why) {
         // Candidates fit the workspace already carved for the legacy plans (no new memory).
         return GraphConv::make(dev_.cudnn, dir, p.desc, cudnn_type(opt_.precision), beta,
-                               std::max(ws_.bytes(), size_t(64) << 20), ConvTuner::kCandidates, why);
+                               std::max(ws_.bytes(), size_t(64) << 20), opt_.conv_candidates, why);
       },
       [&](size_t bytes) { return side ? ws_.side(bytes) : ws_.main(bytes); }, x, w, y, out,
       side ? side_->stream() : dev_.stream, dev_.host_waits);
@@ -348,7 +348,7 @@ bool ConvPlanner::fwd_stats(ConvPlan& p, float* slot, const void* x, const void*
       [&] { fwd(p, x, w, y); },
       [&](std::string* why) {
         return GraphConv::make(dev_.cudnn, ConvDir::FwdStats, p.desc, CUDNN_DATA_HALF, 0.f,
-                               std::max(ws_.bytes(), size_t(64) << 20), ConvTuner::kCandidates, why);
+                               std::max(ws_.bytes(), size_t(64) << 20), opt_.conv_candidates, why);
       },
       [&](size_t bytes) { return ws_.main(bytes); }, x, w, nullptr, y, dev_.stream, dev_.host_waits, slot,
       &extra);

@@ -13,6 +13,7 @@ GpuOptions gpu_options(const Knobs& k, int device, DType precision) {
   o.pool_chunk = k.gpu_pool_chunk_mb << 20;
   o.space_to_depth = k.conv_s2d;
   o.graph_engines = k.conv_graph_engines;
+  o.conv_candidates = k.conv_candidates;
   o.deterministic = k.cudnn_deterministic;
   o.wgrad_stream = k.wgrad_stream;
   o.fused_stats = k.fp16_fused;

@@ -22,6 +22,7 @@ struct GpuOptions {
   // bf16/fp16: convolutions may run on cuDNN graph-API engines, each chosen by timing on the
   // first calls (conv_engines.h); off: the legacy API's plans only.
   bool graph_engines = Knobs{}.conv_graph_engines;
+  int conv_candidates = Knobs{}.conv_candidates;  // graph-API plans timed per shape and direction
   // Only cuDNN's deterministic algorithms (no split-K atomics): runs that compare bit for bit.
   bool deterministic = Knobs{}.cudnn_deterministic;
   // Backward's weight gradients on a second stream (side_stream.h), beside the batch norms that

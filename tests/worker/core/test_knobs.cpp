@@ -20,6 +20,7 @@ void check_defaults(const Knobs& k) {
   CHECK(k.gpu_pool_chunk_mb == 1024);
   CHECK(k.conv_s2d);
   CHECK(k.conv_graph_engines);
+  CHECK(k.conv_candidates == 5);
   CHECK(k.wgrad_stream);
   CHECK_FALSE(k.cudnn_deterministic);
   CHECK(k.fp16_fused == FusedStats::Timed);
@@ -51,6 +52,7 @@ TEST_CASE("knobs: every knob set to its other value", "[knobs]") {
       {"WORKER_GPU_POOL_CHUNK_MB", "256"},
       {"WORKER_CONV_S2D", "0"},
       {"WORKER_CONV_ENGINES", "legacy"},
+      {"WORKER_CONV_CANDIDATES", "64"},
       {"WORKER_WGRAD_STREAM", "0"},
       {"WORKER_CUDNN_DETERMINISTIC", "1"},
       {"WORKER_FP16_FUSED", "0"},
@@ -72,6 +74,7 @@ TEST_CASE("knobs: every knob set to its other value", "[knobs]") {
   CHECK(k.gpu_pool_chunk_mb == 256);
   CHECK_FALSE(k.conv_s2d);
   CHECK_FALSE(k.conv_graph_engines);
+  CHECK(k.conv_candidates == 64);
   CHECK_FALSE(k.wgrad_stream);
   CHECK(k.cudnn_deterministic);
   CHECK(k.fp16_fused == FusedStats::Off);
@@ -100,6 +103,7 @@ TEST_CASE("knobs: the default values spelled out, and empty values, read as the 
         {"WORKER_GPU_POOL_CHUNK_MB", v("1024")},
         {"WORKER_CONV_S2D", v("1")},
         {"WORKER_CONV_ENGINES", v("auto")},
+        {"WORKER_CONV_CANDIDATES", v("5")},
         {"WORKER_WGRAD_STREAM", v("1")},
         {"WORKER_CUDNN_DETERMINISTIC", v("0")},
         {"WORKER_FP16_FUSED", v("auto")},
@@ -139,6 +143,9 @@ TEST_CASE("knobs: a bad value names the variable, the value and what it takes", 
       {"WORKER_CUDNN_WORKSPACE_MB", "0", "is not a positive number of MiB"},
       {"WORKER_CUDNN_WORKSPACE_MB", "-5", "is not a positive number of MiB"},
       {"WORKER_GPU_POOL_CHUNK_MB", "99999999999999", "is not a positive number of MiB; unset it or give e.g. 1024"},
+      {"WORKER_CONV_CANDIDATES", "0", "is not a whole number from 1 to 64; unset it or give e.g. 5"},
+      {"WORKER_CONV_CANDIDATES", "65", "is not a whole number from 1 to 64"},
+      {"WORKER_CONV_CANDIDATES", "8.5", "is not a whole number from 1 to 64"},
       {"WORKER_NCCL_INIT_TIMEOUT_S", "0", "is not a positive number of seconds"},
       {"WORKER_NCCL_INIT_TIMEOUT_S", "5s", "is not a positive number of seconds"},
       {"WORKER_NCCL_INIT_TIMEOUT_S", "inf", "is not a positive number of seconds"},

@@ -45,7 +45,7 @@ TEST_CASE("graph-API convolution engines match the legacy plans on every ResNet-
           "[gpu]") {
   const DType t = DType::BF16;
   // First call, then every trial of every candidate (legacy included), then the choice.
-  const int n = 4, calls = 2 + (gpu::ConvTuner::kCandidates + 1) * gpu::ConvTuner::kTrials;
+  const int n = 4, calls = 2 + (worker::process_knobs().conv_candidates + 1) * gpu::ConvTuner::kTrials;
   size_t graph_shapes = 0;
   for (const Shape& s : kShapes) {
     const int pad = s.k / 2;

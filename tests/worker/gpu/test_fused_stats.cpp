@@ -286,7 +286,7 @@ TEST_CASE("fp16 conv+genstats and its batch norm match the unfused path and the 
 
 TEST_CASE("fp16 conv+genstats timed: every call of the tuning matches, and the choice settles", "[gpu][fused]") {
   // First call, the plain forward's trials, its choice, then the fused choice's trials and its choice.
-  const int calls = 4 + 2 * (gpu::ConvTuner::kCandidates + 1) * gpu::ConvTuner::kTrials;
+  const int calls = 4 + 2 * (process_knobs().conv_candidates + 1) * gpu::ConvTuner::kTrials;
   for (const Shape& s : {kShapes[0], kShapes[3]}) {
     INFO("conv " << describe(s));
     const Layer L = make_layer(s);
