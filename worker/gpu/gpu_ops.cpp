@@ -816,8 +816,9 @@ std::unique_ptr<Ops> make_gpu_ops(int device, DType precision) {
 // only adds loss scaling.
 BackendFacts gpu_backend_facts(int device) {
   BackendFacts f;
-#ifdef WORKER_HAVE_CUDNN_FRONTEND
   const Knobs& k = process_knobs();
+  f.stem_space_to_depth = k.conv_s2d;
+#ifdef WORKER_HAVE_CUDNN_FRONTEND
   if (!k.conv_graph_engines || k.fp16_fused == FusedStats::Off) return f;
   before_first_cuda_call();
   int major = 0, minor = 0;
