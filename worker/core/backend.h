@@ -18,10 +18,9 @@ struct BackendFacts {
   // It runs fp16 faster than bf16 on this device (a path that only fp16 has), for ResNets whose every
   // convolution takes that path (see stem_space_to_depth).
   bool fp16_faster_than_bf16 = false;
-  // The ImageNet stem's 7x7 convolution over 3 channels runs as a 16-channel space-to-depth one, on
-  // the same engines as the other convolutions (WORKER_CONV_S2D). A convolution over 3 channels (the
-  // CIFAR stem's, or this one without it) runs on cuDNN's legacy API instead, where fp16 runs slower
-  // than bf16.
+  // The stem's convolution over 3 channels runs in a space-to-depth form over 8 or 16 channels, on the
+  // same engines as the other convolutions (WORKER_CONV_S2D). In its plain form it runs on cuDNN's
+  // legacy API instead, where fp16 runs slower than bf16.
   bool stem_space_to_depth = false;
 };
 

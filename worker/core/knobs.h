@@ -45,7 +45,7 @@ struct Knobs {
   // images/s) with a peak 0.41 GB lower, bf16 at 64 as at 512 (8,616 and 8,635).
   size_t cudnn_workspace_mb = 128;
   size_t gpu_pool_chunk_mb = 1024;  // WORKER_GPU_POOL_CHUNK_MB: each device-memory chunk of the pool
-  bool conv_s2d = true;  // WORKER_CONV_S2D=0|1: the stem convolution in space-to-depth form
+  bool conv_s2d = true;  // WORKER_CONV_S2D=0|1: the stem convolution (3 channels) in space-to-depth form
   // WORKER_CONV_ENGINES=auto|legacy: bf16/fp16 convolutions may run on cuDNN graph-API engines,
   // timed on the first calls; legacy: the legacy API's plans only.
   bool conv_graph_engines = true;

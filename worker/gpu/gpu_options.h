@@ -18,7 +18,9 @@ struct GpuOptions {
   AlgoSearch search = Knobs{}.cudnn_search;
   size_t workspace_limit = Knobs{}.cudnn_workspace_mb << 20;  // cap on one convolution's cuDNN workspace
   size_t pool_chunk = Knobs{}.gpu_pool_chunk_mb << 20;        // DevicePool chunk size
-  bool space_to_depth = Knobs{}.conv_s2d;  // the stem convolution as a space-to-depth 4x4/1 (space_to_depth.cu)
+  // The stem convolution over 3 channels as a denser stride-1 one (space_to_depth.cu): the ImageNet
+  // stem's 7x7/2 as a 4x4/1 over 16 channels, the CIFAR stem's 3x3/1 over 8 (channels padded).
+  bool space_to_depth = Knobs{}.conv_s2d;
   // bf16/fp16: convolutions may run on cuDNN graph-API engines, each chosen by timing on the
   // first calls (conv_engines.h); off: the legacy API's plans only.
   bool graph_engines = Knobs{}.conv_graph_engines;

@@ -131,11 +131,12 @@ void avgpool_backward(DType t, const void* dy, void* dx, int n, int hw, int c, c
 // the stem's 7x7/2 over 3 channels becomes a 4x4/1 over 16 (see the file's comment).
 struct S2dDesc {
   int n = 0, h = 0, w = 0, c = 0;  // the original input
-  int cout = 0, k = 0, pad = 0;    // the original filter (k x k, stride 2)
+  int cout = 0, k = 0, pad = 0;    // the original filter (k x k, stride b)
+  int b = 2;                       // the block: the original stride (2, or 1: channels padded only)
   int kp = 0;                      // rearranged filter: kp x kp, stride 1, no padding
-  int hs = 0, ws = 0, cs = 0;      // rearranged input (cs = 4c rounded up to a multiple of 8)
+  int hs = 0, ws = 0, cs = 0;      // rearranged input (cs = b*b*c rounded up to a multiple of 8)
 };
-bool s2d_applies(const ConvDesc& d);  // stride 2, square kernel >= 3, 1..4 input channels
+bool s2d_applies(const ConvDesc& d);  // stride 1 or 2, square kernel >= 3, 1..4 input channels
 S2dDesc s2d_desc(const ConvDesc& d);
 ConvDesc s2d_conv(const ConvDesc& d);  // the equivalent stride-1 convolution
 void s2d_input(DType t, const void* x, void* xs, const S2dDesc& g, cudaStream_t s);

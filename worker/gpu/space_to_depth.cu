@@ -1,12 +1,17 @@
-// The stem convolution (7x7, stride 2, 3 input channels) as an equivalent stride-1 convolution
-// on a space-to-depth view of its input: every 2x2 block of input pixels becomes one pixel of
-// 4*C channels (padded to a multiple of 8), the kernel shrinks to ceil(k/2) x ceil(k/2), and
-// the filter is rearranged to match (zeros where the 7x7 window has no tap). cuDNN runs a
-// 3-channel NHWC convolution poorly (the channels are padded on every call and the tensor
-// cores see 3 of 8 lanes: 3.05 ms of a 33 ms ResNet-50 step on an H200); the rearranged one is
-// a dense GEMM. The products are the same ones, only summed in another order.
-//   X'[n, p, q, (2b + b2) * C + c] = x[n, 2p + b - pad, 2q + b2 - pad, c]   (0 outside x)
-//   W'[o, a, a2, (2b + b2) * C + c] = w[o, 2a + b, 2a2 + b2, c]             (0 where 2a+b >= k)
+// A convolution over 1-4 input channels (a stem) as an equivalent stride-1 convolution on a
+// space-to-depth view of its input, on as many channels as the graph-API engines take. With B the
+// convolution's stride (2: the ImageNet stem's 7x7; 1: the CIFAR stem's 3x3), every BxB block of
+// input pixels becomes one pixel of B*B*C channels (padded to a multiple of 8), the kernel shrinks
+// to ceil(k/B) x ceil(k/B), and the filter is rearranged to match (zeros where the k x k window has
+// no tap); the convolution's zero padding is written out, so the rearranged one has none. cuDNN runs
+// a 3-channel NHWC convolution poorly (the channels are padded on every call and the tensor cores
+// see 3 of 8 lanes: the ImageNet stem took 3.05 ms of a 33 ms ResNet-50 step on an H200; the CIFAR
+// stem's fp16 weight gradient 2.46 ms per step at batch 1024 on an H100, where the legacy API's
+// heuristics chose a slow kernel), and only the legacy API takes it; the rearranged one is a dense
+// GEMM on the graph-API engines, timed like the others. The products are the same ones, only summed
+// in another order.
+//   X'[n, p, q, (B b + b2) * C + c] = x[n, B p + b - pad, B q + b2 - pad, c]   (0 outside x)
+//   W'[o, a, a2, (B b + b2) * C + c] = w[o, B a + b, B a2 + b2, c]             (0 where B a + b >= k)
 #include <cstdint>
 
 #include "worker/gpu/check.h"
@@ -44,9 +49,9 @@ __global__ void s2d_input_kernel(const T* __restrict__ x, T* __restrict__ xs, S2
       for (int j = 0; j < 8; ++j) {
         const int ch = base + j;
         v.v[j] = from_f<T>(0.f);
-        if (ch < 4 * g.c) {
+        if (ch < g.b * g.b * g.c) {
           const int blk = ch / g.c, c = ch - blk * g.c;
-          const int ih = 2 * p + (blk >> 1) - g.pad, iw = 2 * q + (blk & 1) - g.pad;
+          const int ih = g.b * p + blk / g.b - g.pad, iw = g.b * q + blk % g.b - g.pad;
           if (ih >= 0 && ih < g.h && iw >= 0 && iw < g.w)
             v.v[j] = x[((int64_t(n) * g.h + ih) * g.w + iw) * g.c + c];
         }
@@ -67,16 +72,16 @@ __global__ void s2d_weight_kernel(const T* __restrict__ w, T* __restrict__ wsd, 
     const int a = int(r % g.kp);
     const int o = int(r / g.kp);
     T v = from_f<T>(0.f);
-    if (ch < 4 * g.c) {
+    if (ch < g.b * g.b * g.c) {
       const int blk = ch / g.c, c = ch % g.c;
-      const int kh = 2 * a + blk / 2, kw = 2 * a2 + blk % 2;
+      const int kh = g.b * a + blk / g.b, kw = g.b * a2 + blk % g.b;
       if (kh < g.k && kw < g.k) v = w[((int64_t(o) * g.k + kh) * g.k + kw) * g.c + c];
     }
     wsd[i] = v;
   }
 }
 
-// dw[o, kh, kw, c] += dW'[o, kh/2, kw/2, (2 (kh%2) + kw%2) * C + c]: every tap of the original
+// dw[o, kh, kw, c] += dW'[o, kh/B, kw/B, (B (kh%B) + kw%B) * C + c]: every tap of the original
 // filter is exactly one entry of the rearranged one.
 template <typename T>
 __global__ void s2d_wgrad_fold_kernel(const T* __restrict__ dwsd, float* __restrict__ dw,
@@ -89,15 +94,15 @@ __global__ void s2d_wgrad_fold_kernel(const T* __restrict__ dwsd, float* __restr
     r /= g.k;
     const int kh = int(r % g.k);
     const int o = int(r / g.k);
-    const int ch = (2 * (kh % 2) + kw % 2) * g.c + c;
-    dw[i] += to_f(dwsd[((int64_t(o) * g.kp + kh / 2) * g.kp + kw / 2) * g.cs + ch]);
+    const int ch = (g.b * (kh % g.b) + kw % g.b) * g.c + c;
+    dw[i] += to_f(dwsd[((int64_t(o) * g.kp + kh / g.b) * g.kp + kw / g.b) * g.cs + ch]);
   }
 }
 
 }  // namespace
 
 bool s2d_applies(const ConvDesc& d) {
-  return d.stride == 2 && d.kh == d.kw && d.kh >= 3 && d.cin >= 1 && d.cin <= 4;
+  return (d.stride == 1 || d.stride == 2) && d.kh == d.kw && d.kh >= 3 && d.cin >= 1 && d.cin <= 4;
 }
 
 S2dDesc s2d_desc(const ConvDesc& d) {
@@ -109,10 +114,11 @@ S2dDesc s2d_desc(const ConvDesc& d) {
   g.cout = d.cout;
   g.k = d.kh;
   g.pad = d.pad;
-  g.kp = (d.kh + 1) / 2;
+  g.b = d.stride;
+  g.kp = (d.kh + g.b - 1) / g.b;
   g.hs = d.ho + g.kp - 1;
   g.ws = d.wo + g.kp - 1;
-  g.cs = (4 * d.cin + 7) / 8 * 8;
+  g.cs = (g.b * g.b * d.cin + 7) / 8 * 8;
   return g;
 }
 

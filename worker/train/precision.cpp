@@ -2,18 +2,17 @@
 
 namespace worker {
 
-PrecisionChoice choose_precision(Precision p, bool gpu, const BackendFacts& facts, Stem stem) {
+PrecisionChoice choose_precision(Precision p, bool gpu, const BackendFacts& facts) {
   switch (p) {
     case Precision::Auto:
       if (!gpu) return {DType::F32, ""};  // the CPU's only dtype, as before auto existed: nothing to say
       if (!facts.fp16_faster_than_bf16)
         return {DType::BF16, "fp16's fused convolution + batch-norm statistics do not run on this GPU (or are "
                              "turned off), so fp16 would only add loss scaling"};
-      if (stem == Stem::Cifar || !facts.stem_space_to_depth)
-        return {DType::BF16, std::string("the ") +
-                                 (stem == Stem::Cifar ? "CIFAR stem's 3x3" : "stem's 7x7 (WORKER_CONV_S2D=0)") +
-                                 " convolution over 3 channels runs on cuDNN's legacy API, where fp16 ran slower "
-                                 "than bf16 (docs/gpu.md); --precision fp16 for the other"};
+      if (!facts.stem_space_to_depth)
+        return {DType::BF16, "the stem's convolution over 3 channels runs in its plain form (WORKER_CONV_S2D=0), "
+                             "on cuDNN's legacy API, where fp16 ran slower than bf16 (docs/gpu.md); --precision fp16 "
+                             "for the other"};
       return {DType::F16, "this GPU runs fp16's fused convolution + batch-norm statistics, which bf16 lacks; "
                           "its loss scaling is decided on the device; --precision bf16 for the other"};
     case Precision::Fp32: return {DType::F32, ""};

@@ -91,7 +91,7 @@ std::unique_ptr<Ops> make_backend(const TrainOptions& opt, const Device& dev, bo
 #ifdef WORKER_HAVE_GPU
   if (dev.gpu) facts = gpu_backend_facts(dev.ordinal);
 #endif
-  const PrecisionChoice precision = choose_precision(opt.precision, dev.gpu, facts, opt.stem);  // throws on CPU + bf16/fp16
+  const PrecisionChoice precision = choose_precision(opt.precision, dev.gpu, facts);  // throws on CPU + bf16/fp16
   if (lead && !precision.why.empty()) std::cout << describe_precision(precision) << std::endl;
 #ifdef WORKER_HAVE_GPU
   if (dev.gpu) return make_gpu_ops(dev.ordinal, precision.dtype);

@@ -38,8 +38,8 @@ TEST_CASE("defaults are the paddle guide's", "[train][options]") {
   CHECK(o->log_every == 10);
   CHECK(o->data == worker::DataSourceKind::Random);
   CHECK(o->device == worker::DeviceChoice::Auto);
-  CHECK(worker::choose_precision(o->precision, true, {}, o->stem).dtype == worker::DType::BF16);
-  CHECK(worker::choose_precision(o->precision, false, {}, o->stem).dtype == worker::DType::F32);
+  CHECK(worker::choose_precision(o->precision, true, {}).dtype == worker::DType::BF16);
+  CHECK(worker::choose_precision(o->precision, false, {}).dtype == worker::DType::F32);
 }
 
 TEST_CASE("every option is parsed", "[train][options]") {
@@ -112,7 +112,7 @@ TEST_CASE("bad values are usage errors naming the option", "[train][options]") {
   }
   TrainOptions o;
   o.precision = worker::Precision::Fp16;
-  CHECK_THROWS_AS(worker::choose_precision(o.precision, false, {}, o.stem), UsageError);  // auto picked the CPU
+  CHECK_THROWS_AS(worker::choose_precision(o.precision, false, {}), UsageError);  // auto picked the CPU
 }
 
 TEST_CASE("the recipe, validation and TensorBoard options (issue 12)", "[train][options]") {
