@@ -12,11 +12,10 @@
 // step stays as fast as before, nothing is built for it); the next call builds up to
 // GpuOptions::conv_candidates graph-API plans (the heuristics' order, modes A, B, then fallback;
 // engines that compile at run time or lower the precision left out, workspace within what is
-// already allocated) and times the
-// legacy plan; each next call times one candidate, on real data, with CUDA events; once every
-// time is in, the fastest stays. All candidates compute the same convolution, so exploring
-// costs nothing but the slower candidates' extra microseconds. settle() (before capturing a
-// CUDA graph) waits for the outstanding times and decides.
+// already allocated) and times the legacy plan; each next call times one candidate, on real
+// data, with CUDA events; once every time is in, the fastest stays. All candidates compute the
+// same convolution, so exploring costs nothing but the slower candidates' extra microseconds.
+// settle() (before capturing a CUDA graph) waits for the outstanding times and decides.
 #pragma once
 
 #include <cstddef>

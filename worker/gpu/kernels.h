@@ -127,8 +127,9 @@ void maxpool_forward_bn(DType t, const void* x, const float* scale_shift, void* 
 void avgpool_forward(DType t, const void* x, void* y, int n, int hw, int c, cudaStream_t s);
 void avgpool_backward(DType t, const void* dy, void* dx, int n, int hw, int c, cudaStream_t s);
 
-// --- Space-to-depth form of a strided convolution with few input channels (space_to_depth.cu):
-// the stem's 7x7/2 over 3 channels becomes a 4x4/1 over 16 (see the file's comment).
+// --- Space-to-depth form of a convolution with few input channels (space_to_depth.cu): the
+// ImageNet stem's 7x7/2 over 3 channels becomes a 4x4/1 over 16, the CIFAR stem's 3x3/1 a 3x3/1
+// over 8 without padding (see the file's comment).
 struct S2dDesc {
   int n = 0, h = 0, w = 0, c = 0;  // the original input
   int cout = 0, k = 0, pad = 0;    // the original filter (k x k, stride b)

@@ -5,10 +5,11 @@
 // values.
 //
 // Measured on an H100 (2026-12-07, scripts/bench_precision.sh, train_resnet --data random), fp16
-// against bf16 images/s: 1.02-1.07 for ResNet-18 to 101 at 32-224 px, with either stem; but with
-// the stem's convolution over 3 channels on cuDNN's legacy API (its plain form, WORKER_CONV_S2D=0;
-// the CIFAR stem's before it had a space-to-depth form) 0.75-0.99: that convolution's fp16 weight
-// gradient took 2.46 ms per step where bf16's took 0.16 ms (ResNet-18 width 32, batch 1024, CUPTI).
+// against bf16 images/s: 1.02-1.05 for ResNet-18 to 101 at 64-224 px with the ImageNet stem,
+// 1.05-1.07 for ResNet-18 and 50 at 32 px with the CIFAR stem; but with the stem's convolution over
+// 3 channels on cuDNN's legacy API (its plain form, WORKER_CONV_S2D=0; the CIFAR stem's before it had
+// a space-to-depth form) 0.75-0.99: that convolution's fp16 weight gradient took 2.46 ms per step
+// where bf16's took 0.16 ms (ResNet-18 width 32, batch 1024, CUPTI).
 #pragma once
 
 #include <string>
