@@ -13,6 +13,7 @@ carried to a machine without the package.
 import argparse
 import gzip
 import os
+import shutil
 import struct
 import sys
 from concurrent.futures import ProcessPoolExecutor
@@ -42,7 +43,7 @@ def write_part(args):
     folder, images, labels, first = args
     from PIL import Image
     for k, (img, lab) in enumerate(zip(images, labels)):
-        Image.fromarray(img, mode="L").save(os.path.join(folder, CLASSES[lab], f"{first + k}.png"))
+        Image.fromarray(img).save(os.path.join(folder, CLASSES[lab], f"{first + k}.png"))
     return len(images)
 
 
@@ -73,14 +74,21 @@ def main():
                          "(apt-get install dataset-fashion-mnist, or give --from DIR)")
     if os.path.exists(a.dir) and os.listdir(a.dir):
         raise SystemExit(f"make_fashion_mnist: {a.dir} is not empty: give a new folder")
+    # Written under DIR.part, then renamed: an interrupted run leaves no half-made DIR.
+    part = os.path.normpath(a.dir) + ".part"
+    shutil.rmtree(part, ignore_errors=True)
     try:
         jobs = os.cpu_count() or 1
-        ntrain = write_split(a.src, a.dir, "train", "train", jobs)
-        nval = write_split(a.src, a.dir, "test", a.val_name, jobs)
+        ntrain = write_split(a.src, part, "train", "train", jobs)
+        nval = write_split(a.src, part, "test", a.val_name, jobs)
     except ImportError as e:
         raise SystemExit(f"make_fashion_mnist: {e} (apt-get install python3-numpy python3-pil)")
     except ValueError as e:
+        shutil.rmtree(part, ignore_errors=True)
         raise SystemExit(f"make_fashion_mnist: {e}")
+    if os.path.isdir(a.dir):
+        os.rmdir(a.dir)  # empty (checked above)
+    os.rename(part, a.dir)
     print(f"make_fashion_mnist: {a.dir}: {ntrain} training images in train/, {nval} in {a.val_name}/ "
           "(10 classes, 28x28 grey PNG)")
     return 0
