@@ -17,7 +17,8 @@
 # the benchmark alone on all GPUs (~3-4 min). On fewer than 4 GPUs they run one after another.
 # Output: $OUT holds at most 4 files (summary.txt, gpu_tests.log, bench.log, logs.tgz with
 # every log); the summary table is printed last.
-#   GPU_CHECK_ONLY=tests,compare,multi,kill,bench  selects parts (default: all).
+#   GPU_CHECK_ONLY=tests,compare,multi,kill,convergence,bench  selects parts (default: all; the
+#                  convergence item needs CONV_IDX=DIR or CONV_DATA=DIR, see lane_convergence).
 #   GPU_BIN  folder of the binaries (default .gpu/bin, else build/bin).
 set -uo pipefail
 root="$(cd "$(dirname "$0")/.." && pwd)"
@@ -35,7 +36,7 @@ SP="$(python3 -c 'import site; print(site.getsitepackages()[0])')"
 export LD_LIBRARY_PATH="$SP/nvidia/cu13/lib:$SP/nvidia/cudnn/lib:$SP/nvidia/nccl/lib:${LD_LIBRARY_PATH:-}:$BIN/../lib"
 # NVLink multicast must stay off on the shared machine (../shared/DEVICE.md).
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
-ONLY="${GPU_CHECK_ONLY:-tests,compare,multi,kill,bench}"
+ONLY="${GPU_CHECK_ONLY:-tests,compare,multi,kill,convergence,bench}"
 has() { [[ ",$ONLY," == *",$1,"* ]]; }
 # Rows go to a file: the lanes below run in background subshells.
 ROWS="$OUT/rows.txt"
@@ -186,6 +187,23 @@ lane_kill() {
   fi
 }
 
+# --- fp16 against bf16 on real images (scripts/gpu_convergence.sh: Fashion-MNIST, seeds 1-3, 10
+# epochs each, ~90 s on one H100), where its data came along: CONV_IDX=DIR (the four idx files of
+# Debian's dataset-fashion-mnist) or CONV_DATA=DIR (their ImageFolder, make_fashion_mnist.py).
+lane_convergence() {
+  if [ "$ngpu" -lt 1 ]; then
+    row "fp16 vs bf16 top-1, Fashion-MNIST" "SKIP" "no GPU"
+    return
+  fi
+  if [ -z "${CONV_IDX:-}${CONV_DATA:-}" ]; then
+    row "fp16 vs bf16 top-1, Fashion-MNIST" "SKIP" "give CONV_IDX=DIR (Fashion-MNIST's idx files) to run it"
+    return
+  fi
+  CUDA_VISIBLE_DEVICES=$GPU_TESTS OUT="$OUT" timeout 400 bash "$root/scripts/gpu_convergence.sh" > "$OUT/convergence.log" 2>&1
+  local rc=$?
+  row "fp16 vs bf16 top-1, Fashion-MNIST" "$(verdict $rc)" "$(grep -E '^fashion +fp16 - bf16' "$OUT/convergence.log" | cut -c10-)"
+}
+
 # --- Correctness lanes: side by side on 4+ GPUs, else one after another.
 lane_pair() {
   if [ "$ngpu" -ge 1 ]; then
@@ -201,10 +219,12 @@ if [ "$ngpu" -ge 4 ]; then
   if has compare; then lane_compare & pids+=($!); fi
   lane_pair
   for p in "${pids[@]}"; do wait "$p"; done
+  has convergence && lane_convergence
 else
   has tests && lane_tests
   has compare && ( lane_compare )
   lane_pair
+  has convergence && lane_convergence
 fi
 echo "[$(date +%T)] correctness items done after $(( $(date +%s) - T_START )) s"
 
