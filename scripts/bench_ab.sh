@@ -16,10 +16,9 @@
 set -uo pipefail
 root="$(cd "$(dirname "$0")/.." && pwd)"
 [ $# -ge 1 ] || { echo "usage: scripts/bench_ab.sh VARIANT [VARIANT ...] (\"\" for the defaults)" >&2; exit 2; }
-BIN="${GPU_BIN:-$root/.gpu/bin}"
-for b in "$BIN" "$root/build/bin"; do
-  if [ -x "$b/gpu_model_driver" ]; then BIN="$b"; break; fi
-done
+# shellcheck source=scripts/gpu_env.sh
+. "$root/scripts/gpu_env.sh"
+gpu_env gpu_model_driver
 for v in "$@"; do
   for kv in $v; do
     [[ "$kv" =~ ^[A-Z_][A-Z0-9_]*=.*$ ]] || { echo "bench_ab: '$kv' in variant '$v' is not VAR=VALUE" >&2; exit 2; }
@@ -28,10 +27,6 @@ done
 OUT="${OUT:-$root/out/gpu}"
 log="$OUT/ab"
 mkdir -p "$log"
-SP="$(python3 -c 'import site; print(site.getsitepackages()[0])')"
-export LD_LIBRARY_PATH="$SP/nvidia/cu13/lib:$SP/nvidia/cudnn/lib:$SP/nvidia/nccl/lib:${LD_LIBRARY_PATH:-}:$BIN/../lib"
-# NVLink multicast must stay off on the shared machine (../shared/DEVICE.md).
-export NCCL_NVLS_ENABLE=0
 prec="${AB_PRECISION:-fp16}" depth="${AB_DEPTH:-50}" batch="${AB_BATCH:-256}" rounds="${AB_ROUNDS:-3}"
 read -r -a extra <<< "${AB_ARGS:---steps-per-window 8 --windows 4}"
 # The binaries' folder of a variant: its AB_BIN, else BIN.

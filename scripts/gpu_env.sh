@@ -1,4 +1,4 @@
-# Sourced by the scripts that run our binaries on the GPU machine (bench_precision.sh,
+# Sourced by the scripts that run our binaries on the GPU machine (bench_ab.sh, bench_precision.sh,
 # gpu_convergence.sh): `gpu_env PROBE` sets BIN to the folder of our binaries (GPU_BIN, else .gpu/bin,
 # else build/bin: the first that holds PROBE), puts the machine's CUDA, cuDNN and NCCL wheels and the
 # libraries carried beside the binaries on LD_LIBRARY_PATH (../shared/DEVICE.md), and keeps NVLink
