@@ -15,6 +15,18 @@ ConvDesc conv(int n, int hw, int cin, int cout, int k, int stride, int pad) {
   return ConvDesc{n, hw, hw, cin, cout, k, k, stride, pad, ho, ho};
 }
 
+// s2d_conv(d): a k x k stride-1 convolution without padding over `cin` channels of h x h, with d's output.
+void check_rearranged(const ConvDesc& d, int cin, int k, int h) {
+  const ConvDesc s = s2d_conv(d);
+  CHECK(s.cin == cin);
+  CHECK(s.kh == k);
+  CHECK(s.stride == 1);
+  CHECK(s.pad == 0);
+  CHECK(s.h == h);
+  CHECK(s.ho == d.ho);  // the same output
+  CHECK(s.ho == s.h - s.kh + 1);
+}
+
 }  // namespace
 
 TEST_CASE("space-to-depth: the ImageNet stem becomes a 4x4/1 over 16 channels", "[s2d]") {
@@ -25,14 +37,8 @@ TEST_CASE("space-to-depth: the ImageNet stem becomes a 4x4/1 over 16 channels", 
   CHECK(g.kp == 4);
   CHECK(g.cs == 16);  // 2x2 blocks of 3 channels: 12, padded to 16
   CHECK(g.hs == 115);
-  const ConvDesc s = s2d_conv(d);
-  CHECK(s.cin == 16);
-  CHECK(s.kh == 4);
-  CHECK(s.stride == 1);
-  CHECK(s.pad == 0);
-  CHECK(s.h == 115);
-  CHECK(s.ho == 112);  // the same output
-  CHECK(s.ho == s.h - s.kh + 1);
+  CHECK(d.ho == 112);
+  check_rearranged(d, 16, 4, 115);
 }
 
 TEST_CASE("space-to-depth: the CIFAR stem keeps its 3x3/1, over 8 channels with the padding written out",
@@ -44,13 +50,8 @@ TEST_CASE("space-to-depth: the CIFAR stem keeps its 3x3/1, over 8 channels with 
   CHECK(g.kp == 3);
   CHECK(g.cs == 8);
   CHECK(g.hs == 34);  // 32 + 2 x the padding of 1
-  const ConvDesc s = s2d_conv(d);
-  CHECK(s.cin == 8);
-  CHECK(s.kh == 3);
-  CHECK(s.stride == 1);
-  CHECK(s.pad == 0);
-  CHECK(s.ho == 32);
-  CHECK(s.ho == s.h - s.kh + 1);
+  CHECK(d.ho == 32);
+  check_rearranged(d, 8, 3, 34);
   // One input channel, a 5x5: still 8 channels, the padding of 2 written out.
   const S2dDesc g1 = s2d_desc(conv(4, 10, 1, 8, 5, 1, 2));
   CHECK(g1.cs == 8);
