@@ -54,6 +54,18 @@ void Ops::bn_relu_maxpool_forward_train(const BnSide& s, const PoolDesc& pool, A
   maxpool_forward(pool, bn_y, y);
 }
 
+void Ops::bn_relu_conv_forward_train(const BnSide& s, Act& bn_y, const ConvDesc& conv, ParamView w, Act& y) {
+  bn_forward_train(s.d, s.x, s.gamma, s.beta, s.running_mean, s.running_var, s.save_mean, s.save_invstd, nullptr,
+                   true, bn_y);
+  conv_forward(conv, bn_y, w, y);
+}
+
+void Ops::conv_bn_relu_backward(const ConvDesc& conv, ParamView w, const Act& dy, const BnSide& s, Act& bn_y,
+                                Act& dbn_y, Act& dx) {
+  conv_backward(conv, bn_y, w, dy, &dbn_y, false, w);
+  bn_backward(s.d, s.x, bn_y, dbn_y, s.gamma, s.save_mean, s.save_invstd, true, dx, nullptr, s.gamma, s.beta);
+}
+
 // --- Step capture: unsupported unless a backend says otherwise (the trainer asks
 // step_capture_unsupported() first, so reaching these is a bug of the caller).
 

@@ -193,6 +193,16 @@ class Ops {
   // nothing of bn_y: maxpool_backward(pool, bn_y, y, ...) from where the forward found each window's
   // maximum, and bn_backward with this bn_y from x (the GPU; the default makes both calls).
   virtual void bn_relu_maxpool_forward_train(const BnSide& bn, const PoolDesc& pool, Act& bn_y, Act& y);
+  // A training batch norm + ReLU into bn_y whose one reader is the convolution after it, then that
+  // convolution of bn_y into y. A backend may apply relu(bn(x)) as the convolution reads x and leave bn_y
+  // unwritten, where its conv_bn_relu_backward writes bn_y before the weight gradient reads it (the GPU
+  // in fp16; the default makes both calls). Anything else that reads bn_y before then finds it written.
+  virtual void bn_relu_conv_forward_train(const BnSide& bn, Act& bn_y, const ConvDesc& conv, ParamView w, Act& y);
+  // Their backward: conv_backward(conv, bn_y, w, dy, &dbn_y, false, w), then bn_backward of bn with output
+  // bn_y and ReLU from dbn_y into dx (in place allowed, as bn_backward's), both layers' parameter gradients
+  // added.
+  virtual void conv_bn_relu_backward(const ConvDesc& conv, ParamView w, const Act& dy, const BnSide& bn, Act& bn_y,
+                                     Act& dbn_y, Act& dx);
 
   virtual void maxpool_forward(const PoolDesc& d, const Act& x, Act& y) = 0;
   virtual void maxpool_backward(const PoolDesc& d, const Act& x, const Act& y, const Act& dy,

@@ -184,6 +184,17 @@ struct ResNet::Net {
     return {l.d, x, l.gamma, l.beta, l.running_mean, l.running_var, l.save_mean, l.save_invstd};
   }
 
+  // A batch norm + ReLU inside a block and the convolution that reads it (its one reader): in training, one
+  // call, so that a backend may apply the batch norm as the convolution reads its input.
+  void bn_relu_conv(BnL& l, const Act& x, ConvL& c, bool train) {
+    if (train) {
+      ops.bn_relu_conv_forward_train(side(l, x), l.out, c.d, c.w, c.out);
+    } else {
+      bn_fwd(l, x, nullptr, true, false);
+      ops.conv_forward(c.d, l.out, c.w, c.out);
+    }
+  }
+
   void forward(bool train, float grad_scale, float label_smoothing) {
     ops.conv_forward(conv1.d, input, conv1.w, conv1.out);
     if (pooled && train) {
@@ -194,13 +205,9 @@ struct ResNet::Net {
     }
     for (Block& b : blocks) {
       ops.conv_forward(b.c1.d, *b.in, b.c1.w, b.c1.out);
-      bn_fwd(b.b1, b.c1.out, nullptr, true, train);
-      ops.conv_forward(b.c2.d, b.b1.out, b.c2.w, b.c2.out);
+      bn_relu_conv(b.b1, b.c1.out, b.c2, train);
       if (b.has_ds) ops.conv_forward(b.cd.d, *b.in, b.cd.w, b.cd.out);
-      if (b.bottleneck) {
-        bn_fwd(b.b2, b.c2.out, nullptr, true, train);
-        ops.conv_forward(b.c3.d, b.b2.out, b.c3.w, b.c3.out);
-      }
+      if (b.bottleneck) bn_relu_conv(b.b2, b.c2.out, b.c3, train);
       BnL& last = b.bottleneck ? b.b3 : b.b2;
       const Act& last_x = b.bottleneck ? b.c3.out : b.c2.out;
       if (!b.has_ds) {
@@ -241,6 +248,14 @@ struct ResNet::Net {
   void bn_bwd(BnL& l, const Act& x, const Act& dy, bool relu, Act& dx, Act* dres, const Act* dy2 = nullptr) {
     ops.bn_backward(l.d, x, l.out, dy, l.gamma, l.save_mean, l.save_invstd, relu, dx, dres,
                     l.gamma, l.beta, dy2);
+    unit_ready(l.unit);
+  }
+
+  // The backward of bn_relu_conv: the convolution's (its input gradient into dbn_y), then the batch norm's
+  // from x (its input gradient into dx).
+  void conv_bn_relu_bwd(ConvL& c, const Act& dy, BnL& l, const Act& x, Act& dbn_y, Act& dx) {
+    ops.conv_bn_relu_backward(c.d, c.w, dy, side(l, x), l.out, dbn_y, dx);
+    unit_ready(c.unit);
     unit_ready(l.unit);
   }
 
@@ -306,16 +321,14 @@ struct ResNet::Net {
     if (b.bottleneck) {
       Act db2 = like(dout_s, b.b2.out);
       if (mode == Recompute::Bn) recompute_bn(b.b2, b.c2.out);
-      conv_bwd(b.c3, b.b2.out, d_last, &db2, false);
       Act dc2 = b.c2.out;
-      bn_bwd(b.b2, b.c2.out, db2, true, dc2, nullptr);
+      conv_bn_relu_bwd(b.c3, d_last, b.b2, b.c2.out, db2, dc2);
       d_last = dc2;
     }
     Act db1 = like(dout_s, b.b1.out);
     if (mode == Recompute::Bn) recompute_bn(b.b1, b.c1.out);
-    conv_bwd(b.c2, b.b1.out, d_last, &db1, false);
     Act dc1 = b.c1.out;
-    bn_bwd(b.b1, b.c1.out, db1, true, dc1, nullptr);
+    conv_bn_relu_bwd(b.c2, d_last, b.b1, b.c1.out, db1, dc1);
     if (split && !b.has_ds) {
       Act g = like(dout_s, *b.in);
       conv_bwd(b.c1, *b.in, dc1, &g, false);
