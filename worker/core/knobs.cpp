@@ -119,6 +119,8 @@ Knobs read_knobs(const proto::EnvMap& env) {
               {{"auto", FusedStats::Timed}, {"0", FusedStats::Off}, {"1", FusedStats::Always}}, &k.fp16_fused);
   read_flag(env, "WORKER_RELU_BITS", "the ReLU mask after a residual add as bits", &k.relu_bits);
   read_flag(env, "WORKER_BN_JOIN", "a projection block's join in one pass", &k.bn_join);
+  read_flag(env, "WORKER_CONV_PROLOGUE", "fp16 batch norms applied in the next convolution's prologue",
+            &k.conv_prologue);
   read_flag(env, "WORKER_STEM_POOL", "the stem's batch norm pooled as computed", &k.stem_pool);
   read_flag(env, "WORKER_DW_BATCHED", "the weight gradients added to the fp32 gradients in one pass", &k.dw_batched);
   read_flag(env, "WORKER_GRAPH_DROP_ZEROING", "cuDNN's redundant zeroing left out of the captured step",

@@ -427,6 +427,24 @@ __global__ void __launch_bounds__(kThreads)
   zero_sums_when_last<V>(sums, nullptr, c, sync);
 }
 
+// The finalize alone of a batch norm whose statistics a convolution wrote (sums_scale_shift, one thread
+// per channel): the saved and running statistics, the apply's scale then shift into scale_shift (2c
+// floats) and, rounded to T, into half_ss (2c values: what cuDNN's fused prologue reads); the sums zero
+// again after it.
+template <typename T>
+__global__ void finalize_sums_kernel(float* sums, int64_t m, int c, FwdFinalize f, T* __restrict__ half_ss) {
+  const int ch = blockIdx.x * blockDim.x + threadIdx.x;
+  if (ch >= c) return;
+  float sc, sf;
+  sums_scale_shift(sums, f, ch, m, c, sc, sf);
+  sums[ch] = 0.f;
+  sums[c + ch] = 0.f;
+  f.scale_shift[ch] = sc;
+  f.scale_shift[c + ch] = sf;
+  half_ss[ch] = from_f<T>(sc);
+  half_ss[c + ch] = from_f<T>(sf);
+}
+
 // One batch norm of a projection block's join: the sums a convolution wrote (finalized in the join's
 // blocks), or, where sums is null, the scale/shift a statistics pass finalized into f.scale_shift.
 struct JoinFwd {
@@ -600,13 +618,16 @@ __global__ void __launch_bounds__(kThreads)
   });
 }
 
-template <typename T, int V, Mask M, bool kDres>
+// kWriteY (Mask::FromX only): the forward's output relu(bn(x)) written to yw on the way, the bits the
+// forward's apply would have stored (a forward that left it unwritten: GpuOps::bn_relu_conv_forward_train).
+template <typename T, int V, Mask M, bool kDres, bool kWriteY = false>
 __global__ void __launch_bounds__(kThreads)
     bwd_dx_kernel(const T* __restrict__ x, const T* __restrict__ y, const T* __restrict__ dy,
                   const T* __restrict__ dres, int64_t m, int c, const float* __restrict__ coef,
                   const float* __restrict__ mean, const float* __restrict__ invstd,
                   const float* __restrict__ gamma, const float* __restrict__ beta,
-                  T* __restrict__ dx, const uint8_t* __restrict__ bits) {
+                  T* __restrict__ dx, const uint8_t* __restrict__ bits, T* __restrict__ yw = nullptr) {
+  static_assert(!kWriteY || (M == Mask::FromX && !kDres), "y is rewritten from x only");
   const int groups = c / V;
   const int g = blockIdx.x * blockDim.x + threadIdx.x;
   if (g >= groups) return;
@@ -637,6 +658,15 @@ __global__ void __launch_bounds__(kThreads)
           to_f<T, V>(bd[u], gr);
         else
           masked<T, V, M>(bd[u], by[u], bb[u], xv, ch, gr);
+        if (kWriteY) {
+          float yv[V];
+#pragma unroll
+          for (int i = 0; i < V; ++i) {
+            const float v = __fmaf_rn(xv[i], ch.sc[i], ch.sf[i]);
+            yv[i] = v > 0.f ? v : 0.f;
+          }
+          store_f<T, V>(yw + size_t(r) * c + col, yv);
+        }
 #pragma unroll
         for (int i = 0; i < V; ++i) gr[i] = a[i] * gr[i] + b[i] * (xv[i] - ch.mu[i]) + cc[i];
         store_f<T, V>(dx + size_t(r) * c + col, gr);
@@ -859,7 +889,7 @@ void forward_train_v(const T* x, int64_t m, int c, const FwdFinalize& f, const T
 template <typename T, int V, Mask M>
 void backward_vm(const T* x, const T* y, const T* dy, const T* dy2, int64_t m, int c, const float* gamma,
                  const float* beta, const float* mean, const float* invstd, T* dx, T* dres,
-                 const BwdFinalize& f, BnSync sync, const uint8_t* bits, cudaStream_t s) {
+                 const BwdFinalize& f, BnSync sync, const uint8_t* bits, cudaStream_t s, T* yw = nullptr) {
   const Grid st = reduce_grid(m, c / V, kBwdReduceBlocksPerSm);
   if (dy2)
     bwd_reduce_kernel<T, V, M, true><<<st.grid, st.block, reduce_shmem(V), s>>>(
@@ -871,19 +901,27 @@ void backward_vm(const T* x, const T* y, const T* dy, const T* dy2, int64_t m, i
   const float* coef = f.coef;
   const Grid ap = apply_grid(m, c / V);
   // With a residual the dx pass reads the masked gradient the reduction wrote (dy + dy2).
-  if (dres)
+  if (dres) {
     bwd_dx_kernel<T, V, M, true><<<ap.grid, ap.block, 0, s>>>(x, y, dy, dres, m, c, coef, mean,
                                                               invstd, gamma, beta, dx, bits);
-  else
+  } else if constexpr (M == Mask::FromX) {
+    if (yw)
+      bwd_dx_kernel<T, V, M, false, true><<<ap.grid, ap.block, 0, s>>>(x, y, dy, dres, m, c, coef, mean, invstd,
+                                                                       gamma, beta, dx, bits, yw);
+    else
+      bwd_dx_kernel<T, V, M, false><<<ap.grid, ap.block, 0, s>>>(x, y, dy, dres, m, c, coef, mean, invstd, gamma,
+                                                                 beta, dx, bits);
+  } else {
     bwd_dx_kernel<T, V, M, false><<<ap.grid, ap.block, 0, s>>>(x, y, dy, dres, m, c, coef, mean,
                                                                invstd, gamma, beta, dx, bits);
+  }
   KERNEL_CHECK();
 }
 
 template <typename T, int V>
 void backward_v(const T* x, const T* y, const T* dy, const T* dy2, int64_t m, int c, const float* gamma,
                 const float* beta, const float* mean, const float* invstd, BnMask mask, T* dx,
-                T* dres, const BwdFinalize& f, BnSync sync, const uint8_t* bits, cudaStream_t s) {
+                T* dres, const BwdFinalize& f, BnSync sync, const uint8_t* bits, cudaStream_t s, T* yw) {
   switch (mask) {
     case BnMask::None:
       backward_vm<T, V, Mask::None>(x, y, dy, dy2, m, c, gamma, beta, mean, invstd, dx, dres, f, sync, bits, s);
@@ -892,7 +930,8 @@ void backward_v(const T* x, const T* y, const T* dy, const T* dy2, int64_t m, in
       backward_vm<T, V, Mask::FromY>(x, y, dy, dy2, m, c, gamma, beta, mean, invstd, dx, dres, f, sync, bits, s);
       break;
     case BnMask::FromInput:
-      backward_vm<T, V, Mask::FromX>(x, y, dy, dy2, m, c, gamma, beta, mean, invstd, dx, dres, f, sync, bits, s);
+      backward_vm<T, V, Mask::FromX>(x, y, dy, dy2, m, c, gamma, beta, mean, invstd, dx, dres, f, sync, bits, s,
+                                     yw);
       break;
     case BnMask::FromBits:
       // The bits' layout is the vectorized kernels' (a byte per V channels); a backward that runs scalar
@@ -1039,6 +1078,28 @@ void bn_stats_pass(DType t, const void* x, int64_t m, int c, BnSync sync, float*
   stats_any(t, x, m, c, f, sync, s);
 }
 
+void bn_finalize_sums(DType t, float* sums, int64_t m, int c, const float* gamma, const float* beta, float eps,
+                      float momentum, float* running_mean, float* running_var, float* save_mean, float* save_invstd,
+                      float* scale_shift, void* half_ss, cudaStream_t s) {
+  const FwdFinalize f{gamma, beta, eps, momentum, running_mean, running_var, save_mean, save_invstd, scale_shift};
+  WK_DISPATCH(t, {
+    finalize_sums_kernel<T><<<(c + 127) / 128, 128, 0, s>>>(sums, m, c, f, static_cast<T*>(half_ss));
+    KERNEL_CHECK();
+  });
+}
+
+void bn_apply(DType t, const void* x, int64_t m, int c, const float* scale_shift, bool relu, void* y,
+              cudaStream_t s) {
+  WK_DISPATCH(t, {
+    const T* xt = static_cast<const T*>(x);
+    T* yt = static_cast<T*>(y);
+    if (pick_vec<T>(c, {x, y}) > 1)
+      apply_v<T, 16 / sizeof(T)>(xt, nullptr, yt, m, c, scale_shift, relu, nullptr, s);
+    else
+      apply_v<T, 1>(xt, nullptr, yt, m, c, scale_shift, relu, nullptr, s);
+  });
+}
+
 void bn_forward_eval(DType t, const void* x, int64_t m, int c, const float* gamma,
                      const float* beta, float eps, const float* running_mean,
                      const float* running_var, const void* residual, bool relu, void* y,
@@ -1060,7 +1121,9 @@ void bn_forward_eval(DType t, const void* x, int64_t m, int c, const float* gamm
 void bn_backward(DType t, const void* x, const void* y, const void* dy, const void* dy2, int64_t m, int c,
                  const float* gamma, const float* beta, const float* save_mean,
                  const float* save_invstd, BnMask mask, void* dx, void* dresidual, float* dgamma,
-                 float* dbeta, BnSync sync, float* coef, cudaStream_t s, const uint8_t* relu_bits) {
+                 float* dbeta, BnSync sync, float* coef, cudaStream_t s, const uint8_t* relu_bits, void* y_out) {
+  if (y_out && (mask != BnMask::FromInput || dresidual))
+    throw GpuError(GpuError::Kind::Invalid, "bn_backward: y is rewritten only with the mask from x, no residual");
   const BwdFinalize f{dgamma, dbeta, coef};
   WK_DISPATCH(t, {
     const T* xt = static_cast<const T*>(x);
@@ -1069,13 +1132,14 @@ void bn_backward(DType t, const void* x, const void* y, const void* dy, const vo
     const T* dy2t = static_cast<const T*>(dy2);
     T* dxt = static_cast<T*>(dx);
     T* drt = static_cast<T*>(dresidual);
+    T* ywt = static_cast<T*>(y_out);
     const void* yp = mask == BnMask::FromOutput || mask == BnMask::FromBits ? y : nullptr;
-    if (pick_vec<T>(c, {x, yp, dy, dy2, dx, dresidual}) > 1)
+    if (pick_vec<T>(c, {x, yp, dy, dy2, dx, dresidual, y_out}) > 1)
       backward_v<T, 16 / sizeof(T)>(xt, yt, dyt, dy2t, m, c, gamma, beta, save_mean, save_invstd, mask,
-                                    dxt, drt, f, sync, relu_bits, s);
+                                    dxt, drt, f, sync, relu_bits, s, ywt);
     else
       backward_v<T, 1>(xt, yt, dyt, dy2t, m, c, gamma, beta, save_mean, save_invstd, mask, dxt, drt, f,
-                       sync, relu_bits, s);
+                       sync, relu_bits, s, ywt);
   });
 }
 

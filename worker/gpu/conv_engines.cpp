@@ -20,6 +20,7 @@
 #include <cudnn_frontend_Heuristics.h>
 #include <cudnn_frontend_Operation.h>
 #include <cudnn_frontend_OperationGraph.h>
+#include <cudnn_frontend_PointWiseDesc.h>
 #include <cudnn_frontend_Tensor.h>
 #include <cudnn_frontend_VariantPack.h>
 #endif
@@ -33,6 +34,7 @@ const char* conv_dir_name(ConvDir d) {
     case ConvDir::Data: return "dgrad";
     case ConvDir::Filter: return "wgrad";
     case ConvDir::FwdStats: return "fwd+stats";
+    case ConvDir::FwdPrologue: return "bn+relu+fwd+stats";
   }
   return "?";
 }
@@ -45,16 +47,35 @@ namespace fe = cudnn_frontend;
 struct GraphConv::Impl {
   cudnnHandle_t handle = nullptr;
   int64_t stats_c = 0;  // FwdStats: the channels of the sums
+  size_t bias_offset = 0;  // FwdPrologue: the bias's byte offset after the scale (0: no prologue)
   std::vector<fe::ExecutionPlan> plans;
   std::vector<std::string> names;
 };
 
 namespace {
 
-constexpr int64_t kUidX = 'x', kUidW = 'w', kUidY = 'y', kUidSum = 's', kUidSq = 'q';
+constexpr int64_t kUidX = 'x', kUidW = 'w', kUidY = 'y', kUidSum = 's', kUidSq = 'q', kUidScale = 'a',
+                  kUidBias = 'b';
+// FwdPrologue's virtual tensors (the prologue's intermediates, never in memory).
+constexpr int64_t kUidScaled = 1001, kUidBiased = 1002, kUidRelu = 1003;
 
-fe::Tensor nhwc(int64_t uid, int64_t n, int64_t c, int64_t h, int64_t w, cudnnDataType_t t) {
+// is_virtual: an intermediate that lives only inside a fused kernel (FwdPrologue's), never in memory.
+fe::Tensor nhwc(int64_t uid, int64_t n, int64_t c, int64_t h, int64_t w, cudnnDataType_t t, bool is_virtual = false) {
   const std::array<int64_t, 4> dim{n, c, h, w}, stride{c * h * w, 1, c * w, c};
+  return fe::TensorBuilder()
+      .setDim(4, dim.data())
+      .setStride(4, stride.data())
+      .setId(uid)
+      .setAlignment(16)
+      .setDataType(t)
+      .setVirtual(is_virtual)
+      .build();
+}
+
+// A per-channel vector of c values (genstats' fp32 sum and sum of squares; the prologue's scale and
+// bias), NHWC strides as the frontend's graph layer gives them.
+fe::Tensor channels(int64_t uid, int64_t c, cudnnDataType_t t = CUDNN_DATA_FLOAT) {
+  const std::array<int64_t, 4> dim{1, c, 1, 1}, stride{c, 1, c, c};
   return fe::TensorBuilder()
       .setDim(4, dim.data())
       .setStride(4, stride.data())
@@ -64,17 +85,12 @@ fe::Tensor nhwc(int64_t uid, int64_t n, int64_t c, int64_t h, int64_t w, cudnnDa
       .build();
 }
 
-// A per-channel fp32 vector of c values (genstats' sum and sum of squares), NHWC strides as the
-// frontend's graph layer gives them.
-fe::Tensor channels(int64_t uid, int64_t c) {
-  const std::array<int64_t, 4> dim{1, c, 1, 1}, stride{c, 1, c, c};
-  return fe::TensorBuilder()
-      .setDim(4, dim.data())
-      .setStride(4, stride.data())
-      .setId(uid)
-      .setAlignment(16)
-      .setDataType(CUDNN_DATA_FLOAT)
-      .build();
+fe::Operation pointwise(cudnnPointwiseMode_t mode, const fe::Tensor& x, const fe::Tensor* b, const fe::Tensor& y) {
+  const auto desc = fe::PointWiseDescBuilder().setMode(mode).setComputeType(CUDNN_DATA_FLOAT).build();
+  auto op = fe::OperationBuilder(CUDNN_BACKEND_OPERATION_POINTWISE_DESCRIPTOR);
+  op.setxDesc(x).setyDesc(y).setpwDesc(desc);
+  if (b) op.setbDesc(*b);
+  return op.build();
 }
 
 // Engines whose numerics differ from the legacy plan's (lower precision somewhere, or a
@@ -83,9 +99,11 @@ fe::Tensor channels(int64_t uid, int64_t c) {
 // Why an engine is not a candidate (the run-time compiled ones are counted for the report when
 // nothing is left).
 enum class Unwanted : uint8_t { No, RuntimeCompiled, Numerics };
-Unwanted unwanted(cudnnBackendDescriptor_t cfg) {
+// down_convert_ok (FwdPrologue): the prologue's fp32 result is rounded to the io type for the tensor
+// cores, as the unfused path stores it: that note is no loss there.
+Unwanted unwanted(cudnnBackendDescriptor_t cfg, bool down_convert_ok) {
   if (fe::hasBehaviorNote<CUDNN_BEHAVIOR_NOTE_RUNTIME_COMPILATION>(cfg)) return Unwanted::RuntimeCompiled;
-  if (fe::hasNumericalNote<CUDNN_NUMERICAL_NOTE_DOWN_CONVERT_INPUTS>(cfg) ||
+  if ((!down_convert_ok && fe::hasNumericalNote<CUDNN_NUMERICAL_NOTE_DOWN_CONVERT_INPUTS>(cfg)) ||
       fe::hasNumericalNote<CUDNN_NUMERICAL_NOTE_REDUCED_PRECISION_REDUCTION>(cfg) ||
       fe::hasNumericalNote<CUDNN_NUMERICAL_NOTE_FFT>(cfg) ||
       fe::hasNumericalNote<CUDNN_NUMERICAL_NOTE_WINOGRAD>(cfg))
@@ -100,6 +118,12 @@ std::unique_ptr<GraphConv> GraphConv::make(cudnnHandle_t h, ConvDir dir, const C
                                            int max_plans, std::string* why) {
   try {
     const auto x = nhwc(kUidX, d.n, d.cin, d.h, d.w, io);
+    const bool prologue = dir == ConvDir::FwdPrologue;
+    // FwdPrologue: the convolution reads relu(x * scale + bias), computed in fp32 as it loads x.
+    const auto scale = channels(kUidScale, d.cin, io), bias = channels(kUidBias, d.cin, io);
+    const auto scaled = nhwc(kUidScaled, d.n, d.cin, d.h, d.w, CUDNN_DATA_FLOAT, true);
+    const auto biased = nhwc(kUidBiased, d.n, d.cin, d.h, d.w, CUDNN_DATA_FLOAT, true);
+    const auto relu = nhwc(kUidRelu, d.n, d.cin, d.h, d.w, CUDNN_DATA_FLOAT, true);
     const auto w = nhwc(kUidW, d.cout, d.cin, d.kh, d.kw, io);
     const auto y = nhwc(kUidY, d.n, d.cout, d.ho, d.wo, io);
     const std::array<int64_t, 2> pad{d.pad, d.pad}, stride{d.stride, d.stride}, dil{1, 1};
@@ -116,8 +140,9 @@ std::unique_ptr<GraphConv> GraphConv::make(cudnnHandle_t h, ConvDir dir, const C
       switch (dir) {
         case ConvDir::Fwd:
         case ConvDir::FwdStats:
+        case ConvDir::FwdPrologue:
           return fe::OperationBuilder(CUDNN_BACKEND_OPERATION_CONVOLUTION_FORWARD_DESCRIPTOR)
-              .setxDesc(x).setwDesc(w).setyDesc(y).setcDesc(conv).setAlpha(1.f).setBeta(beta)
+              .setxDesc(prologue ? relu : x).setwDesc(w).setyDesc(y).setcDesc(conv).setAlpha(1.f).setBeta(beta)
               .build();
         case ConvDir::Data:
           return fe::OperationBuilder(CUDNN_BACKEND_OPERATION_CONVOLUTION_BACKWARD_DATA_DESCRIPTOR)
@@ -131,9 +156,17 @@ std::unique_ptr<GraphConv> GraphConv::make(cudnnHandle_t h, ConvDir dir, const C
           .build();
     }();
     // FwdStats: genstats reads the convolution's y (a real tensor: written too) in the same graph.
-    const bool stats = dir == ConvDir::FwdStats;
+    const bool stats = dir == ConvDir::FwdStats || prologue;
     const auto sum = channels(kUidSum, d.cout), sq = channels(kUidSq, d.cout);
-    std::array<fe::Operation const*, 2> ops{&op, nullptr};
+    std::vector<fe::Operation const*> ops;
+    std::vector<fe::Operation> pro;
+    if (prologue) {
+      pro.push_back(pointwise(CUDNN_POINTWISE_MUL, x, &scale, scaled));
+      pro.push_back(pointwise(CUDNN_POINTWISE_ADD, scaled, &bias, biased));
+      pro.push_back(pointwise(CUDNN_POINTWISE_RELU_FWD, biased, nullptr, relu));
+      for (const fe::Operation& o : pro) ops.push_back(&o);
+    }
+    ops.push_back(&op);
     std::unique_ptr<fe::Operation> gen;
     if (stats) {
       gen = std::make_unique<fe::Operation>(fe::OperationBuilder(CUDNN_BACKEND_OPERATION_GEN_STATS_DESCRIPTOR)
@@ -143,15 +176,16 @@ std::unique_ptr<GraphConv> GraphConv::make(cudnnHandle_t h, ConvDir dir, const C
                                                 .setGenStatsMode(CUDNN_GENSTATS_SUM_SQSUM)
                                                 .setMathPrecision(CUDNN_DATA_FLOAT)
                                                 .build());
-      ops[1] = gen.get();
+      ops.push_back(gen.get());
     }
     auto graph = fe::OperationGraphBuilder()
                      .setHandle(h)
-                     .setOperationGraph(stats ? 2 : 1, ops.data())
+                     .setOperationGraph(int64_t(ops.size()), ops.data())
                      .build();
     auto impl = std::make_unique<Impl>();
     impl->handle = h;
     impl->stats_c = d.cout;
+    impl->bias_offset = prologue ? size_t(d.cin) * (io == CUDNN_DATA_FLOAT ? 4 : 2) : 0;
     size_t configs = 0;
     int considered = 0, compiled = 0;
     // Mode A's list first; mode B (a different model) adds engines A ranks low or misses; then the
@@ -168,7 +202,7 @@ std::unique_ptr<GraphConv> GraphConv::make(cudnnHandle_t h, ConvDir dir, const C
       configs += cfgs.size();
       for (auto& cfg : cfgs) {
         if (int(impl->plans.size()) >= max_plans) break;
-        const Unwanted no = unwanted(cfg->get_backend_descriptor());
+        const Unwanted no = unwanted(cfg->get_backend_descriptor(), prologue);
         if (no != Unwanted::No) {
           compiled += no == Unwanted::RuntimeCompiled;
           continue;
@@ -205,18 +239,27 @@ size_t GraphConv::workspace(size_t i) const { return size_t(impl_->plans[i].getW
 const std::string& GraphConv::name(size_t i) const { return impl_->names[i]; }
 
 void GraphConv::run(size_t i, const void* x, const void* w, const void* y, void* out, void* ws,
-                    cudaStream_t s, float* stats) const {
+                    cudaStream_t s, float* stats, const void* prologue) const {
   // The output is one of x, w, y (by direction): its pointer replaces that role's. FwdStats: the
-  // sums follow (its graph has them; a plain graph never gets `stats`).
-  std::array<void*, 5> ptrs{const_cast<void*>(x), const_cast<void*>(w), const_cast<void*>(y), nullptr, nullptr};
+  // sums follow (its graph has them; a plain graph never gets `stats`); FwdPrologue: then the scale and
+  // bias.
+  std::array<void*, 7> ptrs{const_cast<void*>(x), const_cast<void*>(w), const_cast<void*>(y), nullptr, nullptr,
+                            nullptr, nullptr};
   for (size_t k = 0; k < 3; ++k)
     if (!ptrs[k]) ptrs[k] = out;
-  const std::array<int64_t, 5> uids{kUidX, kUidW, kUidY, kUidSum, kUidSq};
+  const std::array<int64_t, 7> uids{kUidX, kUidW, kUidY, kUidSum, kUidSq, kUidScale, kUidBias};
   int64_t n = 3;
   if (stats) {
     ptrs[3] = stats;
     ptrs[4] = stats + impl_->stats_c;
     n = 5;
+  }
+  if (impl_->bias_offset) {
+    if (!stats || !prologue)
+      throw GpuError(GpuError::Kind::Invalid, "a fused-prologue convolution needs its sums and its scale and bias");
+    ptrs[5] = const_cast<void*>(prologue);
+    ptrs[6] = static_cast<char*>(const_cast<void*>(prologue)) + impl_->bias_offset;
+    n = 7;
   }
   (void)s;  // the handle is bound to the backend's stream
   auto pack = fe::VariantPackBuilder()
@@ -243,7 +286,8 @@ const std::string& GraphConv::name(size_t) const {
   static const std::string none;
   return none;
 }
-void GraphConv::run(size_t, const void*, const void*, const void*, void*, void*, cudaStream_t, float*) const {}
+void GraphConv::run(size_t, const void*, const void*, const void*, void*, void*, cudaStream_t, float*,
+                    const void*) const {}
 
 #endif
 
@@ -255,9 +299,9 @@ ConvTuner::~ConvTuner() {
 
 bool ConvTuner::run(const Legacy& legacy, const Make& make, const Workspace& workspace,
                     const void* x, const void* w, const void* y, void* out, cudaStream_t s,
-                    int64_t host_waits, float* stats, const Legacy* legacy_extra) {
+                    int64_t host_waits, float* stats, const Legacy* legacy_extra, const void* prologue) {
   auto graph_run = [&](int i) {
-    graph_->run(size_t(i), x, w, y, out, workspace(graph_->workspace(size_t(i))), s, stats);
+    graph_->run(size_t(i), x, w, y, out, workspace(graph_->workspace(size_t(i))), s, stats, prologue);
   };
   if (state_ == State::First) {
     if (first_wait_ < 0) first_wait_ = host_waits;

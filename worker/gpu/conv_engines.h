@@ -35,14 +35,18 @@ namespace gpu {
 
 // FwdStats: the forward with cuDNN's genstats after it in the same graph (fp16 only: cuDNN has no
 // bf16 engine for it), which writes the per-channel fp32 sum and sum of squares of y as well.
-enum class ConvDir : uint8_t { Fwd, Data, Filter, FwdStats };
+// FwdPrologue: FwdStats whose input is relu(x * scale + bias) computed as the convolution reads x
+// (cuDNN's ConvBNfprop: the previous batch norm's apply + ReLU as a prologue; fp16 only, scale and bias
+// fp16 per input channel).
+enum class ConvDir : uint8_t { Fwd, Data, Filter, FwdStats, FwdPrologue };
 const char* conv_dir_name(ConvDir d);
 
 // One convolution direction as a cuDNN operation graph with its built execution plans.
 // Tensors by role: x (the input / its gradient), w (the filter / its gradient), y (the output /
 // its gradient); out = beta * out + conv(...), beta 0 or 1. FwdStats also writes `stats` (sum of y
 // per channel at [0, cout), sum of squares at [cout, 2 cout), fp32; zero before the call, see
-// stats_pairing.h).
+// stats_pairing.h). FwdPrologue as FwdStats, reading `prologue` (scale at [0, cin), bias at [cin, 2 cin),
+// in the io type).
 class GraphConv {
  public:
   // Null (and *why set) when the graph API offers no usable plan, or when this binary was
@@ -55,7 +59,7 @@ class GraphConv {
   size_t workspace(size_t i) const;
   const std::string& name(size_t i) const;
   void run(size_t i, const void* x, const void* w, const void* y, void* out, void* ws,
-           cudaStream_t s, float* stats = nullptr) const;
+           cudaStream_t s, float* stats = nullptr, const void* prologue = nullptr) const;
 
  private:
   struct Impl;
@@ -94,10 +98,11 @@ class ConvTuner {
   // get x/w/y/out (the output's own role null) and `stats` (FwdStats). host_waits: how often the
   // host has waited for the device so far (a counter of the backend's). legacy_extra, when set,
   // runs after the legacy plan inside its timed trials only: the work the graph plans do besides
-  // the convolution (FwdStats: our statistics pass). True when a graph plan ran.
+  // the convolution (FwdStats: our statistics pass). prologue: FwdPrologue's scale and bias. True when a
+  // graph plan ran.
   bool run(const Legacy& legacy, const Make& make, const Workspace& workspace, const void* x,
            const void* w, const void* y, void* out, cudaStream_t s, int64_t host_waits,
-           float* stats = nullptr, const Legacy* legacy_extra = nullptr);
+           float* stats = nullptr, const Legacy* legacy_extra = nullptr, const void* prologue = nullptr);
   // Waits for outstanding timings and fixes the choice (the fastest measured; the legacy plan
   // when nothing else was measured). Calls after this never explore.
   void settle();

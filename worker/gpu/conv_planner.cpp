@@ -354,6 +354,51 @@ bool ConvPlanner::fwd_stats(ConvPlan& p, float* slot, const void* x, const void*
       &extra);
 }
 
+bool ConvPlanner::fwd_prologue(ConvPlan& p, float* slot, const void* x, const void* scale_bias, const void* w,
+                               void* y, const std::function<bool()>& unfused,
+                               const std::function<void()>& stats_pass) {
+  if (!p.tune[5]) {
+    // Made at the first call, while the forwards it is timed against may still explore, so that
+    // still_tuning() waits for this choice too.
+    ConvTuner::Options o;
+    o.wait_first_step = false;
+    o.always_graph = opt_.fused_stats == FusedStats::Always;
+    o.baseline = "unfused";
+    p.tune[5] = std::make_unique<ConvTuner>(conv_label(p.desc) + " " + conv_dir_name(ConvDir::FwdPrologue), true, o);
+  }
+  ConvTuner& t = *p.tune[5];
+  auto aligned = [](const void* q) { return (reinterpret_cast<uintptr_t>(q) & 15u) == 0; };
+  const ConvTuner* stats = p.tune[4].get();
+  if (!slot || !aligned(x) || !aligned(w) || !aligned(y) || !aligned(scale_bias)) {
+    unfused();
+    t.settle();
+    return false;
+  }
+  if (!stats || !stats->settled()) {  // timed against the settled unfused forward only
+    unfused();
+    return false;
+  }
+  // The unfused forward writes no sums where its choice is the plain convolution: the batch norm after it
+  // then runs its statistics pass, which the fused graph saves.
+  bool wrote_stats = true;
+  const ConvTuner::Legacy run_unfused = [&] { wrote_stats = unfused(); };
+  const ConvTuner::Legacy extra = [&] {
+    if (!wrote_stats) stats_pass();
+  };
+  return t.run(
+      run_unfused,
+      [&](std::string* why) {
+        return GraphConv::make(dev_.cudnn, ConvDir::FwdPrologue, p.desc, CUDNN_DATA_HALF, 0.f,
+                               std::max(ws_.bytes(), size_t(64) << 20), opt_.conv_candidates, why);
+      },
+      [&](size_t bytes) { return ws_.main(bytes); }, x, w, nullptr, y, dev_.stream, dev_.host_waits, slot,
+      &extra, scale_bias);
+}
+
+bool ConvPlanner::prologue_chosen(const ConvPlan& p) const {
+  return p.tune[5] && p.tune[5]->settled() && p.tune[5]->chose_graph();
+}
+
 bool ConvPlanner::stats_chosen(const ConvPlan& p) const {
   return p.tune[4] && p.tune[4]->settled() && p.tune[4]->chose_graph();
 }

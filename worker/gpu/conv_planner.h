@@ -49,8 +49,9 @@ struct ConvPlan {
   void* s2d_x = nullptr;
   void* s2d_w = nullptr;
   const void* s2d_x_of = nullptr;  // the x that s2d_x holds rearranged
-  // Engine choice per direction: fwd, dgrad, dgrad accumulating, wgrad, fwd+stats (conv_engines.h).
-  std::unique_ptr<ConvTuner> tune[5];
+  // Engine choice per direction: fwd, dgrad, dgrad accumulating, wgrad, fwd+stats, and fwd+stats with the
+  // previous batch norm's apply + ReLU as its prologue (conv_engines.h).
+  std::unique_ptr<ConvTuner> tune[6];
   // fp16 conv+genstats: the statistics slot of this shape's first output (sum of y per channel, then
   // sum of squares: 2 * cout fp32, zero between uses; stats_pairing.h). Null where the fusion does not
   // apply.
@@ -100,8 +101,18 @@ class ConvPlanner {
   // space-to-depth form never comes here.
   bool fwd_stats(ConvPlan& p, float* slot, const void* x, const void* w, void* y,
                  const std::function<void()>& stats_pass);
+  // fp16: the forward of relu(x * scale + bias) (a training batch norm's apply + ReLU, scale_bias: its
+  // scale then bias in fp16, 2 cin values) with y's sums into `slot`, as one cuDNN graph
+  // (ConvDir::FwdPrologue), where this shape's timed choice is that graph: true then (the batch norm's
+  // output never written). Else `unfused` runs: the apply into memory, then the forward (fwd_stats); it
+  // sets `unfused_stats` to whether that forward wrote the sums. The choice is timed once this shape's
+  // fwd_stats choice is settled, the fused plans against `unfused` (followed by `stats_pass` where that
+  // forward writes no sums); before then `unfused` runs untimed.
+  bool fwd_prologue(ConvPlan& p, float* slot, const void* x, const void* scale_bias, const void* w, void* y,
+                    const std::function<bool()>& unfused, const std::function<void()>& stats_pass);
   // The fused forward is this shape's settled choice (the profile's label).
   bool stats_chosen(const ConvPlan& p) const;
+  bool prologue_chosen(const ConvPlan& p) const;
   // Shapes whose settled choice is the fused forward.
   int fused_shapes() const;
 

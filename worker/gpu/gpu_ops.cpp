@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <cstdlib>
+#include <iterator>
 #include <string>
 #include <vector>
 
@@ -108,6 +109,7 @@ void GpuOps::upload(void* dst, const void* host_src, size_t bytes) {
 }
 
 void GpuOps::download(void* host_dst, const void* src, size_t bytes) {
+  materialize(src, bytes);
   join_side_work();
   CUDA_CHECK(cudaMemcpyAsync(host_dst, src, bytes, cudaMemcpyDeviceToHost, dev_.stream));
   dev_.wait();
@@ -165,6 +167,40 @@ void GpuOps::writes(const void* p, size_t bytes) {
   if (pool_unwritten_x_ && p <= pool_unwritten_x_ && pool_unwritten_x_ < static_cast<const char*>(p) + bytes)
     pool_unwritten_x_ = nullptr;  // written since
   pairing_.written(p, bytes);  // an output written over loses its convolution's sums
+  if (!bn_unwritten_.empty()) {  // a batch-norm output the fused prologue left unwritten holds this now
+    const char* a = static_cast<const char*>(p);
+    for (auto it = bn_unwritten_.begin(); it != bn_unwritten_.end();) {
+      const char* u = static_cast<const char*>(it->first);
+      it = u < a + bytes && a < u + it->second.bytes ? bn_unwritten_.erase(it) : std::next(it);
+    }
+  }
+}
+
+void GpuOps::materialize(const void* p, size_t bytes) {
+  if (bn_unwritten_.empty()) return;
+  const char* a = static_cast<const char*>(p);
+  std::vector<std::pair<void*, Unwritten>> due;
+  for (const auto& [y, u] : bn_unwritten_) {
+    const char* b = static_cast<const char*>(y);
+    if (b < a + bytes && a < b + u.bytes) due.emplace_back(const_cast<void*>(y), u);
+  }
+  for (const auto& [y, u] : due) {
+    auto timed = timer_->scope("bn fwd", [&] { return std::to_string(u.c) + " relu, the output the prologue skipped"; });
+    writes(y, u.bytes);  // (drops its record)
+    gpu::bn_apply(opt_.precision, u.x, u.m, u.c, u.scale_shift, true, y, dev_.stream);
+  }
+}
+
+GpuOps::PrologueBuf& GpuOps::prologue_buf(size_t gamma_offset, int c) {
+  PrologueBuf& b = prologue_bufs_[gamma_offset];
+  if (c > b.c) {  // first use (a batch norm's channels do not change)
+    const size_t f32 = 2 * size_t(c) * sizeof(float), half = 2 * size_t(c) * dtype_size(opt_.precision);
+    b.scale_shift = static_cast<float*>(pool_.alloc(f32 + half));
+    b.half = reinterpret_cast<char*>(b.scale_shift) + f32;  // 16-byte aligned: c is a multiple of 8
+    b.c = c;
+    mem_scratch_ += f32 + half;
+  }
+  return b;
 }
 
 void GpuOps::zero_untaken_stats() {
@@ -241,6 +277,7 @@ void GpuOps::check_act(const Act& a, const char* what) const {
 void GpuOps::conv_forward(const ConvDesc& d, const Act& x, ParamView w, Act& y) {
   check_act(x, "conv_forward input");
   check_act(y, "conv_forward output");
+  materialize(x);
   ConvPlan& p = convs_.plan(d);
   // (Before the prediction below: writing y settles what followed the last call's output.)
   writes(y);
@@ -279,9 +316,22 @@ void GpuOps::conv_backward(const ConvDesc& d, const Act& x, ParamView w, const A
                            bool accumulate_dx, ParamView dw) {
   check_act(x, "conv_backward input");
   check_act(dy, "conv_backward output gradient");
+  materialize(x);
   // A forward call from here until the first layer's weight gradient (no dx) is a recomputation.
   in_backward_ = dx != nullptr;
   ConvPlan& p = convs_.plan(d);
+  const bool side = wgrad_side(p, dx != nullptr);
+  wgrad_begin(dw, side, p);  // before the data gradient: the two may overlap as well
+  if (dx) {
+    check_act(*dx, "conv_backward input gradient");
+    auto timed = timer_->scope("conv dgrad", [&] { return conv_label(d); });
+    writes(*dx);
+    convs_.dgrad(p, dy.data, weights_.weight(w), dx->data, accumulate_dx);
+  }
+  conv_wgrad(p, d, x, dy, dw, side);
+}
+
+bool GpuOps::wgrad_side(const ConvPlan& p, bool more_after) const {
   // The weight gradient goes to the side stream when backward has more to do after this layer
   // (dx: not the stem, which the optimizer follows) and when it is not being timed on the main
   // stream (its engine still explored, or the per-operation profile). Not in a captured step:
@@ -289,19 +339,19 @@ void GpuOps::conv_backward(const ConvDesc& d, const Act& x, ParamView w, const A
   // edges cost more than the overlap gave (H200, ResNet-50 bf16 b256: 8,104 images/s against
   // 8,211 on one stream; uncaptured, 8,399 against 8,283).
   const ConvTuner* wt = p.tune[3].get();
-  const bool side =
-      side_ && dx && !p.s2d && !timer_->on() && (!wt || wt->settled()) && !capture_.capturing();
+  return side_ && more_after && !p.s2d && !timer_->on() && (!wt || wt->settled()) && !capture_.capturing();
+}
+
+void GpuOps::wgrad_begin(ParamView dw, bool side, const ConvPlan& p) {
   // A batched weight gradient waiting for this parameter (a second call before the gradients were
   // read): added first, before a side task may write its place again.
   const bool batched = dw_half_ && !p.s2d;  // (bind_params carved dw_half_ where dw_batched applies)
   if (batched && dw_pending_in(grads_ + dw.offset, dw.count * sizeof(float))) join_side_work();
-  if (side) ws_.begin_side_task();  // before the data gradient: the two may overlap as well
-  if (dx) {
-    check_act(*dx, "conv_backward input gradient");
-    auto timed = timer_->scope("conv dgrad", [&] { return conv_label(d); });
-    writes(*dx);
-    convs_.dgrad(p, dy.data, weights_.weight(w), dx->data, accumulate_dx);
-  }
+  if (side) ws_.begin_side_task();
+}
+
+void GpuOps::conv_wgrad(ConvPlan& p, const ConvDesc& d, const Act& x, const Act& dy, ParamView dw, bool side) {
+  const bool batched = dw_half_ && !p.s2d;
   auto timed = timer_->scope("conv wgrad", [&] { return conv_label(d) + (p.s2d ? " s2d" : ""); });
   float* g = grads_ + dw.offset;
   const size_t g_bytes = dw.count * sizeof(float);
@@ -345,6 +395,7 @@ void GpuOps::bn_forward_train(const BnDesc& d, const Act& x, ParamView gamma, Pa
                               float* running_mean, float* running_var, float* save_mean,
                               float* save_invstd, const Act* residual, bool relu, Act& y) {
   check_act(x, "bn_forward_train input");
+  materialize(x);
   last_bn_train_ = true;
   // The sums of x when the convolution that wrote x wrote them and nothing wrote over x since;
   // taken before y is written (y may be x's memory).
@@ -398,6 +449,7 @@ void GpuOps::bn_forward_eval(const BnDesc& d, const Act& x, ParamView gamma, Par
                              const float* running_mean, const float* running_var,
                              const Act* residual, bool relu, Act& y) {
   check_act(x, "bn_forward_eval input");
+  materialize(x);
   last_bn_train_ = false;
   pairing_.eval_reads(x.data, x.bytes());
   auto timed = timer_->scope("bn fwd", [&] { return bn_label(d, residual != nullptr, relu) + " eval"; });
@@ -414,6 +466,13 @@ void GpuOps::bn_backward(const BnDesc& d, const Act& x, const Act& y, const Act&
                          ParamView gamma, const float* save_mean, const float* save_invstd,
                          bool relu, Act& dx, Act* dresidual, ParamView dgamma, ParamView dbeta,
                          const Act* dy2) {
+  materialize(y);
+  bn_backward_into(d, x, y, dy, gamma, save_mean, save_invstd, relu, dx, dresidual, dgamma, dbeta, dy2, nullptr);
+}
+
+void GpuOps::bn_backward_into(const BnDesc& d, const Act& x, const Act& y, const Act& dy, ParamView gamma,
+                              const float* save_mean, const float* save_invstd, bool relu, Act& dx,
+                              Act* dresidual, ParamView dgamma, ParamView dbeta, const Act* dy2, void* y_out) {
   check_act(dy, "bn_backward output gradient");
   if (dy2) {
     check_act(*dy2, "bn_backward second output gradient");
@@ -440,13 +499,110 @@ void GpuOps::bn_backward(const BnDesc& d, const Act& x, const Act& y, const Act&
   }
   writes(dx);
   if (dresidual) writes(*dresidual);
+  if (y_out) writes(y_out, y.bytes());
   writes(grads_ + dgamma.offset, size_t(d.c) * sizeof(float));
   writes(grads_ + dbeta.offset, size_t(d.c) * sizeof(float));
   // dbeta views beta's gradient: the same offset in the parameter buffer is beta.
   gpu::bn_backward(opt_.precision, x.data, y.data, dy.data, dy2 ? dy2->data : nullptr, m, d.c, weights_.f32(gamma),
                    weights_.f32(dbeta), save_mean, save_invstd, mask, dx.data,
                    dresidual ? dresidual->data : nullptr, grads_ + dgamma.offset,
-                   grads_ + dbeta.offset, bn_sync(d.c), s, dev_.stream, bits);
+                   grads_ + dbeta.offset, bn_sync(d.c), s, dev_.stream, bits, y_out);
+}
+
+// --- A block's batch norm + ReLU in the next convolution's prologue
+
+void GpuOps::bn_relu_conv_forward_train(const BnSide& s, Act& bn_y, const ConvDesc& cd, ParamView w, Act& y) {
+  check_act(s.x, "bn_relu_conv_forward_train input");
+  check_act(bn_y, "bn_relu_conv_forward_train batch-norm output");
+  check_act(y, "bn_relu_conv_forward_train output");
+  ConvPlan& p = convs_.plan(cd);
+  // (Before the prediction below, as conv_forward: writing y settles what followed the last call's output.)
+  writes(y);
+  // The same call (slot, input, output) as the unfused path's conv_forward, so that both share a prediction.
+  float* slot = convs_.stats_slot(p, y.data);
+  const StatsPairing::Conv call{{slot, 2 * size_t(cd.cout) * sizeof(float)}, bn_y.data, {y.data, y.bytes()},
+                                in_backward_};
+  const int c = s.d.c;
+  const bool shapes = s.x.c == c && bn_y.c == c && cd.cin == c && bn_y.numel() == s.x.numel();
+  if (!opt_.conv_prologue || !slot || p.s2d || !shapes || !pairing_.predicted(call) ||
+      !gpu::bn_vectorized(opt_.precision, c, {s.x.data, bn_y.data}))
+    return Ops::bn_relu_conv_forward_train(s, bn_y, cd, w, y);
+  last_bn_train_ = true;
+  const int64_t m = int64_t(s.d.n) * s.d.h * s.d.w;
+  PrologueBuf& pb = prologue_buf(s.gamma.offset, c);
+  float* sums = static_cast<float*>(const_cast<void*>(pairing_.train_reads(s.x.data, s.x.bytes())));
+  {
+    auto timed = timer_->scope("bn fwd", [&] {
+      return bn_label(s.d, false, true) + (sums ? " finalize from conv stats" : " statistics") + ", for the prologue";
+    });
+    if (sums) {
+      ++fused_bn_forwards_;
+      gpu::bn_finalize_sums(opt_.precision, sums, m, c, weights_.f32(s.gamma), weights_.f32(s.beta), s.d.eps,
+                            s.d.momentum, s.running_mean, s.running_var, s.save_mean, s.save_invstd, pb.scale_shift,
+                            pb.half, dev_.stream);
+    } else {
+      gpu::bn_train_scale_shift(opt_.precision, s.x.data, m, c, weights_.f32(s.gamma), weights_.f32(s.beta),
+                                s.d.eps, s.d.momentum, s.running_mean, s.running_var, s.save_mean, s.save_invstd,
+                                bn_sync(c), pb.scale_shift, dev_.stream);
+      gpu::cast_from_f32(opt_.precision, pb.scale_shift, pb.half, 2 * size_t(c), dev_.stream);
+    }
+  }
+  writes(bn_y);
+  // What bn_forward_train would record of bn_y (its backward's mask comes from x).
+  bn_forwards_[bn_y.data] = BnForward{s.x.data, s.gamma.offset, true};
+  if (pairing_.needs_zero(slot)) {
+    CUDA_CHECK(cudaMemsetAsync(slot, 0, call.slot.bytes, dev_.stream));
+    pairing_.zeroed(slot);
+  }
+  const int64_t m_out = int64_t(cd.n) * cd.ho * cd.wo;
+  const void* wt = weights_.weight(w);
+  auto stats_pass = [&] {
+    gpu::bn_stats_pass(opt_.precision, y.data, m_out, cd.cout, bn_sync(cd.cout), scratch_f32(2 * size_t(cd.cout)),
+                       dev_.stream);
+  };
+  bool stats = false;
+  auto timed = timer_->scope(convs_.prologue_chosen(p) ? "conv fwd+stats" : "conv fwd",
+                             [&] { return conv_label(cd) + (convs_.prologue_chosen(p) ? " bn+relu prologue" : ""); });
+  const bool fused = convs_.fwd_prologue(
+      p, slot, s.x.data, pb.half, wt, y.data,
+      [&] {
+        gpu::bn_apply(opt_.precision, s.x.data, m, c, pb.scale_shift, true, bn_y.data, dev_.stream);
+        stats = convs_.fwd_stats(p, slot, bn_y.data, wt, y.data, stats_pass);
+        return stats;
+      },
+      stats_pass);
+  if (fused) {
+    stats = true;
+    ++prologue_forwards_;
+    bn_unwritten_[bn_y.data] = Unwritten{bn_y.bytes(), s.x.data, m, c, pb.scale_shift};
+  }
+  pairing_.conv_wrote(call, stats);
+}
+
+void GpuOps::conv_bn_relu_backward(const ConvDesc& cd, ParamView w, const Act& dy, const BnSide& s, Act& bn_y,
+                                   Act& dbn_y, Act& dx) {
+  // bn_y as the fused forward left it (unwritten since), of this very x and gamma: the dx pass writes it.
+  const BnForward* f = forward_of(bn_y, s.x, s.gamma);
+  const auto u = bn_unwritten_.find(bn_y.data);
+  if (u == bn_unwritten_.end() || u->second.x != s.x.data || !f || !f->plain_relu ||
+      !gpu::bn_vectorized(opt_.precision, s.d.c, {s.x.data, bn_y.data, dbn_y.data, dx.data}))
+    return Ops::conv_bn_relu_backward(cd, w, dy, s, bn_y, dbn_y, dx);  // (conv_backward writes bn_y first)
+  check_act(dy, "conv_bn_relu_backward output gradient");
+  check_act(dbn_y, "conv_bn_relu_backward batch-norm output gradient");
+  check_act(dx, "conv_bn_relu_backward input gradient");
+  in_backward_ = true;
+  ConvPlan& p = convs_.plan(cd);
+  {
+    auto timed = timer_->scope("conv dgrad", [&] { return conv_label(cd); });
+    writes(dbn_y);
+    convs_.dgrad(p, dy.data, weights_.weight(w), dbn_y.data, false);
+  }
+  bn_backward_into(s.d, s.x, bn_y, dbn_y, s.gamma, s.save_mean, s.save_invstd, true, dx, nullptr, s.gamma, s.beta,
+                   nullptr, bn_y.data);
+  // The weight gradient after the batch norm's backward, which wrote its input bn_y.
+  const bool side = wgrad_side(p, true);
+  wgrad_begin(w, side, p);
+  conv_wgrad(p, cd, bn_y, dy, w, side);
 }
 
 // --- A projection block's join
@@ -527,6 +683,7 @@ void* GpuOps::pool_argmax(const PoolDesc& d) {
 
 void GpuOps::maxpool_forward(const PoolDesc& d, const Act& x, Act& y) {
   check_act(x, "maxpool_forward input");
+  materialize(x);
   auto timed = timer_->scope("max-pool fwd", [&] { return act_label(x); });
   // The forward keeps where each window's maximum was, so that the backward only gathers.
   void* arg = pool_argmax(d);
@@ -590,6 +747,7 @@ void GpuOps::maxpool_backward(const PoolDesc& d, const Act& x, const Act& y, con
 
 void GpuOps::avgpool_forward(const Act& x, Act& y) {
   check_act(x, "avgpool_forward input");
+  materialize(x);
   auto timed = timer_->scope("avg-pool", [&] { return act_label(x) + " fwd"; });
   writes(y);
   gpu::avgpool_forward(opt_.precision, x.data, y.data, x.n, x.h * x.w, x.c, dev_.stream);

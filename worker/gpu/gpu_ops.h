@@ -88,6 +88,13 @@ class GpuOps final : public Ops {
   // Pools relu(bn(x)) as it computes it, bn_y left unwritten, where GpuOptions::stem_pool and the tensors
   // allow (the stem's window, 16-byte accesses); the default's two calls elsewhere.
   void bn_relu_maxpool_forward_train(const BnSide& bn, const PoolDesc& pool, Act& bn_y, Act& y) override;
+  // fp16 (GpuOptions::conv_prologue): the batch norm finalized into its scale and shift, then one cuDNN graph
+  // of relu(scale * x + shift) -> convolution -> y's sums, bn_y left unwritten, where the convolution's timed
+  // choice is that graph; the backward's dx pass of the batch norm then writes bn_y, before the weight
+  // gradient reads it. The default's calls elsewhere.
+  void bn_relu_conv_forward_train(const BnSide& bn, Act& bn_y, const ConvDesc& conv, ParamView w, Act& y) override;
+  void conv_bn_relu_backward(const ConvDesc& conv, ParamView w, const Act& dy, const BnSide& bn, Act& bn_y,
+                             Act& dbn_y, Act& dx) override;
   void maxpool_forward(const PoolDesc& d, const Act& x, Act& y) override;
   void maxpool_backward(const PoolDesc& d, const Act& x, const Act& y, const Act& dy,
                         Act& dx) override;
@@ -153,6 +160,8 @@ class GpuOps final : public Ops {
   std::vector<std::string> conv_engine_report() const { return convs_.report(); }
   // Training batch-norm forwards so far that took a convolution's sums instead of their own pass.
   int64_t fused_bn_forwards() const { return fused_bn_forwards_; }
+  // Training batch norms so far applied in the next convolution's prologue (their output left unwritten).
+  int64_t prologue_forwards() const { return prologue_forwards_; }
 
  private:
   // What bn_backward needs to know about the forward that wrote y (keyed by y's address).
@@ -168,6 +177,36 @@ class GpuOps final : public Ops {
   // The buffer for the ReLU bits of the training forward that writes y (relu after a residual
   // add), carved on first use and kept for that y (the model's activations stay where they are).
   uint8_t* relu_bits_for(const void* y, size_t bytes);
+  // A batch norm's output that bn_relu_conv_forward_train left unwritten: what writes it, relu(scale * x +
+  // shift) over m rows of c channels.
+  struct Unwritten {
+    size_t bytes = 0;
+    const void* x = nullptr;
+    int64_t m = 0;
+    int c = 0;
+    const float* scale_shift = nullptr;
+  };
+  // Something is about to read [p, p + bytes): the unwritten batch-norm outputs it touches are written now.
+  void materialize(const void* p, size_t bytes);
+  void materialize(const Act& a) { materialize(a.data, a.bytes()); }
+  // A batch norm's scale and shift for the fused prologue: fp32 (2c), then in the compute dtype (2c), carved
+  // once per batch norm (by its gamma's offset) and kept.
+  struct PrologueBuf {
+    float* scale_shift = nullptr;
+    void* half = nullptr;
+    int c = 0;
+  };
+  PrologueBuf& prologue_buf(size_t gamma_offset, int c);
+  // Backward's weight gradient of a convolution: whether it goes to the side stream (more_after: backward
+  // has more to do after this layer); before it, wgrad_begin (a batched gradient of this parameter still
+  // waiting is added first; the side task begins); then conv_wgrad.
+  bool wgrad_side(const ConvPlan& p, bool more_after) const;
+  void wgrad_begin(ParamView dw, bool side, const ConvPlan& p);
+  void conv_wgrad(ConvPlan& p, const ConvDesc& d, const Act& x, const Act& dy, ParamView dw, bool side);
+  // bn_backward, with y_out: the forward's output written by the dx pass (see bn_backward in kernels.h).
+  void bn_backward_into(const BnDesc& d, const Act& x, const Act& y, const Act& dy, ParamView gamma,
+                        const float* save_mean, const float* save_invstd, bool relu, Act& dx, Act* dresidual,
+                        ParamView dgamma, ParamView dbeta, const Act* dy2, void* y_out);
   // The main stream is about to write [p, p + bytes) (or an activation): it first waits for
   // side-stream work that reads or writes it, and for the weight gradients waiting to be added there.
   void writes(const void* p, size_t bytes);
@@ -223,6 +262,9 @@ class GpuOps final : public Ops {
   bool in_backward_ = false;   // a backward call since the last first-layer weight gradient
   bool last_bn_train_ = true;  // the last batch-norm forward was a training one (not a validation's)
   int64_t fused_bn_forwards_ = 0;
+  int64_t prologue_forwards_ = 0;
+  std::map<const void*, Unwritten> bn_unwritten_;  // by the output's address
+  std::map<size_t, PrologueBuf> prologue_bufs_;    // by gamma's offset
   void* bn_sync_ = nullptr;
   int bn_sync_c_ = 0;
   // The argmax bytes of the last max-pool forward, and which x/y/shape they belong to.

@@ -43,6 +43,11 @@ struct GpuOptions {
   // reads the batch norm's input and applies it as it goes (pooling.cu), its output is not stored;
   // off: the batch norm's output is written, then pooled.
   bool stem_pool = Knobs{}.stem_pool;
+  // fp16: a block's training batch norm + ReLU and the convolution after it
+  // (Ops::bn_relu_conv_forward_train) as one cuDNN graph that applies the batch norm as it reads the
+  // convolution's input (ConvDir::FwdPrologue), where timing chooses it over the apply into memory; its
+  // output is then written by its backward's dx pass, for the weight gradient. Needs fused_stats.
+  bool conv_prologue = Knobs{}.conv_prologue;
   // bf16/fp16: each convolution's weight gradient, computed in the compute dtype, waits in its place of a
   // half-precision copy of the gradient buffer, and all are added to the fp32 gradients in one pass
   // before anything reads those (GpuOps::join_side_work); off: each is added as it is computed.

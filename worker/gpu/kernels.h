@@ -52,6 +52,16 @@ bool bn_forward_train_sums(DType t, float* sums, const void* x, int64_t m, int c
 void bn_train_scale_shift(DType t, const void* x, int64_t m, int c, const float* gamma, const float* beta,
                           float eps, float momentum, float* running_mean, float* running_var, float* save_mean,
                           float* save_invstd, BnSync sync, float* scale_shift, cudaStream_t s);
+// The finalize alone of a batch norm whose statistics a convolution wrote (sums as bn_forward_train_sums'):
+// the saved and running statistics, the apply's scale then shift into scale_shift (2c floats, the bits
+// bn_forward_train_sums applies) and rounded to t into half_ss (2c values: the scale and bias cuDNN's fused
+// prologue reads, ConvDir::FwdPrologue); the sums are zero again after it.
+void bn_finalize_sums(DType t, float* sums, int64_t m, int c, const float* gamma, const float* beta, float eps,
+                      float momentum, float* running_mean, float* running_var, float* save_mean, float* save_invstd,
+                      float* scale_shift, void* half_ss, cudaStream_t s);
+// y = relu?(scale * x + shift) over m rows of c channels (scale_shift: 2c floats), as the forwards apply it.
+void bn_apply(DType t, const void* x, int64_t m, int c, const float* scale_shift, bool relu, void* y,
+              cudaStream_t s);
 // The training forward's statistics pass alone, mean and invstd into scratch (2*c floats): what the
 // fused convolution's timing compares against (conv_planner.h).
 void bn_stats_pass(DType t, const void* x, int64_t m, int c, BnSync sync, float* scratch, cudaStream_t s);
@@ -100,11 +110,14 @@ void bn_backward_join(DType t, const BnJoinGrad& a, const BnJoinGrad& b, int64_t
 // none, the vectorized launch was not possible and y is read).
 enum class BnMask : uint8_t { None, FromOutput, FromInput, FromBits };
 // coef: scratch of 3*c floats. dgamma/dbeta are accumulated (+=). dy2 (may be null; only with
-// dresidual): a second part of the output gradient, added to dy.
+// dresidual): a second part of the output gradient, added to dy. y_out (may be null; only with
+// BnMask::FromInput and no dresidual): the forward's output relu(bn(x)) written there by the dx pass, the
+// bits the forward's apply stores (for a forward that left it unwritten).
 void bn_backward(DType t, const void* x, const void* y, const void* dy, const void* dy2, int64_t m, int c,
                  const float* gamma, const float* beta, const float* save_mean,
                  const float* save_invstd, BnMask mask, void* dx, void* dresidual, float* dgamma,
-                 float* dbeta, BnSync sync, float* coef, cudaStream_t s, const uint8_t* relu_bits = nullptr);
+                 float* dbeta, BnSync sync, float* coef, cudaStream_t s, const uint8_t* relu_bits = nullptr,
+                 void* y_out = nullptr);
 
 // --- Pooling (pooling.cu).
 // The forward also writes the position of each window's maximum (PyTorch's rule) into

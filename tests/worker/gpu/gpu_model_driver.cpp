@@ -118,11 +118,11 @@ int bench(const std::map<std::string, std::string>& a, Clock::time_point t_start
   std::fprintf(stderr, "startup (s from main): backend %.2f, model and plans %.2f, init %.2f, first step done %.2f\n",
                t_ops, t_model, t_init, since());
   // Warm-up: the convolution engines are timed during these steps (conv_engines.h), 14 at least and
-  // until the tuning ends (fp16's fused forwards are timed after the plain ones), 40 at most (the
+  // until the tuning ends (fp16's fused forwards are timed after the plain ones), 60 at most (the
   // trainer's kMaxWarmupSteps).
   auto* gops = dynamic_cast<gpu::GpuOps*>(ops.get());
   int warmup = 0;
-  for (; warmup < 40 && (warmup < 14 || (gops && gops->still_tuning())); ++warmup) train_step(false);
+  for (; warmup < 60 && (warmup < 14 || (gops && gops->still_tuning())); ++warmup) train_step(false);
   if (gops) gops->settle_conv_engines();
   ops->synchronize();
   auto time_windows = [&](const std::function<void()>& one_step) {
@@ -142,7 +142,8 @@ int bench(const std::map<std::string, std::string>& a, Clock::time_point t_start
   extra += ", \"warmup_steps\": " + std::to_string(warmup);
   if (gops) {
     extra += ", \"fused_half_faster\": " + std::string(gops->fused_half_faster() ? "true" : "false") +
-             ", \"fused_bn_forwards\": " + std::to_string(gops->fused_bn_forwards());
+             ", \"fused_bn_forwards\": " + std::to_string(gops->fused_bn_forwards()) +
+             ", \"prologue_forwards\": " + std::to_string(gops->prologue_forwards());
     extra += ", \"conv_engines\": [";
     const auto lines = gops->conv_engine_report();
     for (size_t i = 0; i < lines.size(); ++i) extra += std::string(i ? ", " : "") + "\"" + lines[i] + "\"";

@@ -24,6 +24,7 @@
 #include <functional>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "tests/worker/gpu/gpu_test_util.h"
@@ -487,7 +488,7 @@ ModelRun model_steps(Ops& ops, int depth, Recompute recompute, int steps, float 
 // fp16's rounding (scaled by 1 + 2^-11), should the unfused path land close by chance.
 TEST_CASE("a small ResNet-50 in fp16 with conv+genstats stays as close to the CPU backend as unfused fp16",
           "[gpu][fused]") {
-  const int steps = 2;  // the second fused
+  const int steps = 3;  // the second fused, the third with the batch norms in the convolutions' prologue
   auto cpu = make_cpu_ops(2);
   const ModelRun c = model_steps(*cpu, 50, Recompute::None, steps);
   const ModelRun w = model_steps(*cpu, 50, Recompute::None, steps, 1.0f + float(kU16));
@@ -504,11 +505,13 @@ TEST_CASE("a small ResNet-50 in fp16 with conv+genstats stays as close to the CP
     INFO((rc == Recompute::Block ? "--recompute block" : "no recomputation"));
     auto on = fp16_ops(FusedStats::Always);
     const ModelRun f = model_steps(*on, 50, rc, steps);
-    const int64_t fused = gpu_of(*on).fused_bn_forwards();
-    WARN("fused batch-norm forwards over " << steps << " steps: " << fused << "; loss " << f.loss << ", gradients L2 "
-                                           << l2_rel(f.grads, c.grads) << ", running statistics "
+    const int64_t fused = gpu_of(*on).fused_bn_forwards(), prologue = gpu_of(*on).prologue_forwards();
+    WARN("fused batch-norm forwards over " << steps << " steps: " << fused << ", " << prologue
+                                           << " of them in a convolution's prologue; loss " << f.loss
+                                           << ", gradients L2 " << l2_rel(f.grads, c.grads) << ", running statistics "
                                            << rel_err(f.buffers, c.buffers).rel);
     CHECK(fused > 0);
+    CHECK(prologue > 0);
     CHECK(std::fabs(f.loss - c.loss) <= std::max(2 * u_loss, 3 * w_loss));
     CHECK(l2_rel(f.grads, c.grads) <= std::max(2 * u_g, 3 * w_g));
     const Err s = rel_err(f.buffers, c.buffers);
@@ -523,7 +526,7 @@ TEST_CASE("a small ResNet-50 in fp16: the timed conv+genstats choice ends within
   Model m(small_resnet(50, 8), *ops);
   m.init(5);
   int steps = 0;
-  for (; steps < 40 && (steps < 2 || g.still_tuning()); ++steps) {  // the trainer's kMaxWarmupSteps
+  for (; steps < 60 && (steps < 2 || g.still_tuning()); ++steps) {  // the trainer's kMaxWarmupSteps
     learnable_batch(*ops, m, 100 + 24 * steps);
     ops->zero(m.grads(), m.num_params() * 4);
     m.forward_backward();
@@ -589,4 +592,140 @@ TEST_CASE("a small ResNet-50 in fp16: the captured step without cuDNN's redundan
   INFO("running statistics: " << s.where);
   CHECK(s.rel <= s_tol);
   CHECK(std::fabs(double(without.loss) - ref.loss) <= l_tol);
+}
+
+// fp16, a block's batch norm + ReLU applied as the next convolution reads its input
+// (GpuOptions::conv_prologue: cuDNN's graph of scale, bias, ReLU, convolution and genstats), its output
+// left unwritten by the forward: the first convolution writes x and its sums, the batch norm of x feeds
+// a 3x3 convolution, the backward of both follows. What must hold:
+//   - the batch norm's output, written by its backward's dx pass (and, read before then, by the forward's
+//     apply on demand), is bit for bit the apply of the unfused forward: relu(x * scale + shift) from the
+//     run's own saved statistics;
+//   - the convolution's output is that of the input the prologue computes, x * scale + shift with the scale
+//     and shift rounded to fp16 (the type cuDNN's pattern takes), then the ReLU, rounded to fp16: against
+//     the CPU backend's convolution of that input, within twice what the unfused path's convolution is off
+//     its own input's CPU result by (fp16's unit roundoff at least);
+//   - the gradients (the batch norm's dx, dW of both layers' parameters) against the CPU's fp32 chain
+//     within twice the unfused path's distance from it (fp16's unit roundoff at least).
+TEST_CASE("fp16 batch norm + ReLU in the next convolution's prologue: its output written by the backward, the "
+          "convolution of the fp16 scale and shift",
+          "[gpu][fused]") {
+  const Shape first{28, 64, 64, 1, 1};
+  const Layer L = make_layer(first);  // its filter writes x; gamma and beta are the batch norm's
+  const int c = int(L.c), c2 = 128, hw = L.d.ho;
+  const ConvDesc d2{kN, hw, hw, c, c2, 3, 3, 1, 1, hw, hw};
+  const BnDesc b2{kN, hw, hw, c2, 1e-5f, 0.1f};
+  const size_t wn2 = size_t(c2) * 9 * c;
+  std::vector<float> params = L.params;
+  for (float v : rounded(randn(wn2, 77, 1.f / std::sqrt(9.f * c)), DType::F16)) params.push_back(v);
+  for (float v : randn(2 * size_t(c2), 78, 0.2f, 0.5f)) params.push_back(v);  // the second batch norm's
+  const ParamView w2{L.wn + 2 * L.c, wn2}, g2{L.wn + 2 * L.c + wn2, size_t(c2)},
+      be2{L.wn + 2 * L.c + wn2 + size_t(c2), size_t(c2)};
+  const auto dzv = rounded(randn(size_t(kN) * hw * hw * c2, 79), DType::F16);
+  const size_t numel = size_t(kN) * hw * hw * c;
+
+  struct Stats {
+    std::vector<float> x, mean, invstd;  // the batch norm's input and saved statistics
+  };
+  struct R {
+    Stats st, st_read;  // after the last backward; after the last forward
+    std::vector<float> bn_y, bn_y_read, y, dx, grads;
+    int64_t prologue = 0;
+  };
+  auto run = [&](Side& sd) {
+    Act u = sd.act(kN, L.d.h, L.d.w, L.d.cin, L.x), x = sd.act(kN, hw, hw, c), bn_y = sd.act(kN, hw, hw, c);
+    Act y = sd.act(kN, hw, hw, c2), z = sd.act(kN, hw, hw, c2), dz = sd.act(kN, hw, hw, c2, dzv);
+    Act dbn = sd.act(kN, hw, hw, c), dx = sd.act(kN, hw, hw, c);
+    float* st = sd.floats(std::vector<float>(4 * L.c + 4 * size_t(c2), 1.f));
+    const Ops::BnSide bn{L.b, x, L.gamma, L.beta, st, st + c, st + 2 * c, st + 3 * c};
+    float* s2 = st + 4 * c;
+    const std::vector<float> zeros(sd.count, 0.f);
+    R r;
+    // Three steps: a convolution writes its sums once its output was seen feeding a training batch norm,
+    // and the prologue's graph runs once the unfused forward's choice is settled (stats_pairing.h,
+    // conv_planner.h).
+    auto forward = [&] {
+      sd.ops->conv_forward(L.d, u, L.w, x);
+      sd.ops->bn_relu_conv_forward_train(bn, bn_y, d2, w2, y);
+      sd.ops->bn_forward_train(b2, y, g2, be2, s2, s2 + c2, s2 + 2 * c2, s2 + 3 * c2, nullptr, true, z);
+    };
+    for (int k = 0; k < 3; ++k) {
+      sd.ops->upload(sd.grads, zeros.data(), zeros.size() * 4);
+      forward();
+      sd.ops->conv_bn_relu_backward(d2, w2, dz, bn, bn_y, dbn, dx);
+    }
+    auto stats = [&] { return Stats{sd.get(x), sd.get_f(st + 2 * c, L.c), sd.get_f(st + 3 * c, L.c)}; };
+    r.st = stats();
+    r.bn_y = sd.get(bn_y);
+    r.y = sd.get(y);
+    r.dx = sd.get(dx);
+    r.grads = sd.get_grads();
+    forward();  // and read the batch norm's output before any backward
+    r.bn_y_read = sd.get(bn_y);
+    r.st_read = stats();
+    if (auto* g = dynamic_cast<gpu::GpuOps*>(sd.ops.get())) r.prologue = g->prologue_forwards();
+    return r;
+  };
+  auto gpu_run = [&](bool prologue) {
+    gpu::GpuOptions o = gpu::gpu_options(process_knobs(), 0, DType::F16);
+    o.fused_stats = FusedStats::Always;
+    o.conv_prologue = prologue;
+    Side sd(std::make_unique<gpu::GpuOps>(o), params, std::vector<float>(params.size(), 0.f));
+    return run(sd);
+  };
+  const R on = gpu_run(true), off = gpu_run(false);
+  Side cpu(make_cpu_ops(2), params, std::vector<float>(params.size(), 0.f));
+  const R ref = run(cpu);
+  WARN("batch norms applied in the prologue: " << on.prologue << " (off: " << off.prologue << ")");
+  CHECK(on.prologue >= 2);  // the third step's and the last forward's
+  CHECK(off.prologue == 0);
+
+  // The apply from a run's own statistics: unrounded scale and shift (the unfused forward's), or rounded
+  // to fp16 (the prologue's).
+  auto applied = [&](const Stats& r, bool half_scale) {
+    std::vector<float> a(numel);
+    for (size_t i = 0; i < numel; ++i) {
+      const size_t ch = i % L.c;
+      const float gamma = params[L.gamma.offset + ch], beta = params[L.beta.offset + ch];
+      float sc = gamma * r.invstd[ch], sf = std::fma(-r.mean[ch], sc, beta);
+      float v = std::fma(r.x[i], sc, sf);
+      if (half_scale) {
+        sc = round_to(DType::F16, sc);
+        sf = round_to(DType::F16, sf);
+        v = r.x[i] * sc + sf;
+      }
+      a[i] = round_to(DType::F16, v > 0.f ? v : 0.f);
+    }
+    return a;
+  };
+  for (const R* r : {&on, &off}) {
+    const bool fused = r == &on;
+    INFO((fused ? "prologue" : "unfused"));
+    CHECK_SAME(r->bn_y, applied(r->st, false));
+    CHECK_SAME(r->bn_y_read, applied(r->st_read, false));
+  }
+  // The convolution of each run's input on the CPU.
+  auto cpu_conv = [&](const std::vector<float>& a) {
+    Side s(make_cpu_ops(2), params, std::vector<float>(params.size(), 0.f));
+    Act in = s.act(kN, hw, hw, c, a), out = s.act(kN, hw, hw, c2);
+    s.ops->conv_forward(d2, in, w2, out);
+    return s.get(out);
+  };
+  const double e_off = rel_err(off.y, cpu_conv(applied(off.st, false))).rel;
+  const Err e_on = rel_err(on.y, cpu_conv(applied(on.st, true)));
+  INFO("the convolution's output: " << e_on.where << "; the unfused path's " << e_off);
+  CHECK(e_on.rel <= std::max(2 * e_off, kU16));
+  size_t zeros = 0;
+  for (float v : on.bn_y) zeros += v == 0.f;
+  CHECK(zeros > numel / 20);  // the ReLU matters
+  CHECK(zeros < numel - numel / 20);
+
+  const double t_dx = std::max(2 * rel_err(off.dx, ref.dx).rel, kU16);
+  CHECK_WITHIN("the batch norm's dx", on.dx, ref.dx, t_dx, 0, SIZE_MAX);
+  for (const auto& [name, v] : {std::pair<const char*, ParamView>{"dW of the first convolution", L.w},
+                                {"dgamma, dbeta", {L.gamma.offset, 2 * L.c}},
+                                {"dW of the second convolution", w2}}) {
+    const size_t b = v.offset, e = v.offset + v.count;
+    CHECK_WITHIN(name, on.grads, ref.grads, std::max(2 * rel_err(off.grads, ref.grads, b, e).rel, kU16), b, e);
+  }
 }

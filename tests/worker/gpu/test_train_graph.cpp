@@ -252,7 +252,7 @@ TEST_CASE("a graph run stopped and resumed equals the uninterrupted graph run: A
 TEST_CASE("with the timed convolution engines (the default) the step is captured and replays to the end",
           "[gpu][train][graph]") {
   TrainOptions o = recipe(OptimizerKind::Sgd);
-  o.num_samples = 16 * 50;  // the capture comes within kMaxWarmupSteps (40)
+  o.num_samples = 16 * 70;  // the capture comes within kMaxWarmupSteps (60)
   const TempDir td("test_train_graph");
   const std::string& dir = td.path;
   const Run on = train_once(o, DType::BF16, CudaGraph::On, dir, "engines", false);
