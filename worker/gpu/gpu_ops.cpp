@@ -515,6 +515,7 @@ void GpuOps::bn_relu_conv_forward_train(const BnSide& s, Act& bn_y, const ConvDe
   check_act(s.x, "bn_relu_conv_forward_train input");
   check_act(bn_y, "bn_relu_conv_forward_train batch-norm output");
   check_act(y, "bn_relu_conv_forward_train output");
+  if (!opt_.conv_prologue) return Ops::bn_relu_conv_forward_train(s, bn_y, cd, w, y);
   ConvPlan& p = convs_.plan(cd);
   // (Before the prediction below, as conv_forward: writing y settles what followed the last call's output.)
   writes(y);
@@ -524,7 +525,7 @@ void GpuOps::bn_relu_conv_forward_train(const BnSide& s, Act& bn_y, const ConvDe
                                 in_backward_};
   const int c = s.d.c;
   const bool shapes = s.x.c == c && bn_y.c == c && cd.cin == c && bn_y.numel() == s.x.numel();
-  if (!opt_.conv_prologue || !slot || p.s2d || !shapes || !pairing_.predicted(call) ||
+  if (!slot || p.s2d || !shapes || !pairing_.predicted(call) ||
       !gpu::bn_vectorized(opt_.precision, c, {s.x.data, bn_y.data}))
     return Ops::bn_relu_conv_forward_train(s, bn_y, cd, w, y);
   last_bn_train_ = true;

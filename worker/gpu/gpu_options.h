@@ -46,7 +46,8 @@ struct GpuOptions {
   // fp16: a block's training batch norm + ReLU and the convolution after it
   // (Ops::bn_relu_conv_forward_train) as one cuDNN graph that applies the batch norm as it reads the
   // convolution's input (ConvDir::FwdPrologue), where timing chooses it over the apply into memory; its
-  // output is then written by its backward's dx pass, for the weight gradient. Needs fused_stats.
+  // output is then written by its backward's dx pass, for the weight gradient. Needs fused_stats. Off
+  // by default until measured on a GPU.
   bool conv_prologue = Knobs{}.conv_prologue;
   // bf16/fp16: each convolution's weight gradient, computed in the compute dtype, waits in its place of a
   // half-precision copy of the gradient buffer, and all are added to the fp32 gradients in one pass

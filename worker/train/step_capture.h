@@ -38,7 +38,7 @@ CapturePlan plan_step_capture(CudaGraph mode, const CaptureFacts& facts);
 // Uncaptured steps before the capture: at least kMinWarmupSteps (the first allocates every
 // buffer, plans every convolution and starts SGD's momentum), then until the backend stops
 // tuning itself (the GPU times convolution engines on its first steps), kMaxWarmupSteps at most
-// (fp16 times three forwards in turn: the plain one, conv+genstats, and the batch norm in its prologue).
+// (fp16 may time three forwards in turn: the plain one, conv+genstats, and the batch norm in its prologue).
 constexpr int64_t kMinWarmupSteps = 2;
 constexpr int64_t kMaxWarmupSteps = 60;
 bool capture_due(int64_t steps_run, bool backend_tuning);

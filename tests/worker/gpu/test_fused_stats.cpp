@@ -40,9 +40,12 @@ constexpr double kU16 = 1.0 / 2048;      // fp16's unit roundoff
 constexpr double kU32 = 1.0 / 16777216;  // fp32's
 constexpr int kN = 4;
 
+// With a block's batch norms in the next convolution's prologue wherever the model asks for it
+// (GpuOptions::conv_prologue), whatever the knob's default.
 std::unique_ptr<Ops> fp16_ops(FusedStats mode) {
   gpu::GpuOptions o = gpu::gpu_options(process_knobs(), 0, DType::F16);
   o.fused_stats = mode;
+  o.conv_prologue = true;
   return std::make_unique<gpu::GpuOps>(o);
 }
 
