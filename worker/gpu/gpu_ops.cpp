@@ -615,6 +615,8 @@ bool GpuOps::joinable(const BnSide& a, const BnSide& b, std::initializer_list<co
 
 void GpuOps::bn_forward_train_join(const BnSide& a, const BnSide& b, Act& y) {
   check_act(a.x, "bn_forward_train_join input");
+  materialize(a.x);
+  materialize(b.x);
   check_act(b.x, "bn_forward_train_join downsample input");
   check_act(y, "bn_forward_train_join output");
   // (Decided before the sums are taken: the two calls of the default take them again.)
@@ -645,6 +647,8 @@ void GpuOps::bn_forward_train_join(const BnSide& a, const BnSide& b, Act& y) {
 void GpuOps::bn_backward_join(const BnSide& a, const BnSide& b, Act& y, const Act& dy, const Act* dy2, Act& dx,
                               Act& dx_ds) {
   check_act(dy, "bn_backward_join output gradient");
+  materialize(a.x);
+  materialize(b.x);
   if (dy2) check_act(*dy2, "bn_backward_join second output gradient");
   // From the bits of this backend's own join forward of this very x and gamma.
   const BnForward* f = forward_of(y, a.x, a.gamma);
@@ -697,6 +701,7 @@ void GpuOps::maxpool_forward(const PoolDesc& d, const Act& x, Act& y) {
 
 void GpuOps::bn_relu_maxpool_forward_train(const BnSide& s, const PoolDesc& pool, Act& bn_y, Act& y) {
   check_act(s.x, "bn_relu_maxpool_forward_train input");
+  materialize(s.x);
   check_act(y, "bn_relu_maxpool_forward_train output");
   const bool shapes = pool.n == s.d.n && pool.h == s.d.h && pool.w == s.d.w && pool.c == s.d.c && s.x.c == s.d.c;
   // (A convolution's sums of x, which a stem in space-to-depth form never writes: the batch norm's
@@ -730,6 +735,7 @@ void GpuOps::bn_relu_maxpool_forward_train(const BnSide& s, const PoolDesc& pool
 void GpuOps::maxpool_backward(const PoolDesc& d, const Act& x, const Act& y, const Act& dy,
                               Act& dx) {
   check_act(dy, "maxpool_backward output gradient");
+  materialize(x);
   auto timed = timer_->scope("max-pool bwd", [&] { return act_label(x); });
   const PoolDesc& s = pool_arg_d_;
   const bool saved = pool_arg_ && pool_arg_x_ == x.data && pool_arg_y_ == y.data && s.n == d.n &&
@@ -765,6 +771,7 @@ void GpuOps::avgpool_backward(const Act& dy, Act& dx) {
 
 void GpuOps::fc_forward(const Act& x, ParamView w, ParamView b, int out, float* logits) {
   check_act(x, "fc_forward input");
+  materialize(x);
   auto timed = timer_->scope("fc", [&] { return std::to_string(x.c) + "->" + std::to_string(out) + " fwd"; });
   const int n = x.n, in = x.h * x.w * x.c;
   writes(logits, size_t(n) * out * sizeof(float));
@@ -782,6 +789,7 @@ void GpuOps::fc_forward(const Act& x, ParamView w, ParamView b, int out, float* 
 void GpuOps::fc_backward(const Act& x, ParamView w, const float* dlogits, int out, Act& dx,
                          ParamView dw, ParamView db) {
   check_act(x, "fc_backward input");
+  materialize(x);
   in_backward_ = true;
   auto timed = timer_->scope("fc", [&] { return std::to_string(x.c) + "->" + std::to_string(out) + " bwd"; });
   const int n = x.n, in = x.h * x.w * x.c;
