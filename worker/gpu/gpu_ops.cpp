@@ -6,7 +6,6 @@
 
 #include <algorithm>
 #include <cstdlib>
-#include <iterator>
 #include <string>
 #include <vector>
 
@@ -167,27 +166,15 @@ void GpuOps::writes(const void* p, size_t bytes) {
   if (pool_unwritten_x_ && p <= pool_unwritten_x_ && pool_unwritten_x_ < static_cast<const char*>(p) + bytes)
     pool_unwritten_x_ = nullptr;  // written since
   pairing_.written(p, bytes);  // an output written over loses its convolution's sums
-  if (!bn_unwritten_.empty()) {  // a batch-norm output the fused prologue left unwritten holds this now
-    const char* a = static_cast<const char*>(p);
-    for (auto it = bn_unwritten_.begin(); it != bn_unwritten_.end();) {
-      const char* u = static_cast<const char*>(it->first);
-      it = u < a + bytes && a < u + it->second.bytes ? bn_unwritten_.erase(it) : std::next(it);
-    }
-  }
+  if (!bn_unwritten_.empty()) bn_unwritten_.written(p, bytes);  // an output the prologue skipped holds this now
 }
 
 void GpuOps::materialize(const void* p, size_t bytes) {
   if (bn_unwritten_.empty()) return;
-  const char* a = static_cast<const char*>(p);
-  std::vector<std::pair<void*, Unwritten>> due;
-  for (const auto& [y, u] : bn_unwritten_) {
-    const char* b = static_cast<const char*>(y);
-    if (b < a + bytes && a < b + u.bytes) due.emplace_back(const_cast<void*>(y), u);
-  }
-  for (const auto& [y, u] : due) {
+  for (const auto& [y, u] : bn_unwritten_.take(p, bytes)) {
     auto timed = timer_->scope("bn fwd", [&] { return std::to_string(u.c) + " relu, the output the prologue skipped"; });
-    writes(y, u.bytes);  // (drops its record)
-    gpu::bn_apply(opt_.precision, u.x, u.m, u.c, u.scale_shift, true, y, dev_.stream);
+    writes(y.p, y.bytes);
+    gpu::bn_apply(opt_.precision, u.x, u.m, u.c, u.scale_shift, true, const_cast<void*>(y.p), dev_.stream);
   }
 }
 
@@ -575,7 +562,7 @@ void GpuOps::bn_relu_conv_forward_train(const BnSide& s, Act& bn_y, const ConvDe
   if (fused) {
     stats = true;
     ++prologue_forwards_;
-    bn_unwritten_[bn_y.data] = Unwritten{bn_y.bytes(), s.x.data, m, c, pb.scale_shift};
+    bn_unwritten_.add(bn_y.data, bn_y.bytes(), Unwritten{s.x.data, m, c, pb.scale_shift});
   }
   pairing_.conv_wrote(call, stats);
 }
@@ -584,8 +571,8 @@ void GpuOps::conv_bn_relu_backward(const ConvDesc& cd, ParamView w, const Act& d
                                    Act& dbn_y, Act& dx) {
   // bn_y as the fused forward left it (unwritten since), of this very x and gamma: the dx pass writes it.
   const BnForward* f = forward_of(bn_y, s.x, s.gamma);
-  const auto u = bn_unwritten_.find(bn_y.data);
-  if (u == bn_unwritten_.end() || u->second.x != s.x.data || !f || !f->plain_relu ||
+  const Unwritten* u = bn_unwritten_.find(bn_y.data);
+  if (!u || u->x != s.x.data || !f || !f->plain_relu ||
       !gpu::bn_vectorized(opt_.precision, s.d.c, {s.x.data, bn_y.data, dbn_y.data, dx.data}))
     return Ops::conv_bn_relu_backward(cd, w, dy, s, bn_y, dbn_y, dx);  // (conv_backward writes bn_y first)
   check_act(dy, "conv_bn_relu_backward output gradient");

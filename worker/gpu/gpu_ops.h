@@ -36,6 +36,7 @@
 #include "worker/gpu/master_weights.h"
 #include "worker/gpu/op_timer.h"
 #include "worker/gpu/pool.h"
+#include "worker/gpu/ranges.h"
 #include "worker/gpu/side_stream.h"
 #include "worker/gpu/stats_pairing.h"
 #include "worker/gpu/workspace.h"
@@ -180,7 +181,6 @@ class GpuOps final : public Ops {
   // A batch norm's output that bn_relu_conv_forward_train left unwritten: what writes it, relu(scale * x +
   // shift) over m rows of c channels.
   struct Unwritten {
-    size_t bytes = 0;
     const void* x = nullptr;
     int64_t m = 0;
     int c = 0;
@@ -263,7 +263,7 @@ class GpuOps final : public Ops {
   bool last_bn_train_ = true;  // the last batch-norm forward was a training one (not a validation's)
   int64_t fused_bn_forwards_ = 0;
   int64_t prologue_forwards_ = 0;
-  std::map<const void*, Unwritten> bn_unwritten_;  // by the output's address
+  UnwrittenRanges<Unwritten> bn_unwritten_;  // by the output's address
   std::map<size_t, PrologueBuf> prologue_bufs_;    // by gamma's offset
   void* bn_sync_ = nullptr;
   int bn_sync_c_ = 0;

@@ -5,11 +5,16 @@
 //   - WorkspaceRanges: which piece of the one cuDNN workspace each stream takes, the main stream
 //     from its start and the side stream from its end, and when a side task must wait for the
 //     main-stream work beside it (Workspace).
+//   - UnwrittenRanges: the outputs a fused forward left unwritten, until a write covers them or a
+//     read needs them written (GpuOps::bn_relu_conv_forward_train, materialize).
 #pragma once
 
 #include <cstddef>
 #include <deque>
+#include <iterator>
+#include <map>
 #include <optional>
+#include <utility>
 #include <vector>
 
 namespace worker {
@@ -75,6 +80,50 @@ class WorkspaceRanges {
   // The piece the task being enqueued uses.
   char* side_lo_ = nullptr;
   char* side_hi_ = nullptr;
+};
+
+// Tensors that hold nothing yet although the model expects them written (a batch norm's output the
+// fused prologue skipped), each with what writes it (Info, the caller's), by address. A write over any
+// byte of one drops it: it holds what was written now. A read of any byte makes it due: take() removes
+// it and hands it to the caller, which writes it before the read.
+template <typename Info>
+class UnwrittenRanges {
+ public:
+  void add(const void* p, size_t bytes, Info info) {  // (replaces one at p)
+    written(p, bytes);
+    map_[p] = Entry{bytes, std::move(info)};
+  }
+  // The one at exactly p, if any.
+  const Info* find(const void* p) const {
+    const auto it = map_.find(p);
+    return it == map_.end() ? nullptr : &it->second.info;
+  }
+  void written(const void* p, size_t bytes) {
+    for (auto it = map_.begin(); it != map_.end();)
+      it = overlaps({it->first, it->second.bytes}, p, bytes) ? map_.erase(it) : std::next(it);
+  }
+  // Those [p, p + bytes) reads a byte of, removed.
+  std::vector<std::pair<Range, Info>> take(const void* p, size_t bytes) {
+    std::vector<std::pair<Range, Info>> due;
+    for (auto it = map_.begin(); it != map_.end();) {
+      if (overlaps({it->first, it->second.bytes}, p, bytes)) {
+        due.emplace_back(Range{it->first, it->second.bytes}, std::move(it->second.info));
+        it = map_.erase(it);
+      } else {
+        ++it;
+      }
+    }
+    return due;
+  }
+  bool empty() const { return map_.empty(); }
+  size_t size() const { return map_.size(); }
+
+ private:
+  struct Entry {
+    size_t bytes = 0;
+    Info info;
+  };
+  std::map<const void*, Entry> map_;
 };
 
 }  // namespace gpu

@@ -172,3 +172,42 @@ TEST_CASE("workspace and pending tasks: the next main-stream piece waits for a t
   const Range large = w.main(3000);
   CHECK(pending.latest_conflict(large.p, large.bytes) == size_t(0));  // reaches into the task's piece
 }
+
+// The outputs the fused prologue left unwritten (GpuOps::bn_relu_conv_forward_train): a write over any
+// byte drops one (it holds what was written), a read of any byte takes it (to be written first), and an
+// output recorded again at its address replaces the old record.
+TEST_CASE("ranges: unwritten outputs are dropped by a write and taken by a read that touch them", "[gpu_host]") {
+  worker::gpu::UnwrittenRanges<int> u;
+  CHECK(u.empty());
+  u.add(kBuf, 100, 1);         // [0, 100)
+  u.add(kBuf + 200, 100, 2);   // [200, 300)
+  u.add(kBuf + 400, 100, 3);   // [400, 500)
+  REQUIRE(u.size() == 3);
+  REQUIRE(u.find(kBuf + 200));
+  CHECK(*u.find(kBuf + 200) == 2);
+  CHECK(u.find(kBuf + 201) == nullptr);  // by its address only
+
+  u.written(kBuf + 100, 100);  // [100, 200): touches neither neighbour
+  CHECK(u.size() == 3);
+  u.written(kBuf + 299, 1);    // the last byte of the second
+  CHECK(u.size() == 2);
+  CHECK(u.find(kBuf + 200) == nullptr);
+
+  CHECK(u.take(kBuf + 100, 100).empty());  // a read between them takes nothing
+  const auto due = u.take(kBuf + 50, 400);  // [50, 450): the first and the third
+  REQUIRE(due.size() == 2);
+  CHECK(due[0].first.p == kBuf);
+  CHECK(due[0].first.bytes == 100);
+  CHECK(due[0].second == 1);
+  CHECK(due[1].first.p == kBuf + 400);
+  CHECK(due[1].second == 3);
+  CHECK(u.empty());
+
+  u.add(kBuf, 100, 4);
+  u.add(kBuf, 50, 5);  // the same output recorded again (another layer's, at that address)
+  REQUIRE(u.size() == 1);
+  CHECK(*u.find(kBuf) == 5);
+  u.add(kBuf + 40, 20, 6);  // overlapping a recorded one: that one is overwritten by it
+  CHECK(u.size() == 1);
+  CHECK(*u.find(kBuf + 40) == 6);
+}
