@@ -105,7 +105,7 @@ class ConvPlanner {
   // scale then bias in fp16, 2 cin values) with y's sums into `slot`, as one cuDNN graph
   // (ConvDir::FwdPrologue), where this shape's timed choice is that graph: true then (the batch norm's
   // output never written). Else `unfused` runs: the apply into memory, then the forward (fwd_stats); it
-  // sets `unfused_stats` to whether that forward wrote the sums. The choice is timed once this shape's
+  // returns whether that forward wrote the sums. The choice is timed once this shape's
   // fwd_stats choice is settled, the fused plans against `unfused` (followed by `stats_pass` where that
   // forward writes no sums); before then `unfused` runs untimed.
   bool fwd_prologue(ConvPlan& p, float* slot, const void* x, const void* scale_bias, const void* w, void* y,

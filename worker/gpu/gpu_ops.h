@@ -263,8 +263,8 @@ class GpuOps final : public Ops {
   bool last_bn_train_ = true;  // the last batch-norm forward was a training one (not a validation's)
   int64_t fused_bn_forwards_ = 0;
   int64_t prologue_forwards_ = 0;
-  UnwrittenRanges<Unwritten> bn_unwritten_;  // by the output's address
-  std::map<size_t, PrologueBuf> prologue_bufs_;    // by gamma's offset
+  UnwrittenRanges<Unwritten> bn_unwritten_;     // by the output's address
+  std::map<size_t, PrologueBuf> prologue_bufs_;  // by gamma's offset
   void* bn_sync_ = nullptr;
   int bn_sync_c_ = 0;
   // The argmax bytes of the last max-pool forward, and which x/y/shape they belong to.
