@@ -1088,15 +1088,16 @@ void bn_finalize_sums(DType t, float* sums, int64_t m, int c, const float* gamma
   });
 }
 
-void bn_apply(DType t, const void* x, int64_t m, int c, const float* scale_shift, bool relu, void* y,
-              cudaStream_t s) {
+void bn_apply(DType t, const void* x, int64_t m, int c, const float* scale_shift, const void* residual, bool relu,
+              void* y, cudaStream_t s) {
   WK_DISPATCH(t, {
     const T* xt = static_cast<const T*>(x);
+    const T* rt = static_cast<const T*>(residual);
     T* yt = static_cast<T*>(y);
-    if (pick_vec<T>(c, {x, y}) > 1)
-      apply_v<T, 16 / sizeof(T)>(xt, nullptr, yt, m, c, scale_shift, relu, nullptr, s);
+    if (pick_vec<T>(c, {x, residual, y}) > 1)
+      apply_v<T, 16 / sizeof(T)>(xt, rt, yt, m, c, scale_shift, relu, nullptr, s);
     else
-      apply_v<T, 1>(xt, nullptr, yt, m, c, scale_shift, relu, nullptr, s);
+      apply_v<T, 1>(xt, rt, yt, m, c, scale_shift, relu, nullptr, s);
   });
 }
 
@@ -1107,15 +1108,7 @@ void bn_forward_eval(DType t, const void* x, int64_t m, int c, const float* gamm
   finalize_eval_kernel<<<(c + 127) / 128, 128, 0, s>>>(c, gamma, beta, eps, running_mean,
                                                       running_var, scale_shift);
   KERNEL_CHECK();
-  WK_DISPATCH(t, {
-    const T* xt = static_cast<const T*>(x);
-    const T* rt = static_cast<const T*>(residual);
-    T* yt = static_cast<T*>(y);
-    if (pick_vec<T>(c, {x, residual, y}) > 1)
-      apply_v<T, 16 / sizeof(T)>(xt, rt, yt, m, c, scale_shift, relu, nullptr, s);
-    else
-      apply_v<T, 1>(xt, rt, yt, m, c, scale_shift, relu, nullptr, s);
-  });
+  bn_apply(t, x, m, c, scale_shift, residual, relu, y, s);
 }
 
 void bn_backward(DType t, const void* x, const void* y, const void* dy, const void* dy2, int64_t m, int c,

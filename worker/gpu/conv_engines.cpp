@@ -4,6 +4,7 @@
 #include <array>
 #include <cstdio>
 #include <exception>
+#include <optional>
 
 #include "worker/gpu/check.h"
 #include "worker/gpu/kernels.h"
@@ -119,11 +120,19 @@ std::unique_ptr<GraphConv> GraphConv::make(cudnnHandle_t h, ConvDir dir, const C
   try {
     const auto x = nhwc(kUidX, d.n, d.cin, d.h, d.w, io);
     const bool prologue = dir == ConvDir::FwdPrologue;
-    // FwdPrologue: the convolution reads relu(x * scale + bias), computed in fp32 as it loads x.
-    const auto scale = channels(kUidScale, d.cin, io), bias = channels(kUidBias, d.cin, io);
-    const auto scaled = nhwc(kUidScaled, d.n, d.cin, d.h, d.w, CUDNN_DATA_FLOAT, true);
-    const auto biased = nhwc(kUidBiased, d.n, d.cin, d.h, d.w, CUDNN_DATA_FLOAT, true);
-    const auto relu = nhwc(kUidRelu, d.n, d.cin, d.h, d.w, CUDNN_DATA_FLOAT, true);
+    // FwdPrologue: the convolution reads relu(x * scale + bias), computed in fp32 as it loads x (the
+    // operations keep the descriptors they were built from).
+    std::vector<fe::Operation> pro;
+    std::optional<fe::Tensor> relu;
+    if (prologue) {
+      const auto scale = channels(kUidScale, d.cin, io), bias = channels(kUidBias, d.cin, io);
+      const auto scaled = nhwc(kUidScaled, d.n, d.cin, d.h, d.w, CUDNN_DATA_FLOAT, true);
+      const auto biased = nhwc(kUidBiased, d.n, d.cin, d.h, d.w, CUDNN_DATA_FLOAT, true);
+      relu.emplace(nhwc(kUidRelu, d.n, d.cin, d.h, d.w, CUDNN_DATA_FLOAT, true));
+      pro.push_back(pointwise(CUDNN_POINTWISE_MUL, x, &scale, scaled));
+      pro.push_back(pointwise(CUDNN_POINTWISE_ADD, scaled, &bias, biased));
+      pro.push_back(pointwise(CUDNN_POINTWISE_RELU_FWD, biased, nullptr, *relu));
+    }
     const auto w = nhwc(kUidW, d.cout, d.cin, d.kh, d.kw, io);
     const auto y = nhwc(kUidY, d.n, d.cout, d.ho, d.wo, io);
     const std::array<int64_t, 2> pad{d.pad, d.pad}, stride{d.stride, d.stride}, dil{1, 1};
@@ -142,7 +151,7 @@ std::unique_ptr<GraphConv> GraphConv::make(cudnnHandle_t h, ConvDir dir, const C
         case ConvDir::FwdStats:
         case ConvDir::FwdPrologue:
           return fe::OperationBuilder(CUDNN_BACKEND_OPERATION_CONVOLUTION_FORWARD_DESCRIPTOR)
-              .setxDesc(prologue ? relu : x).setwDesc(w).setyDesc(y).setcDesc(conv).setAlpha(1.f).setBeta(beta)
+              .setxDesc(relu ? *relu : x).setwDesc(w).setyDesc(y).setcDesc(conv).setAlpha(1.f).setBeta(beta)
               .build();
         case ConvDir::Data:
           return fe::OperationBuilder(CUDNN_BACKEND_OPERATION_CONVOLUTION_BACKWARD_DATA_DESCRIPTOR)
@@ -159,13 +168,7 @@ std::unique_ptr<GraphConv> GraphConv::make(cudnnHandle_t h, ConvDir dir, const C
     const bool stats = dir == ConvDir::FwdStats || prologue;
     const auto sum = channels(kUidSum, d.cout), sq = channels(kUidSq, d.cout);
     std::vector<fe::Operation const*> ops;
-    std::vector<fe::Operation> pro;
-    if (prologue) {
-      pro.push_back(pointwise(CUDNN_POINTWISE_MUL, x, &scale, scaled));
-      pro.push_back(pointwise(CUDNN_POINTWISE_ADD, scaled, &bias, biased));
-      pro.push_back(pointwise(CUDNN_POINTWISE_RELU_FWD, biased, nullptr, relu));
-      for (const fe::Operation& o : pro) ops.push_back(&o);
-    }
+    for (const fe::Operation& o : pro) ops.push_back(&o);
     ops.push_back(&op);
     std::unique_ptr<fe::Operation> gen;
     if (stats) {

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdint>
+#include <initializer_list>
 #include <string>
 #include <vector>
 
@@ -28,6 +29,13 @@ double seconds_since(std::chrono::steady_clock::time_point t0) {
 }
 
 const float kOne = 1.f, kZero = 0.f;
+
+// Every (non-null) pointer 16-byte aligned, as the graph-API engines want them.
+bool aligned16(std::initializer_list<const void*> ptrs) {
+  for (const void* q : ptrs)
+    if (reinterpret_cast<uintptr_t>(q) & 15u) return false;
+  return true;
+}
 
 // Temporary device buffers for the timed search (setup only; freed right after).
 struct SearchBuffers {
@@ -236,13 +244,20 @@ ConvPlan& ConvPlanner::s2d_prepare(ConvPlan& p, const void* x, const void* w, bo
   return *p.s2d;
 }
 
+ConvTuner::Make ConvPlanner::graph_plans(ConvDir dir, const ConvPlan& p, cudnnDataType_t io, float beta) {
+  return [this, dir, &p, io, beta](std::string* why) {
+    // Candidates fit the workspace already carved for the legacy plans (no new memory).
+    return GraphConv::make(dev_.cudnn, dir, p.desc, io, beta, std::max(ws_.bytes(), size_t(64) << 20),
+                           opt_.conv_candidates, why);
+  };
+}
+
 void ConvPlanner::tuned(ConvPlan& p, int slot, float beta, const std::function<void()>& legacy, const void* x,
                         const void* w, const void* y, void* out, bool side) {
-  auto aligned = [](const void* q) { return (reinterpret_cast<uintptr_t>(q) & 15u) == 0; };
   // fp32 keeps the legacy plans (their math mode is what TF32 on/off asks for), and so do
   // channel counts that are no multiple of 8 (no 16-byte vectors along C).
   if (!opt_.graph_engines || opt_.precision == DType::F32 || p.desc.cin % 8 != 0 ||
-      p.desc.cout % 8 != 0 || !aligned(x) || !aligned(w) || !aligned(y) || !aligned(out)) {
+      p.desc.cout % 8 != 0 || !aligned16({x, w, y, out})) {
     legacy();
     return;
   }
@@ -252,12 +267,7 @@ void ConvPlanner::tuned(ConvPlan& p, int slot, float beta, const std::function<v
     p.tune[slot] = std::make_unique<ConvTuner>(
         conv_label(p.desc) + " " + conv_dir_name(dir) + (beta != 0.f ? "+=" : ""), true);
   p.tune[slot]->run(
-      legacy,
-      [&](std::string* why) {
-        // Candidates fit the workspace already carved for the legacy plans (no new memory).
-        return GraphConv::make(dev_.cudnn, dir, p.desc, cudnn_type(opt_.precision), beta,
-                               std::max(ws_.bytes(), size_t(64) << 20), opt_.conv_candidates, why);
-      },
+      legacy, graph_plans(dir, p, cudnn_type(opt_.precision), beta),
       [&](size_t bytes) { return side ? ws_.side(bytes) : ws_.main(bytes); }, x, w, y, out,
       side ? side_->stream() : dev_.stream, dev_.host_waits);
 }
@@ -332,9 +342,8 @@ bool ConvPlanner::fwd_stats(ConvPlan& p, float* slot, const void* x, const void*
     p.tune[4] = std::make_unique<ConvTuner>(conv_label(p.desc) + " fwd+stats", true, o);
   }
   ConvTuner& t = *p.tune[4];
-  auto aligned = [](const void* q) { return (reinterpret_cast<uintptr_t>(q) & 15u) == 0; };
   const ConvTuner* plain = p.tune[0].get();
-  if (!aligned(x) || !aligned(w) || !aligned(y) || (!always && !plain)) {
+  if (!aligned16({x, w, y}) || (!always && !plain)) {
     fwd(p, x, w, y);  // no graph-API engine for these pointers: no fused one either
     t.settle();
     return false;
@@ -345,11 +354,7 @@ bool ConvPlanner::fwd_stats(ConvPlan& p, float* slot, const void* x, const void*
   }
   const ConvTuner::Legacy extra = stats_pass;
   return t.run(
-      [&] { fwd(p, x, w, y); },
-      [&](std::string* why) {
-        return GraphConv::make(dev_.cudnn, ConvDir::FwdStats, p.desc, CUDNN_DATA_HALF, 0.f,
-                               std::max(ws_.bytes(), size_t(64) << 20), opt_.conv_candidates, why);
-      },
+      [&] { fwd(p, x, w, y); }, graph_plans(ConvDir::FwdStats, p, CUDNN_DATA_HALF, 0.f),
       [&](size_t bytes) { return ws_.main(bytes); }, x, w, nullptr, y, dev_.stream, dev_.host_waits, slot,
       &extra);
 }
@@ -367,9 +372,8 @@ bool ConvPlanner::fwd_prologue(ConvPlan& p, float* slot, const void* x, const vo
     p.tune[5] = std::make_unique<ConvTuner>(conv_label(p.desc) + " " + conv_dir_name(ConvDir::FwdPrologue), true, o);
   }
   ConvTuner& t = *p.tune[5];
-  auto aligned = [](const void* q) { return (reinterpret_cast<uintptr_t>(q) & 15u) == 0; };
   const ConvTuner* stats = p.tune[4].get();
-  if (!slot || !aligned(x) || !aligned(w) || !aligned(y) || !aligned(scale_bias)) {
+  if (!slot || !aligned16({x, w, y, scale_bias})) {
     unfused();
     t.settle();
     return false;
@@ -386,11 +390,7 @@ bool ConvPlanner::fwd_prologue(ConvPlan& p, float* slot, const void* x, const vo
     if (!wrote_stats) stats_pass();
   };
   return t.run(
-      run_unfused,
-      [&](std::string* why) {
-        return GraphConv::make(dev_.cudnn, ConvDir::FwdPrologue, p.desc, CUDNN_DATA_HALF, 0.f,
-                               std::max(ws_.bytes(), size_t(64) << 20), opt_.conv_candidates, why);
-      },
+      run_unfused, graph_plans(ConvDir::FwdPrologue, p, CUDNN_DATA_HALF, 0.f),
       [&](size_t bytes) { return ws_.main(bytes); }, x, w, nullptr, y, dev_.stream, dev_.host_waits, slot,
       &extra, scale_bias);
 }

@@ -134,6 +134,8 @@ class ConvPlanner {
   ConvPlan& plan(const ConvDesc& d, bool may_fuse);
   bool fusable(const ConvDesc& d) const;
   float* new_slot(int cout);  // a statistics slot for cout channels, zeroed
+  // What builds the graph-API candidates of one direction of p (ConvTuner's make).
+  ConvTuner::Make graph_plans(ConvDir dir, const ConvPlan& p, cudnnDataType_t io, float beta);
   // x/w/y by role, the output's role null; `side` as in wgrad.
   void tuned(ConvPlan& p, int slot, float beta, const std::function<void()>& legacy, const void* x,
              const void* w, const void* y, void* out, bool side = false);

@@ -174,7 +174,8 @@ void GpuOps::materialize(const void* p, size_t bytes) {
   for (const auto& [y, u] : bn_unwritten_.take(p, bytes)) {
     auto timed = timer_->scope("bn fwd", [&] { return std::to_string(u.c) + " relu, the output the prologue skipped"; });
     writes(y.p, y.bytes);
-    gpu::bn_apply(opt_.precision, u.x, u.m, u.c, u.scale_shift, true, const_cast<void*>(y.p), dev_.stream);
+    gpu::bn_apply(opt_.precision, u.x, u.m, u.c, u.scale_shift, nullptr, true, const_cast<void*>(y.p),
+                  dev_.stream);
   }
 }
 
@@ -549,12 +550,13 @@ void GpuOps::bn_relu_conv_forward_train(const BnSide& s, Act& bn_y, const ConvDe
                        dev_.stream);
   };
   bool stats = false;
-  auto timed = timer_->scope(convs_.prologue_chosen(p) ? "conv fwd+stats" : "conv fwd",
-                             [&] { return conv_label(cd) + (convs_.prologue_chosen(p) ? " bn+relu prologue" : ""); });
+  const bool chosen = convs_.prologue_chosen(p);
+  auto timed = timer_->scope(chosen ? "conv fwd+stats" : "conv fwd",
+                             [&] { return conv_label(cd) + (chosen ? " bn+relu prologue" : ""); });
   const bool fused = convs_.fwd_prologue(
       p, slot, s.x.data, pb.half, wt, y.data,
       [&] {
-        gpu::bn_apply(opt_.precision, s.x.data, m, c, pb.scale_shift, true, bn_y.data, dev_.stream);
+        gpu::bn_apply(opt_.precision, s.x.data, m, c, pb.scale_shift, nullptr, true, bn_y.data, dev_.stream);
         stats = convs_.fwd_stats(p, slot, bn_y.data, wt, y.data, stats_pass);
         return stats;
       },

@@ -59,9 +59,10 @@ void bn_train_scale_shift(DType t, const void* x, int64_t m, int c, const float*
 void bn_finalize_sums(DType t, float* sums, int64_t m, int c, const float* gamma, const float* beta, float eps,
                       float momentum, float* running_mean, float* running_var, float* save_mean, float* save_invstd,
                       float* scale_shift, void* half_ss, cudaStream_t s);
-// y = relu?(scale * x + shift) over m rows of c channels (scale_shift: 2c floats), as the forwards apply it.
-void bn_apply(DType t, const void* x, int64_t m, int c, const float* scale_shift, bool relu, void* y,
-              cudaStream_t s);
+// y = relu?(scale * x + shift + residual?) over m rows of c channels (scale_shift: 2c floats; residual may
+// be null), as the forwards apply it.
+void bn_apply(DType t, const void* x, int64_t m, int c, const float* scale_shift, const void* residual, bool relu,
+              void* y, cudaStream_t s);
 // The training forward's statistics pass alone, mean and invstd into scratch (2*c floats): what the
 // fused convolution's timing compares against (conv_planner.h).
 void bn_stats_pass(DType t, const void* x, int64_t m, int c, BnSync sync, float* scratch, cudaStream_t s);
