@@ -302,7 +302,8 @@ ConvTuner::~ConvTuner() {
 
 bool ConvTuner::run(const Legacy& legacy, const Make& make, const Workspace& workspace,
                     const void* x, const void* w, const void* y, void* out, cudaStream_t s,
-                    int64_t host_waits, float* stats, const Legacy* legacy_extra, const void* prologue) {
+                    int64_t host_waits, float* stats, const Legacy* legacy_extra, const void* prologue,
+                    const Legacy* graph_extra) {
   auto graph_run = [&](int i) {
     graph_->run(size_t(i), x, w, y, out, workspace(graph_->workspace(size_t(i))), s, stats, prologue);
   };
@@ -338,6 +339,7 @@ bool ConvTuner::run(const Legacy& legacy, const Make& make, const Workspace& wor
       } else {
         try {
           graph_run(c - 1);
+          if (graph_extra) (*graph_extra)();
         } catch (const GpuError& e) {  // refused at launch: never chosen, this call runs legacy
           ran = false;
           why_ = std::string("a graph plan failed to run: ") + e.what();

@@ -98,11 +98,14 @@ class ConvTuner {
   // get x/w/y/out (the output's own role null) and `stats` (FwdStats). host_waits: how often the
   // host has waited for the device so far (a counter of the backend's). legacy_extra, when set,
   // runs after the legacy plan inside its timed trials only: the work the graph plans do besides
-  // the convolution (FwdStats: our statistics pass). prologue: FwdPrologue's scale and bias. True when a
-  // graph plan ran.
+  // the convolution (FwdStats: our statistics pass). prologue: FwdPrologue's scale and bias. graph_extra,
+  // when set, runs after a graph plan inside its timed trials only: what choosing it costs elsewhere
+  // (FwdPrologue: the backward's write of the output the graph leaves unwritten). True when a graph plan
+  // ran.
   bool run(const Legacy& legacy, const Make& make, const Workspace& workspace, const void* x,
            const void* w, const void* y, void* out, cudaStream_t s, int64_t host_waits,
-           float* stats = nullptr, const Legacy* legacy_extra = nullptr, const void* prologue = nullptr);
+           float* stats = nullptr, const Legacy* legacy_extra = nullptr, const void* prologue = nullptr,
+           const Legacy* graph_extra = nullptr);
   // Waits for outstanding timings and fixes the choice (the fastest measured; the legacy plan
   // when nothing else was measured). Calls after this never explore.
   void settle();

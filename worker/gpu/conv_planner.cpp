@@ -361,7 +361,8 @@ bool ConvPlanner::fwd_stats(ConvPlan& p, float* slot, const void* x, const void*
 
 bool ConvPlanner::fwd_prologue(ConvPlan& p, float* slot, const void* x, const void* scale_bias, const void* w,
                                void* y, const std::function<bool()>& unfused,
-                               const std::function<void()>& stats_pass) {
+                               const std::function<void()>& stats_pass,
+                               const std::function<void()>& output_write) {
   if (!p.tune[5]) {
     // Made at the first call, while the forwards it is timed against may still explore, so that
     // still_tuning() waits for this choice too.
@@ -392,7 +393,7 @@ bool ConvPlanner::fwd_prologue(ConvPlan& p, float* slot, const void* x, const vo
   return t.run(
       run_unfused, graph_plans(ConvDir::FwdPrologue, p, CUDNN_DATA_HALF, 0.f),
       [&](size_t bytes) { return ws_.main(bytes); }, x, w, nullptr, y, dev_.stream, dev_.host_waits, slot,
-      &extra, scale_bias);
+      &extra, scale_bias, &output_write);
 }
 
 bool ConvPlanner::prologue_chosen(const ConvPlan& p) const {

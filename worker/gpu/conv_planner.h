@@ -106,10 +106,12 @@ class ConvPlanner {
   // (ConvDir::FwdPrologue), where this shape's timed choice is that graph: true then (the batch norm's
   // output never written). Else `unfused` runs: the apply into memory, then the forward (fwd_stats); it
   // returns whether that forward wrote the sums. The choice is timed once this shape's
-  // fwd_stats choice is settled, the fused plans against `unfused` (followed by `stats_pass` where that
-  // forward writes no sums); before then `unfused` runs untimed.
+  // fwd_stats choice is settled: the fused plans, each followed by `output_write` (what the fused choice
+  // costs the backward: writing the batch norm's output, a write of its bytes), against `unfused`
+  // (followed by `stats_pass` where that forward writes no sums); before then `unfused` runs untimed.
   bool fwd_prologue(ConvPlan& p, float* slot, const void* x, const void* scale_bias, const void* w, void* y,
-                    const std::function<bool()>& unfused, const std::function<void()>& stats_pass);
+                    const std::function<bool()>& unfused, const std::function<void()>& stats_pass,
+                    const std::function<void()>& output_write);
   // The fused forward is this shape's settled choice (the profile's label).
   bool stats_chosen(const ConvPlan& p) const;
   bool prologue_chosen(const ConvPlan& p) const;

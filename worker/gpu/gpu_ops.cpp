@@ -173,6 +173,7 @@ void GpuOps::materialize(const void* p, size_t bytes) {
   if (bn_unwritten_.empty()) return;
   for (const auto& [y, u] : bn_unwritten_.take(p, bytes)) {
     auto timed = timer_->scope("bn fwd", [&] { return std::to_string(u.c) + " relu, the output the prologue skipped"; });
+    ++prologue_materialized_;
     writes(y.p, y.bytes);
     gpu::bn_apply(opt_.precision, u.x, u.m, u.c, u.scale_shift, nullptr, true, const_cast<void*>(y.p),
                   dev_.stream);
@@ -560,7 +561,10 @@ void GpuOps::bn_relu_conv_forward_train(const BnSide& s, Act& bn_y, const ConvDe
         stats = convs_.fwd_stats(p, slot, bn_y.data, wt, y.data, stats_pass);
         return stats;
       },
-      stats_pass);
+      stats_pass,
+      // The fused choice's cost in the backward: its dx pass writes bn_y (a write of its bytes; nothing reads
+      // bn_y before then, and that pass overwrites it).
+      [&] { CUDA_CHECK(cudaMemsetAsync(bn_y.data, 0, bn_y.bytes(), dev_.stream)); });
   if (fused) {
     stats = true;
     ++prologue_forwards_;
@@ -581,6 +585,7 @@ void GpuOps::conv_bn_relu_backward(const ConvDesc& cd, ParamView w, const Act& d
   check_act(dbn_y, "conv_bn_relu_backward batch-norm output gradient");
   check_act(dx, "conv_bn_relu_backward input gradient");
   in_backward_ = true;
+  ++prologue_backwards_;
   ConvPlan& p = convs_.plan(cd);
   {
     auto timed = timer_->scope("conv dgrad", [&] { return conv_label(cd); });

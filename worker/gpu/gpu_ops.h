@@ -163,6 +163,10 @@ class GpuOps final : public Ops {
   int64_t fused_bn_forwards() const { return fused_bn_forwards_; }
   // Training batch norms so far applied in the next convolution's prologue (their output left unwritten).
   int64_t prologue_forwards() const { return prologue_forwards_; }
+  // Of those outputs: written by their backward's dx pass, and written early by the apply because something
+  // read them before (GpuOps::materialize; none in a ResNet step).
+  int64_t prologue_backwards() const { return prologue_backwards_; }
+  int64_t prologue_materialized() const { return prologue_materialized_; }
 
  private:
   // What bn_backward needs to know about the forward that wrote y (keyed by y's address).
@@ -262,7 +266,7 @@ class GpuOps final : public Ops {
   bool in_backward_ = false;   // a backward call since the last first-layer weight gradient
   bool last_bn_train_ = true;  // the last batch-norm forward was a training one (not a validation's)
   int64_t fused_bn_forwards_ = 0;
-  int64_t prologue_forwards_ = 0;
+  int64_t prologue_forwards_ = 0, prologue_backwards_ = 0, prologue_materialized_ = 0;
   UnwrittenRanges<Unwritten> bn_unwritten_;     // by the output's address
   std::map<size_t, PrologueBuf> prologue_bufs_;  // by gamma's offset
   void* bn_sync_ = nullptr;

@@ -143,7 +143,9 @@ int bench(const std::map<std::string, std::string>& a, Clock::time_point t_start
   if (gops) {
     extra += ", \"fused_half_faster\": " + std::string(gops->fused_half_faster() ? "true" : "false") +
              ", \"fused_bn_forwards\": " + std::to_string(gops->fused_bn_forwards()) +
-             ", \"prologue_forwards\": " + std::to_string(gops->prologue_forwards());
+             ", \"prologue_forwards\": " + std::to_string(gops->prologue_forwards()) +
+             ", \"prologue_backwards\": " + std::to_string(gops->prologue_backwards()) +
+             ", \"prologue_materialized\": " + std::to_string(gops->prologue_materialized());
     extra += ", \"conv_engines\": [";
     const auto lines = gops->conv_engine_report();
     for (size_t i = 0; i < lines.size(); ++i) extra += std::string(i ? ", " : "") + "\"" + lines[i] + "\"";

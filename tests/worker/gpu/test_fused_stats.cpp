@@ -510,11 +510,14 @@ TEST_CASE("a small ResNet-50 in fp16 with conv+genstats stays as close to the CP
     const ModelRun f = model_steps(*on, 50, rc, steps);
     const int64_t fused = gpu_of(*on).fused_bn_forwards(), prologue = gpu_of(*on).prologue_forwards();
     WARN("fused batch-norm forwards over " << steps << " steps: " << fused << ", " << prologue
-                                           << " of them in a convolution's prologue; loss " << f.loss
+                                           << " of them in a convolution's prologue (their outputs written by "
+                                           << gpu_of(*on).prologue_backwards() << " backwards, "
+                                           << gpu_of(*on).prologue_materialized() << " early reads); loss " << f.loss
                                            << ", gradients L2 " << l2_rel(f.grads, c.grads) << ", running statistics "
                                            << rel_err(f.buffers, c.buffers).rel);
     CHECK(fused > 0);
     CHECK(prologue > 0);
+    CHECK(gpu_of(*on).prologue_backwards() > 0);
     CHECK(std::fabs(f.loss - c.loss) <= std::max(2 * u_loss, 3 * w_loss));
     CHECK(l2_rel(f.grads, c.grads) <= std::max(2 * u_g, 3 * w_g));
     const Err s = rel_err(f.buffers, c.buffers);
@@ -550,9 +553,12 @@ TEST_CASE("a small ResNet-50 in fp16: the timed conv+genstats choice ends within
 // graph_drop_zeroing: the slots are zero before every conv+genstats call). Six steps (two uncaptured,
 // the capturing one, three replays) against the same steps uncaptured: the gradients, loss and running
 // statistics of the last. A slot left holding the last replay's sums would double the next one's
-// statistics. Tolerance: twice what another kernel choice moves the result by: the graph that keeps
-// the zeroings (its engines settled at the capture, where the uncaptured run may still explore
-// others), and the unfused fp16 path (its own statistics pass); fp16's unit roundoff at least.
+// statistics. Tolerance: twice what another kernel choice moves the result by: a second run of the
+// reference itself (the engine tuning times each run anew, and may choose other engines), the graph
+// that keeps the zeroings (its engines settled at the capture, where the uncaptured run may still
+// explore others), and the unfused fp16 path (its own statistics pass); fp16's unit roundoff at least.
+// (Without the second run, one pair of runs agreeing by chance made the tolerance too tight: the loss
+// check failed once in a whole-suite run on an H100, 0.0075 against 0.0046.)
 TEST_CASE("a small ResNet-50 in fp16: the captured step without cuDNN's redundant zeroings replays the uncaptured steps",
           "[gpu][fused][graph]") {
   auto run = [](FusedStats fused, int captured, bool drop, size_t* dropped) {
@@ -577,6 +583,7 @@ TEST_CASE("a small ResNet-50 in fp16: the captured step without cuDNN's redundan
     return downloaded(ops, m);
   };
   const ModelRun ref = run(FusedStats::Always, -1, false, nullptr);
+  const ModelRun again = run(FusedStats::Always, -1, false, nullptr);
   const ModelRun unfused = run(FusedStats::Off, -1, false, nullptr);
   size_t kept_dropped = 1, dropped = 0;
   const ModelRun kept = run(FusedStats::Always, 2, false, &kept_dropped);
@@ -584,17 +591,21 @@ TEST_CASE("a small ResNet-50 in fp16: the captured step without cuDNN's redundan
   CHECK(kept_dropped == 0);
   WARN("zeroings left out of the captured step: " << dropped);
   CHECK(dropped > 0);
-  auto tol = [](double a, double b, double floor) { return std::max(2 * std::max(a, b), floor); };
-  const double g_tol = tol(l2_rel(kept.grads, ref.grads), l2_rel(unfused.grads, ref.grads), kU16);
-  const double s_tol =
-      tol(rel_err(kept.buffers, ref.buffers).rel, rel_err(unfused.buffers, ref.buffers).rel, kU16);
-  const double l_tol = tol(std::fabs(double(kept.loss) - ref.loss), std::fabs(double(unfused.loss) - ref.loss),
-                           kU16 * std::fabs(ref.loss));
+  auto tol = [](std::initializer_list<double> moved, double floor) { return std::max(2 * std::max(moved), floor); };
+  const double g_tol =
+      tol({l2_rel(again.grads, ref.grads), l2_rel(kept.grads, ref.grads), l2_rel(unfused.grads, ref.grads)}, kU16);
+  const double s_tol = tol({rel_err(again.buffers, ref.buffers).rel, rel_err(kept.buffers, ref.buffers).rel,
+                            rel_err(unfused.buffers, ref.buffers).rel},
+                           kU16);
+  auto loss_moved = [&](const ModelRun& r) { return std::fabs(double(r.loss) - ref.loss); };
+  const double l_tol = tol({loss_moved(again), loss_moved(kept), loss_moved(unfused)}, kU16 * std::fabs(ref.loss));
   CHECK(l2_rel(without.grads, ref.grads) <= g_tol);
   const Err s = rel_err(without.buffers, ref.buffers);
   INFO("running statistics: " << s.where);
   CHECK(s.rel <= s_tol);
-  CHECK(std::fabs(double(without.loss) - ref.loss) <= l_tol);
+  INFO("loss moved by: a second run " << loss_moved(again) << ", the kept zeroings " << loss_moved(kept)
+                                        << ", the unfused path " << loss_moved(unfused));
+  CHECK(loss_moved(without) <= l_tol);
 }
 
 // fp16, a block's batch norm + ReLU applied as the next convolution reads its input
@@ -633,7 +644,7 @@ TEST_CASE("fp16 batch norm + ReLU in the next convolution's prologue: its output
   struct R {
     Stats st, st_read;  // after the last backward; after the last forward
     std::vector<float> bn_y, bn_y_read, y, dx, grads;
-    int64_t prologue = 0;
+    int64_t prologue = 0, backwards = 0, materialized = 0;
   };
   auto run = [&](Side& sd) {
     Act u = sd.act(kN, L.d.h, L.d.w, L.d.cin, L.x), x = sd.act(kN, hw, hw, c), bn_y = sd.act(kN, hw, hw, c);
@@ -666,7 +677,11 @@ TEST_CASE("fp16 batch norm + ReLU in the next convolution's prologue: its output
     forward();  // and read the batch norm's output before any backward
     r.bn_y_read = sd.get(bn_y);
     r.st_read = stats();
-    if (auto* g = dynamic_cast<gpu::GpuOps*>(sd.ops.get())) r.prologue = g->prologue_forwards();
+    if (auto* g = dynamic_cast<gpu::GpuOps*>(sd.ops.get())) {
+      r.prologue = g->prologue_forwards();
+      r.backwards = g->prologue_backwards();
+      r.materialized = g->prologue_materialized();
+    }
     return r;
   };
   auto gpu_run = [&](bool prologue) {
@@ -682,6 +697,10 @@ TEST_CASE("fp16 batch norm + ReLU in the next convolution's prologue: its output
   WARN("batch norms applied in the prologue: " << on.prologue << " (off: " << off.prologue << ")");
   CHECK(on.prologue >= 2);  // the third step's and the last forward's
   CHECK(off.prologue == 0);
+  // Each skipped output written once: by its backward's dx pass, or (the last forward's, read before any
+  // backward) by the apply on demand.
+  CHECK(on.backwards == on.prologue - 1);
+  CHECK(on.materialized == 1);
 
   // The apply from a run's own statistics: unrounded scale and shift (the unfused forward's), or rounded
   // to fp16 (the prologue's).
