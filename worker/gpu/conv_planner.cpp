@@ -30,6 +30,9 @@ double seconds_since(std::chrono::steady_clock::time_point t0) {
 
 const float kOne = 1.f, kZero = 0.f;
 
+// A tuner that has settled on a graph-API plan.
+bool settled_on_graph(const std::unique_ptr<ConvTuner>& t) { return t && t->settled() && t->chose_graph(); }
+
 // Every (non-null) pointer 16-byte aligned, as the graph-API engines want them.
 bool aligned16(std::initializer_list<const void*> ptrs) {
   for (const void* q : ptrs)
@@ -396,13 +399,9 @@ bool ConvPlanner::fwd_prologue(ConvPlan& p, float* slot, const void* x, const vo
       &extra, scale_bias, &output_write);
 }
 
-bool ConvPlanner::prologue_chosen(const ConvPlan& p) const {
-  return p.tune[5] && p.tune[5]->settled() && p.tune[5]->chose_graph();
-}
+bool ConvPlanner::prologue_chosen(const ConvPlan& p) const { return settled_on_graph(p.tune[5]); }
 
-bool ConvPlanner::stats_chosen(const ConvPlan& p) const {
-  return p.tune[4] && p.tune[4]->settled() && p.tune[4]->chose_graph();
-}
+bool ConvPlanner::stats_chosen(const ConvPlan& p) const { return settled_on_graph(p.tune[4]); }
 
 int ConvPlanner::fused_shapes() const {
   int n = 0;

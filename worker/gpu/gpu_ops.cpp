@@ -340,7 +340,6 @@ void GpuOps::wgrad_begin(ParamView dw, bool side, const ConvPlan& p) {
 }
 
 void GpuOps::conv_wgrad(ConvPlan& p, const ConvDesc& d, const Act& x, const Act& dy, ParamView dw, bool side) {
-  const bool batched = dw_half_ && !p.s2d;
   auto timed = timer_->scope("conv wgrad", [&] { return conv_label(d) + (p.s2d ? " s2d" : ""); });
   float* g = grads_ + dw.offset;
   const size_t g_bytes = dw.count * sizeof(float);
@@ -354,7 +353,7 @@ void GpuOps::conv_wgrad(ConvPlan& p, const ConvDesc& d, const Act& x, const Act&
     s2d_wgrad_fold(opt_.precision, tmp, g, s, dev_.stream);
     return;
   }
-  if (batched) {
+  if (dw_half_) {  // (the space-to-depth form, never batched, returned above)
     // dW in the compute dtype (as autocast's weight gradient) at its place in dw_half_, added to the
     // fp32 gradients with the other layers' (add_pending_dw): one pass instead of one per layer.
     const size_t es = dtype_size(opt_.precision);
@@ -609,10 +608,10 @@ bool GpuOps::joinable(const BnSide& a, const BnSide& b, std::initializer_list<co
 
 void GpuOps::bn_forward_train_join(const BnSide& a, const BnSide& b, Act& y) {
   check_act(a.x, "bn_forward_train_join input");
-  materialize(a.x);
-  materialize(b.x);
   check_act(b.x, "bn_forward_train_join downsample input");
   check_act(y, "bn_forward_train_join output");
+  materialize(a.x);
+  materialize(b.x);
   // (Decided before the sums are taken: the two calls of the default take them again.)
   if (!joinable(a, b, {a.x.data, b.x.data, y.data})) return Ops::bn_forward_train_join(a, b, y);
   last_bn_train_ = true;
@@ -641,9 +640,9 @@ void GpuOps::bn_forward_train_join(const BnSide& a, const BnSide& b, Act& y) {
 void GpuOps::bn_backward_join(const BnSide& a, const BnSide& b, Act& y, const Act& dy, const Act* dy2, Act& dx,
                               Act& dx_ds) {
   check_act(dy, "bn_backward_join output gradient");
+  if (dy2) check_act(*dy2, "bn_backward_join second output gradient");
   materialize(a.x);
   materialize(b.x);
-  if (dy2) check_act(*dy2, "bn_backward_join second output gradient");
   // From the bits of this backend's own join forward of this very x and gamma.
   const BnForward* f = forward_of(y, a.x, a.gamma);
   if (!f || !f->relu_bits ||
@@ -695,8 +694,8 @@ void GpuOps::maxpool_forward(const PoolDesc& d, const Act& x, Act& y) {
 
 void GpuOps::bn_relu_maxpool_forward_train(const BnSide& s, const PoolDesc& pool, Act& bn_y, Act& y) {
   check_act(s.x, "bn_relu_maxpool_forward_train input");
-  materialize(s.x);
   check_act(y, "bn_relu_maxpool_forward_train output");
+  materialize(s.x);
   const bool shapes = pool.n == s.d.n && pool.h == s.d.h && pool.w == s.d.w && pool.c == s.d.c && s.x.c == s.d.c;
   // (A convolution's sums of x, which a stem in space-to-depth form never writes: the batch norm's
   // apply from them, then the pool.)

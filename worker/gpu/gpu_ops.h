@@ -164,7 +164,7 @@ class GpuOps final : public Ops {
   // Training batch norms so far applied in the next convolution's prologue (their output left unwritten).
   int64_t prologue_forwards() const { return prologue_forwards_; }
   // Of those outputs: written by their backward's dx pass, and written early by the apply because something
-  // read them before (GpuOps::materialize; none in a ResNet step).
+  // read them before (GpuOps::materialize; a ResNet step should need none).
   int64_t prologue_backwards() const { return prologue_backwards_; }
   int64_t prologue_materialized() const { return prologue_materialized_; }
 

@@ -11,7 +11,6 @@
 
 #include <cstddef>
 #include <deque>
-#include <iterator>
 #include <map>
 #include <optional>
 #include <utility>
@@ -98,10 +97,7 @@ class UnwrittenRanges {
     const auto it = map_.find(p);
     return it == map_.end() ? nullptr : &it->second.info;
   }
-  void written(const void* p, size_t bytes) {
-    for (auto it = map_.begin(); it != map_.end();)
-      it = overlaps({it->first, it->second.bytes}, p, bytes) ? map_.erase(it) : std::next(it);
-  }
+  void written(const void* p, size_t bytes) { take(p, bytes); }  // (what was written holds now)
   // Those [p, p + bytes) reads a byte of, removed.
   std::vector<std::pair<Range, Info>> take(const void* p, size_t bytes) {
     std::vector<std::pair<Range, Info>> due;
