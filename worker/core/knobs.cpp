@@ -122,6 +122,7 @@ Knobs read_knobs(const proto::EnvMap& env) {
   read_flag(env, "WORKER_CONV_PROLOGUE", "fp16 batch norms applied in the next convolution's prologue",
             &k.conv_prologue);
   read_flag(env, "WORKER_STEM_POOL", "the stem's batch norm pooled as computed", &k.stem_pool);
+  read_flag(env, "WORKER_POOL_TILED", "the stem's max-pool backward in 2x2 blocks", &k.pool_tiled);
   read_flag(env, "WORKER_DW_BATCHED", "the weight gradients added to the fp32 gradients in one pass", &k.dw_batched);
   read_flag(env, "WORKER_GRAPH_DROP_ZEROING", "cuDNN's redundant zeroing left out of the captured step",
             &k.graph_drop_zeroing);

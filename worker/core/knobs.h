@@ -61,6 +61,7 @@ struct Knobs {
   // its input (cuDNN's fused prologue), where timing chooses it; off until the trainer has measured it
   bool conv_prologue = false;
   bool stem_pool = true;  // WORKER_STEM_POOL=0|1: the stem's batch norm + ReLU pooled as computed, not stored
+  bool pool_tiled = true;  // WORKER_POOL_TILED=0|1: the stem's max-pool backward a 2x2 block of inputs per thread
   // WORKER_DW_BATCHED=0|1: bf16/fp16 weight gradients added to the fp32 gradients in one pass, not each alone
   bool dw_batched = true;
   bool graph_drop_zeroing = true;  // WORKER_GRAPH_DROP_ZEROING=0|1: cuDNN's zeroing of slots already zero left out of the graph

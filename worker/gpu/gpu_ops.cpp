@@ -742,7 +742,7 @@ void GpuOps::maxpool_backward(const PoolDesc& d, const Act& x, const Act& y, con
                    "and the forward's argmax is gone (another max-pool forward since; " + where() + ")");
   void* arg = saved ? pool_arg_ : scratch_half(maxpool_argmax_bytes(d));
   writes(dx);
-  gpu::maxpool_backward(opt_.precision, x.data, dy.data, dx.data, d, arg, saved, dev_.stream);
+  gpu::maxpool_backward(opt_.precision, x.data, dy.data, dx.data, d, arg, saved, dev_.stream, opt_.pool_tiled);
 }
 
 void GpuOps::avgpool_forward(const Act& x, Act& y) {

@@ -20,6 +20,7 @@ GpuOptions gpu_options(const Knobs& k, int device, DType precision) {
   o.relu_bits = k.relu_bits;
   o.bn_join = k.bn_join;
   o.stem_pool = k.stem_pool;
+  o.pool_tiled = k.pool_tiled;
   o.conv_prologue = k.conv_prologue;
   o.dw_batched = k.dw_batched;
   o.graph_drop_zeroing = k.graph_drop_zeroing;

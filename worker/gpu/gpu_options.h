@@ -43,6 +43,10 @@ struct GpuOptions {
   // reads the batch norm's input and applies it as it goes (pooling.cu), its output is not stored;
   // off: the batch norm's output is written, then pooled.
   bool stem_pool = Knobs{}.stem_pool;
+  // The stem's max-pool backward (3x3, stride 2, padding 1) with a thread per window writing its 2x2
+  // inputs, each of the four windows around them loaded once (pooling.cu); off: a thread per input,
+  // which loads every window covering it (nine loads per four inputs). The two agree bit for bit.
+  bool pool_tiled = Knobs{}.pool_tiled;
   // fp16: a block's training batch norm + ReLU and the convolution after it
   // (Ops::bn_relu_conv_forward_train) as one cuDNN graph that applies the batch norm as it reads the
   // convolution's input (ConvDir::FwdPrologue), where timing chooses it over the apply into memory; its

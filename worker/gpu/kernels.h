@@ -125,12 +125,13 @@ void bn_backward(DType t, const void* x, const void* y, const void* dy, const vo
 // `argmax` (maxpool_argmax_bytes(d), one byte per output element) unless it is null. The
 // backward finds them again from x unless argmax_valid (they are the forward's for this very
 // x), then every input position gathers the gradients of the windows whose argmax it is (no
-// atomics: deterministic).
+// atomics: deterministic). tiled: the stem's window (3x3/2, padding 1) with a thread per 2x2 inputs
+// (GpuOptions::pool_tiled); the result is the same bit for bit.
 size_t maxpool_argmax_bytes(const PoolDesc& d);
 void maxpool_forward(DType t, const void* x, void* y, void* argmax, const PoolDesc& d,
                      cudaStream_t s);
 void maxpool_backward(DType t, const void* x, const void* dy, void* dx, const PoolDesc& d,
-                      void* argmax, bool argmax_valid, cudaStream_t s);
+                      void* argmax, bool argmax_valid, cudaStream_t s, bool tiled = true);
 // The stem's max-pool of a training batch norm's output relu(scale * x + shift) (scale_shift: 2c floats,
 // bn_train_scale_shift's) computed from its input x, with the argmax: the output and argmax
 // maxpool_forward gives over the stored batch-norm output, which is not written. Only where

@@ -137,6 +137,69 @@ __global__ void maxpool_gather_kernel(const uint8_t* __restrict__ arg, const T* 
   }
 }
 
+// Pass 2 for the stem's window (3x3, stride 2, padding 1): a thread per output window (a, b) writes
+// the 2x2 inputs (2a..2a+1, 2b..2b+1), the only ones whose covering windows are among (a..a+1,
+// b..b+1): an even input row or column lies in one window along that axis, an odd one in two. The
+// four windows' argmax and gradient are loaded once for four inputs, where the per-input kernel
+// loads nine windows per four inputs. The sums run in that kernel's order (windows in row-major
+// order), so the two agree bit for bit.
+template <typename T, int V>
+__global__ void maxpool_gather_3s2_kernel(const uint8_t* __restrict__ arg, const T* __restrict__ dy,
+                                          T* __restrict__ dx, PoolDesc d) {
+  const int groups = d.c / V;
+  const int j = blockIdx.x * blockDim.x + threadIdx.x;
+  if (j >= d.wo * groups) return;
+  const int g = j % groups, b = j / groups;
+  const bool right = b + 1 < d.wo, col1 = 2 * b + 1 < d.w;
+  for (int row = blockIdx.y; row < d.n * d.ho; row += gridDim.y) {
+    const int a = row % d.ho, n = row / d.ho;
+    const bool below = a + 1 < d.ho, row1 = 2 * a + 1 < d.h;
+    // Window (a + da, b + db): its argmax bytes and gradient; a missing one matches no position.
+    Vec<uint8_t, V> wa[2][2];
+    float wg[2][2][V];
+#pragma unroll
+    for (int da = 0; da < 2; ++da)
+#pragma unroll
+      for (int db = 0; db < 2; ++db) {
+        if ((da && !below) || (db && !right)) {
+#pragma unroll
+          for (int k = 0; k < V; ++k) {
+            wa[da][db].v[k] = kNone;
+            wg[da][db][k] = 0.f;
+          }
+          continue;
+        }
+        const size_t o = ((size_t(n) * d.ho + a + da) * d.wo + b + db) * d.c + size_t(g) * V;
+        wa[da][db] = *reinterpret_cast<const Vec<uint8_t, V>*>(arg + o);
+        load_f<T, V>(dy + o, wg[da][db]);
+      }
+    // Input (2a + r, 2b + q) sits at (1 + r, 1 + q) of window (a, b) and, where r or q is 1, at
+    // (0, ...) / (..., 0) of the window below / to the right.
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+      if (r && !row1) break;
+      T* out = dx + ((size_t(n) * d.h + 2 * a + r) * d.w + 2 * b) * d.c + size_t(g) * V;
+#pragma unroll
+      for (int q = 0; q < 2; ++q) {
+        if (q && !col1) break;
+        float acc[V];
+#pragma unroll
+        for (int k = 0; k < V; ++k) acc[k] = 0.f;
+#pragma unroll
+        for (int da = 0; da <= r; ++da)
+#pragma unroll
+          for (int db = 0; db <= q; ++db) {
+            const int rel = (r + 1 - 2 * da) * 3 + (q + 1 - 2 * db);
+#pragma unroll
+            for (int k = 0; k < V; ++k)
+              if (wa[da][db].v[k] == rel) acc[k] += wg[da][db][k];
+          }
+        store_f<T, V>(out + size_t(q) * d.c, acc);
+      }
+    }
+  }
+}
+
 template <typename T, int V>
 __global__ void avgpool_fwd_kernel(const T* __restrict__ x, T* __restrict__ y, int n, int hw,
                                    int c) {
@@ -260,7 +323,7 @@ void maxpool_forward_bn(DType t, const void* x, const float* scale_shift, void* 
 }
 
 void maxpool_backward(DType t, const void* x, const void* dy, void* dx, const PoolDesc& d,
-                      void* argmax, bool argmax_valid, cudaStream_t s) {
+                      void* argmax, bool argmax_valid, cudaStream_t s, bool tiled) {
   check_window(d);
   auto* arg = static_cast<uint8_t*>(argmax);
   WK_DISPATCH(t, {
@@ -271,7 +334,9 @@ void maxpool_backward(DType t, const void* x, const void* dy, void* dx, const Po
     if (can_vec<T>(d.c, dy, dx, argmax)) {
       constexpr int V = 16 / sizeof(T);
       const dim3 grid = row_grid(d.w * (d.c / V), d.n * d.h);
-      if (stem_window(d))
+      if (stem_window(d) && d.pad == 1 && tiled)
+        maxpool_gather_3s2_kernel<T, V><<<row_grid(d.wo * (d.c / V), d.n * d.ho), kThreads, 0, s>>>(arg, dyt, dxt, d);
+      else if (stem_window(d))
         maxpool_gather_kernel<T, V, 2><<<grid, kThreads, 0, s>>>(arg, dyt, dxt, d);
       else
         maxpool_gather_kernel<T, V, 0><<<grid, kThreads, 0, s>>>(arg, dyt, dxt, d);

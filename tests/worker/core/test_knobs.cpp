@@ -28,6 +28,7 @@ void check_defaults(const Knobs& k) {
   CHECK(k.bn_join);
   CHECK_FALSE(k.conv_prologue);
   CHECK(k.stem_pool);
+  CHECK(k.pool_tiled);
   CHECK(k.dw_batched);
   CHECK(k.graph_drop_zeroing);
   CHECK(k.nccl_init_timeout_s == 300);
@@ -61,6 +62,7 @@ TEST_CASE("knobs: every knob set to its other value", "[knobs]") {
       {"WORKER_BN_JOIN", "0"},
       {"WORKER_CONV_PROLOGUE", "1"},
       {"WORKER_STEM_POOL", "0"},
+      {"WORKER_POOL_TILED", "0"},
       {"WORKER_DW_BATCHED", "0"},
       {"WORKER_GRAPH_DROP_ZEROING", "0"},
       {"WORKER_NCCL_INIT_TIMEOUT_S", "2.5"},
@@ -85,6 +87,7 @@ TEST_CASE("knobs: every knob set to its other value", "[knobs]") {
   CHECK_FALSE(k.bn_join);
   CHECK(k.conv_prologue);
   CHECK_FALSE(k.stem_pool);
+  CHECK_FALSE(k.pool_tiled);
   CHECK_FALSE(k.dw_batched);
   CHECK_FALSE(k.graph_drop_zeroing);
   CHECK(k.nccl_init_timeout_s == 2.5);
@@ -110,7 +113,13 @@ TEST_CASE("knobs: the default values spelled out, and empty values, read as the 
         {"WORKER_WGRAD_STREAM", v("1")},
         {"WORKER_CUDNN_DETERMINISTIC", v("0")},
         {"WORKER_FP16_FUSED", v("auto")},
+        {"WORKER_RELU_BITS", v("1")},
+        {"WORKER_BN_JOIN", v("1")},
+        {"WORKER_CONV_PROLOGUE", v("0")},
+        {"WORKER_STEM_POOL", v("1")},
+        {"WORKER_POOL_TILED", v("1")},
         {"WORKER_DW_BATCHED", v("1")},
+        {"WORKER_GRAPH_DROP_ZEROING", v("1")},
         {"WORKER_NCCL_INIT_TIMEOUT_S", v("300")},
         {"WORKER_NVJPEG_BACKEND", v("hardware")},
         {"WORKER_NVJPEG_CPU_SHARE", v("auto")},

@@ -303,38 +303,51 @@ TEST_CASE("the GPU backend reports misuse and impossible requests clearly", "[gp
 }
 
 TEST_CASE("max-pool on the ResNet stem's shape matches the CPU backend, ties included", "[gpu]") {
+  struct Shape {
+    int h, w;
+  };
+  // The stem's 112x112, and odd sizes whose last input row and column lie in one window only.
+  const Shape shapes[] = {{112, 112}, {15, 13}};
   for (DType t : kTypes) {
-    INFO("dtype " << dtype_name(t));
-    const int n = 2, h = 112, w = 112, c = 64;
-    PoolDesc pd{n, h, w, c, 3, 2, 1, 0, 0};
-    pd.ho = (h + 2 - 3) / 2 + 1;
-    pd.wo = (w + 2 - 3) / 2 + 1;
-    Pair p(t, {0.f}, {0.f});
-    // Coarse, ReLU'd values: most windows hold ties (zeros and repeated levels), so the first-
-    // maximum rule decides where each gradient goes.
-    auto xv = randn(size_t(n) * h * w * c, 31);
-    for (float& v : xv) v = v < 0 ? 0.f : std::round(v * 2.f) / 2.f;
-    const auto dyv = rounded(randn(size_t(n) * pd.ho * pd.wo * c, 32), t);
-    std::vector<float> y[2], dx[2], dx_again;
-    Side* sides[2] = {&p.gpu, &p.cpu};
-    for (int i = 0; i < 2; ++i) {
-      Side& sd = *sides[i];
-      Act x = sd.act(n, h, w, c, xv), ya = sd.act(n, pd.ho, pd.wo, c);
-      Act dy = sd.act(n, pd.ho, pd.wo, c, dyv), dxa = sd.act(n, h, w, c);
-      sd.ops->maxpool_forward(pd, x, ya);
-      y[i] = sd.get(ya);
-      sd.ops->maxpool_backward(pd, x, ya, dy, dxa);  // the GPU uses the forward's argmax
-      dx[i] = sd.get(dxa);
-      if (i == 0) {
-        // y elsewhere: the backward cannot know its forward and finds the argmax again.
-        Act y2 = sd.act(n, pd.ho, pd.wo, c, y[0]);
-        sd.ops->maxpool_backward(pd, x, y2, dy, dxa);
-        dx_again = sd.get(dxa);
+    for (const Shape& sh : shapes) {
+      INFO("dtype " << dtype_name(t) << ", " << sh.h << "x" << sh.w);
+      const int n = 2, h = sh.h, w = sh.w, c = 64;
+      PoolDesc pd{n, h, w, c, 3, 2, 1, 0, 0};
+      pd.ho = (h + 2 - 3) / 2 + 1;
+      pd.wo = (w + 2 - 3) / 2 + 1;
+      Pair p(t, {0.f}, {0.f});
+      // The backward with a thread per input (GpuOptions::pool_tiled off) against the tiled default.
+      worker::gpu::GpuOptions o = worker::gpu::gpu_options(worker::process_knobs(), 0, t);
+      REQUIRE(o.pool_tiled);
+      o.pool_tiled = false;
+      Side per_input(std::make_unique<worker::gpu::GpuOps>(o), {0.f}, {0.f});
+      // Coarse, ReLU'd values: most windows hold ties (zeros and repeated levels), so the first-
+      // maximum rule decides where each gradient goes.
+      auto xv = randn(size_t(n) * h * w * c, 31);
+      for (float& v : xv) v = v < 0 ? 0.f : std::round(v * 2.f) / 2.f;
+      const auto dyv = rounded(randn(size_t(n) * pd.ho * pd.wo * c, 32), t);
+      std::vector<float> y[3], dx[3], dx_again;
+      Side* sides[3] = {&p.gpu, &p.cpu, &per_input};
+      for (int i = 0; i < 3; ++i) {
+        Side& sd = *sides[i];
+        Act x = sd.act(n, h, w, c, xv), ya = sd.act(n, pd.ho, pd.wo, c);
+        Act dy = sd.act(n, pd.ho, pd.wo, c, dyv), dxa = sd.act(n, h, w, c);
+        sd.ops->maxpool_forward(pd, x, ya);
+        y[i] = sd.get(ya);
+        sd.ops->maxpool_backward(pd, x, ya, dy, dxa);  // the GPU uses the forward's argmax
+        dx[i] = sd.get(dxa);
+        if (i == 0) {
+          // y elsewhere: the backward cannot know its forward and finds the argmax again.
+          Act y2 = sd.act(n, pd.ho, pd.wo, c, y[0]);
+          sd.ops->maxpool_backward(pd, x, y2, dy, dxa);
+          dx_again = sd.get(dxa);
+        }
       }
+      CHECK_CLOSE("maxpool y", y[0], y[1], 1e-6);
+      CHECK_CLOSE("maxpool dx", dx[0], dx[1], t == DType::F32 ? 1e-6 : tol(t));
+      CHECK(dx_again == dx[0]);
+      CHECK(dx[2] == dx[0]);  // the same sums in the same order
     }
-    CHECK_CLOSE("maxpool y", y[0], y[1], 1e-6);
-    CHECK_CLOSE("maxpool dx", dx[0], dx[1], t == DType::F32 ? 1e-6 : tol(t));
-    CHECK(dx_again == dx[0]);
   }
 }
 
