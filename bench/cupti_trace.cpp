@@ -14,6 +14,7 @@
 // behind other work (its stream's, or another stream's sharing its hardware queue) shows here.
 // This is how the JPEG pipeline's stall was found (docs/benchmarks.md, "Data loading").
 #include <cupti.h>
+#include <cxxabi.h>
 
 #include <algorithm>
 #include <cstdint>
@@ -40,11 +41,36 @@ struct Trace {
   std::mutex mu;
   std::vector<Op> ops;
   std::unordered_map<uint32_t, uint64_t> call_end;  // correlation id -> end of the API call
+  std::unordered_map<std::string, std::string> short_names;  // mangled kernel name -> short_name's
 };
 
 Trace& trace() {
   static Trace* t = new Trace;  // never destroyed: the report runs from atexit
   return *t;
+}
+
+// A kernel's name as the report prints it: demangled, without our namespaces and the parameter
+// list and return type (the template arguments kept: they tell a kernel's variants apart), at most 90 characters.
+std::string short_name(const char* mangled) {
+  int status = -1;
+  char* d = abi::__cxa_demangle(mangled, nullptr, nullptr, &status);
+  std::string s = status == 0 && d ? d : mangled;
+  std::free(d);
+  for (const char* drop : {"worker::gpu::", "(anonymous namespace)::"})
+    for (size_t at; (at = s.find(drop)) != std::string::npos;) s.erase(at, std::string(drop).size());
+  if (status == 0 && !s.empty() && s.back() == ')') {  // the parameter list: from its matching '('
+    int depth = 0;
+    for (size_t i = s.size(); i-- > 0;) {
+      depth += s[i] == ')' ? 1 : s[i] == '(' ? -1 : 0;
+      if (depth == 0) {
+        s.resize(i);
+        break;
+      }
+    }
+  }
+  if (s.rfind("void ", 0) == 0) s.erase(0, 5);  // a kernel's return type
+  if (s.size() > 90) s.resize(90);
+  return s;
 }
 
 constexpr size_t kBufferBytes = size_t(8) << 20;
@@ -68,9 +94,10 @@ void CUPTIAPI buffer_completed(CUcontext, uint32_t, uint8_t* buffer, size_t, siz
     switch (r->kind) {
       case CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL: {
         const auto* k = reinterpret_cast<const CUpti_ActivityKernel10*>(r);
-        std::string name = k->name ? k->name : "?";
-        if (name.size() > 60) name.resize(60);
-        t.ops.push_back({k->streamId, std::move(name), k->start, k->end, k->correlationId, 0});
+        const char* mangled = k->name ? k->name : "?";
+        auto it = t.short_names.find(mangled);
+        if (it == t.short_names.end()) it = t.short_names.emplace(mangled, short_name(mangled)).first;
+        t.ops.push_back({k->streamId, it->second, k->start, k->end, k->correlationId, 0});
         break;
       }
       case CUPTI_ACTIVITY_KIND_MEMCPY: {
@@ -163,7 +190,7 @@ void report() {
   for (const auto& [key, s] : ops) {
     if (shown[key.first]++ >= top) continue;
     std::fprintf(stderr,
-                 "cupti_trace:   stream %u %-60s n %7lld total %9.1f ms mean %8.1f us gap before %6.2f us queue mean "
+                 "cupti_trace:   stream %u %-90s n %7lld total %9.1f ms mean %8.1f us gap before %6.2f us queue mean "
                  "%8.1f worst %9.1f us",
                  key.first, key.second.c_str(), static_cast<long long>(s.n), s.busy_us * 1e-3, s.busy_us / double(s.n),
                  s.gap_us / double(s.n), s.mean_queue(), s.worst_queue_us);
