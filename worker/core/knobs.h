@@ -58,8 +58,8 @@ struct Knobs {
   bool relu_bits = true;  // WORKER_RELU_BITS=0|1: after a residual add, the backward's ReLU mask as bits
   bool bn_join = true;    // WORKER_BN_JOIN=0|1: a projection block's two batch norms and its join in one pass
   // WORKER_CONV_PROLOGUE=0|1: fp16, a block's batch norm + ReLU applied as the next convolution reads
-  // its input (cuDNN's fused prologue), where timing chooses it; off until the trainer has measured it
-  bool conv_prologue = false;
+  // its input (cuDNN's fused prologue), where timing chooses it
+  bool conv_prologue = true;
   bool stem_pool = true;  // WORKER_STEM_POOL=0|1: the stem's batch norm + ReLU pooled as computed, not stored
   bool pool_tiled = true;  // WORKER_POOL_TILED=0|1: the stem's max-pool backward a 2x2 block of inputs per thread
   // WORKER_DW_BATCHED=0|1: bf16/fp16 weight gradients added to the fp32 gradients in one pass, not each alone

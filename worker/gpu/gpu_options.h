@@ -50,8 +50,8 @@ struct GpuOptions {
   // fp16: a block's training batch norm + ReLU and the convolution after it
   // (Ops::bn_relu_conv_forward_train) as one cuDNN graph that applies the batch norm as it reads the
   // convolution's input (ConvDir::FwdPrologue), where timing chooses it over the apply into memory; its
-  // output is then written by its backward's dx pass, for the weight gradient. Needs fused_stats. Off
-  // by default until the trainer has measured it (the driver: +0.3 % on an H100).
+  // output is then written by its backward's dx pass, for the weight gradient. Needs fused_stats. On by
+  // default since the trainer measured it (H100: +0.4 %, the driver +0.3 %; worker/gpu/NOTES.md).
   bool conv_prologue = Knobs{}.conv_prologue;
   // bf16/fp16: each convolution's weight gradient, computed in the compute dtype, waits in its place of a
   // half-precision copy of the gradient buffer, and all are added to the fp32 gradients in one pass

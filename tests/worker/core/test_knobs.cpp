@@ -26,7 +26,7 @@ void check_defaults(const Knobs& k) {
   CHECK(k.fp16_fused == FusedStats::Timed);
   CHECK(k.relu_bits);
   CHECK(k.bn_join);
-  CHECK_FALSE(k.conv_prologue);
+  CHECK(k.conv_prologue);
   CHECK(k.stem_pool);
   CHECK(k.pool_tiled);
   CHECK(k.dw_batched);
@@ -60,7 +60,7 @@ TEST_CASE("knobs: every knob set to its other value", "[knobs]") {
       {"WORKER_FP16_FUSED", "0"},
       {"WORKER_RELU_BITS", "0"},
       {"WORKER_BN_JOIN", "0"},
-      {"WORKER_CONV_PROLOGUE", "1"},
+      {"WORKER_CONV_PROLOGUE", "0"},
       {"WORKER_STEM_POOL", "0"},
       {"WORKER_POOL_TILED", "0"},
       {"WORKER_DW_BATCHED", "0"},
@@ -85,7 +85,7 @@ TEST_CASE("knobs: every knob set to its other value", "[knobs]") {
   CHECK(read_knobs({{"WORKER_FP16_FUSED", "1"}}).fp16_fused == FusedStats::Always);
   CHECK_FALSE(k.relu_bits);
   CHECK_FALSE(k.bn_join);
-  CHECK(k.conv_prologue);
+  CHECK_FALSE(k.conv_prologue);
   CHECK_FALSE(k.stem_pool);
   CHECK_FALSE(k.pool_tiled);
   CHECK_FALSE(k.dw_batched);
@@ -115,7 +115,7 @@ TEST_CASE("knobs: the default values spelled out, and empty values, read as the 
         {"WORKER_FP16_FUSED", v("auto")},
         {"WORKER_RELU_BITS", v("1")},
         {"WORKER_BN_JOIN", v("1")},
-        {"WORKER_CONV_PROLOGUE", v("0")},
+        {"WORKER_CONV_PROLOGUE", v("1")},
         {"WORKER_STEM_POOL", v("1")},
         {"WORKER_POOL_TILED", v("1")},
         {"WORKER_DW_BATCHED", v("1")},

@@ -517,7 +517,12 @@ TEST_CASE("a small ResNet-50 in fp16 with conv+genstats stays as close to the CP
                                            << rel_err(f.buffers, c.buffers).rel);
     CHECK(fused > 0);
     CHECK(prologue > 0);
-    CHECK(gpu_of(*on).prologue_backwards() > 0);
+    // Without recomputation the backward writes the outputs the prologue left unwritten; with it, the
+    // block's recomputed forward writes them before the backward needs them, which then writes none.
+    if (rc == Recompute::None)
+      CHECK(gpu_of(*on).prologue_backwards() > 0);
+    else
+      CHECK(gpu_of(*on).prologue_backwards() == 0);
     CHECK(std::fabs(f.loss - c.loss) <= std::max(2 * u_loss, 3 * w_loss));
     CHECK(l2_rel(f.grads, c.grads) <= std::max(2 * u_g, 3 * w_g));
     const Err s = rel_err(f.buffers, c.buffers);
