@@ -273,6 +273,12 @@ dim3 row_grid(int per_row, int rows) {
 // The ResNet stem's 3x3/2 window gets the unrolled kernels.
 bool stem_window(const PoolDesc& d) { return d.k == 3 && d.stride == 2; }
 
+// maxpool_gather_3s2_kernel's case: the stem's window with padding 1 and the output's size PyTorch's
+// (floor) rule gives, so that the windows' 2x2 blocks cover the input exactly.
+bool tiles_inputs(const PoolDesc& d) {
+  return stem_window(d) && d.pad == 1 && d.ho == (d.h - 1) / 2 + 1 && d.wo == (d.w - 1) / 2 + 1;
+}
+
 template <typename T, bool kY, bool kArg>
 void launch_fwd(const T* x, T* y, uint8_t* arg, const PoolDesc& d, cudaStream_t s) {
   if (can_vec<T>(d.c, x, kY ? static_cast<const void*>(y) : x, kArg ? arg : nullptr)) {
@@ -334,7 +340,7 @@ void maxpool_backward(DType t, const void* x, const void* dy, void* dx, const Po
     if (can_vec<T>(d.c, dy, dx, argmax)) {
       constexpr int V = 16 / sizeof(T);
       const dim3 grid = row_grid(d.w * (d.c / V), d.n * d.h);
-      if (stem_window(d) && d.pad == 1 && tiled)
+      if (tiled && tiles_inputs(d))
         maxpool_gather_3s2_kernel<T, V><<<row_grid(d.wo * (d.c / V), d.n * d.ho), kThreads, 0, s>>>(arg, dyt, dxt, d);
       else if (stem_window(d))
         maxpool_gather_kernel<T, V, 2><<<grid, kThreads, 0, s>>>(arg, dyt, dxt, d);
