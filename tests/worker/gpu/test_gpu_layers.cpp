@@ -540,7 +540,8 @@ TEST_CASE("a projection block's join in one pass equals its two batch norms in t
 
 // The stem's batch norm + ReLU pooled as it is computed (GpuOptions::stem_pool: its output never
 // stored) against the batch norm written and then pooled: the same pooled output (ties of the ReLU's
-// zeros included), argmax, statistics, and backward through both from what the forward kept. And the
+// zeros included), argmax, statistics, and backward through both from what the forward kept; the backward
+// again with the max-pool's a thread per input (GpuOptions::pool_tiled off). And the
 // backward refuses to pool-backward from the unstored output once the forward's argmax is gone.
 TEST_CASE("the stem's batch norm pooled as computed equals it stored and then pooled", "[gpu]") {
   for (DType t : {DType::F32, DType::BF16, DType::F16}) {
@@ -555,10 +556,11 @@ TEST_CASE("the stem's batch norm pooled as computed equals it stored and then po
     const auto grads0 = randn(2 * c, 63);
     const auto xv = rounded(randn(numel, 64, 1.f, 0.3f), t);
     const auto dyv = rounded(randn(out, 65), t);
-    std::vector<float> y[2], st[2], dx[2], g[2];
-    for (int k = 0; k < 2; ++k) {
+    std::vector<float> y[3], st[3], dx[3], g[3];
+    for (int k = 0; k < 3; ++k) {
       worker::gpu::GpuOptions o = worker::gpu::gpu_options(worker::process_knobs(), 0, t);
-      o.stem_pool = k == 0;
+      o.stem_pool = k != 1;
+      o.pool_tiled = k != 2;
       Side s(std::make_unique<worker::gpu::GpuOps>(o), params, grads0);
       Act x = s.act(n, hw, hw, c, xv), bn_y = s.act(n, hw, hw, c), ya = s.act(n, ho, ho, c);
       float* stats = s.floats(std::vector<float>(4 * size_t(c), 1.f));
@@ -583,6 +585,8 @@ TEST_CASE("the stem's batch norm pooled as computed equals it stored and then po
     CHECK_SAME(st[0], st[1]);
     CHECK_SAME(dx[0], dx[1]);
     CHECK_SAME(g[0], g[1]);
+    CHECK_SAME(dx[0], dx[2]);
+    CHECK_SAME(g[0], g[2]);
     size_t zeros = 0;
     for (float v : y[1]) zeros += v == 0.f;
     CHECK(zeros > out / 50);  // windows of zeros only: ties, decided by the first position
