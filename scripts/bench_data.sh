@@ -86,7 +86,7 @@ open(out, "w").write("\n".join(rows * 8) + "\n")
 PY
   real="$(e2e --data "$tmp/e2e.txt")"; synth="$(e2e --data random --num-samples 100000)"
   nvonly="$(WORKER_NVJPEG_CPU_SHARE=0 e2e --data "$tmp/e2e.txt")"
-  rows+=("$(printf '%-44s %10s %10s %8s' "ResNet-50 bf16 b256 1 GPU: JPEGs vs random" "${real:-?}" "${synth:-?}" "$(ratio "${real:-0}" "${synth:-0}")")")
+  rows+=("$(printf '%-44s %10s %10s %8s' "ResNet-50 b256 1 GPU, auto: JPEGs vs random" "${real:-?}" "${synth:-?}" "$(ratio "${real:-0}" "${synth:-0}")")")
   rows+=("$(printf '%-44s %10s %10s %8s' "  the same, nvJPEG alone (CPU share 0)" "${nvonly:-?}" "${synth:-?}" "$(ratio "${nvonly:-0}" "${synth:-0}")")")
 fi
 echo

@@ -6,6 +6,8 @@
 #include <cstddef>
 #include <cstdint>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include <cublas_v2.h>
 #include <cuda_runtime.h>
@@ -37,6 +39,9 @@ struct Device {
   cudnnHandle_t cudnn = nullptr;
   cublasHandle_t cublas = nullptr;
   int64_t host_waits = 0;  // wait() calls so far
+  // Where the constructor's time went, in order (seconds): the driver's initialisation, the
+  // context, cuDNN's handle, cuBLAS's. What start-up costs before the model exists.
+  std::vector<std::pair<const char*, double>> startup;
 };
 
 }  // namespace gpu

@@ -144,6 +144,14 @@ class GpuOps final : public Ops {
   int device_ordinal() const { return opt_.device; }
   // Seconds spent choosing convolution algorithms so far (start-up cost).
   double algo_search_seconds() const { return convs_.search_seconds(); }
+  // Where the start-up went so far (seconds, in order): the device's phases (Device::startup), then
+  // cudaMalloc and choosing the convolution algorithms, both summed over the calls so far.
+  std::vector<std::pair<const char*, double>> startup_seconds() const {
+    auto v = dev_.startup;
+    v.emplace_back("cudaMalloc", pool_.malloc_seconds());
+    v.emplace_back("algorithms", convs_.search_seconds());
+    return v;
+  }
   size_t workspace_bytes() const { return ws_.bytes(); }
   size_t reserved_bytes() const { return pool_.reserved(); }
   // Per-operation device time between the two calls (the benchmark's breakdown); not while a

@@ -1,5 +1,7 @@
 #include "worker/gpu/pool.h"
 
+#include <chrono>
+
 #include <cuda_runtime.h>
 
 #include "worker/gpu/check.h"
@@ -28,7 +30,9 @@ void* DevicePool::alloc(size_t bytes) {
   {
     const size_t size = need > chunk_bytes_ ? need : chunk_bytes_;
     void* p = nullptr;
+    const auto t0 = std::chrono::steady_clock::now();
     const cudaError_t e = cudaMalloc(&p, size);
+    malloc_seconds_ += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     if (e == cudaErrorMemoryAllocation) {
       cudaGetLastError();  // not sticky: clear it so the next call does not report it
       throw_oom(bytes, used_, __FILE__, __LINE__);

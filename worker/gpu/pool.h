@@ -23,6 +23,7 @@ class DevicePool {
   void* alloc(size_t bytes);  // 256-byte aligned, NOT zeroed
   size_t used() const { return used_; }
   size_t reserved() const { return reserved_; }
+  double malloc_seconds() const { return malloc_seconds_; }  // spent in cudaMalloc so far (start-up)
 
  private:
   struct Chunk {
@@ -32,6 +33,7 @@ class DevicePool {
   std::vector<Chunk> chunks_;
   size_t chunk_bytes_;
   size_t used_ = 0, reserved_ = 0;
+  double malloc_seconds_ = 0;
 };
 
 // pool.alloc(bytes), zeroed on `s` (stream-ordered: before anything enqueued after it reads it).

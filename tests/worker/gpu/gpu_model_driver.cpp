@@ -7,8 +7,11 @@
 //   gpu_model_driver bench --depth D --batch N --precision P [--steps-per-window 10 --windows 5]
 //                          [--graph 1 [--census 1]] [--profile 1]
 //     trains on synthetic data (SGD momentum) and prints images/s (median of timed windows after
-//     warm-up: 14 steps, more while the convolution engines are still timed, 40 at most), the time to
-//     the first finished step and the pool's peak bytes, as JSON.
+//     warm-up: 14 steps, more while the convolution engines are still timed, 60 at most), the time to
+//     the first finished step and the pool's peak bytes, as JSON; "startup" says where the time to the
+//     first step went (seconds from main: the backend made, the model and its plans, the weights, the
+//     first step enqueued; and the backend's parts: the driver's initialisation, the context, cuDNN's
+//     and cuBLAS's handles, cudaMalloc, choosing the algorithms), also on stderr.
 //     --graph 1: the step (zero, forward, backward, SGD, weight shadow) is then captured as a CUDA
 //     graph and timed again replayed (images_per_s is that figure; images_per_s_stream the one
 //     without); the graph's kernel count is the number of kernels per step.
@@ -108,6 +111,7 @@ int bench(const std::map<std::string, std::string>& a, Clock::time_point t_start
     ops->params_updated();
   };
   train_step(true);
+  const double t_enqueued = since();  // the host's part of the first step (lazy kernel loading in it)
   const float first_loss = m.last_loss();  // synchronizes: the first step is finished
   // From the shell's start time when the benchmark gives it (BENCH_T0, epoch seconds), so
   // process start-up counts as it does for PyTorch; else from main().
@@ -115,8 +119,20 @@ int bench(const std::map<std::string, std::string>& a, Clock::time_point t_start
   if (const char* t0 = std::getenv("BENCH_T0"))
     first_step_s = std::chrono::duration<double>(
                        std::chrono::system_clock::now().time_since_epoch()).count() - std::atof(t0);
-  std::fprintf(stderr, "startup (s from main): backend %.2f, model and plans %.2f, init %.2f, first step done %.2f\n",
-               t_ops, t_model, t_init, since());
+  std::fprintf(stderr, "startup (s from main): backend %.2f, model and plans %.2f, init %.2f, first step enqueued %.2f, "
+               "done %.2f\n", t_ops, t_model, t_init, t_enqueued, since());
+  std::string startup = "{";
+  if (const auto* go = dynamic_cast<const gpu::GpuOps*>(ops.get())) {
+    std::fprintf(stderr, "startup, backend's parts (s):");
+    for (const auto& ph : go->startup_seconds()) {
+      std::fprintf(stderr, " %s %.3f", ph.first, ph.second);
+      startup += std::string(startup.size() > 1 ? ", \"" : "\"") + ph.first + "\": " + std::to_string(ph.second);
+    }
+    std::fprintf(stderr, "\n");
+  }
+  startup += std::string(startup.size() > 1 ? ", " : "") + "\"backend\": " + std::to_string(t_ops) +
+             ", \"model\": " + std::to_string(t_model) + ", \"init\": " + std::to_string(t_init) +
+             ", \"enqueued\": " + std::to_string(t_enqueued) + "}";
   // Warm-up: the convolution engines are timed during these steps (conv_engines.h), 14 at least and
   // until the tuning ends (fp16's fused forwards are timed after the plain ones), 60 at most (the
   // trainer's kMaxWarmupSteps).
@@ -225,11 +241,11 @@ int bench(const std::map<std::string, std::string>& a, Clock::time_point t_start
       "{\"what\": \"ours\", \"depth\": %d, \"batch\": %d, \"precision\": \"%s\", "
       "\"images_per_s\": %.1f, \"min\": %.1f, \"max\": %.1f, \"first_step_s\": %.2f, "
       "\"peak_bytes\": %zu, \"workspace_bytes\": %zu, \"reserved_bytes\": %zu, \"algo_search_s\": %.2f, "
-      "\"first_loss\": %.4f, \"last_loss\": %.4f, \"memory\": %s, \"backend\": \"%s\"%s}\n",
+      "\"first_loss\": %.4f, \"last_loss\": %.4f, \"memory\": %s, \"startup\": %s, \"backend\": \"%s\"%s}\n",
       cfg.depth, cfg.batch, dtype_name(ops->compute_dtype()), rates[rates.size() / 2], rates.front(),
       rates.back(), first_step_s, ops->peak_bytes(), g ? g->workspace_bytes() : size_t(0),
       g ? g->reserved_bytes() : size_t(0), g ? g->algo_search_seconds() : 0.0, double(first_loss),
-      double(last_loss), mem.c_str(),
+      double(last_loss), mem.c_str(), startup.c_str(),
       ops->describe().c_str(), extra.c_str());
   return 0;
 }
