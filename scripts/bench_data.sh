@@ -71,7 +71,7 @@ if [ "$gpu" = 1 ]; then
     timeout 300 "$BIN/launch" --gpus 0 --log_dir "$tmp/log" "$BIN/train_resnet" --depth 50 --num-classes 1000 --batch-size 256 --optimizer sgd \
       --lr 0.1 --max-steps "$steps" --epochs 1000 --log-every 20 "$@" > "$tmp/e2e.log" 2>&1
     grep -o 'Throughput: [0-9.]*' "$tmp/e2e.log" | awk '{print $2}' | tail -1
-    grep -E '^Data:' "$tmp/e2e.log" >&2
+    grep -E '^(Data|Precision):' "$tmp/e2e.log" >&2
   }
   # The folder listed 8 times over (a list file): 64 steps per epoch at batch 256, so the decode
   # of each epoch's first batch, which cannot start before the epoch does, weighs as little as
