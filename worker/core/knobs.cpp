@@ -124,6 +124,7 @@ Knobs read_knobs(const proto::EnvMap& env) {
   read_flag(env, "WORKER_STEM_POOL", "the stem's batch norm pooled as computed", &k.stem_pool);
   read_flag(env, "WORKER_POOL_TILED", "the stem's max-pool backward in 2x2 blocks", &k.pool_tiled);
   read_flag(env, "WORKER_DW_BATCHED", "the weight gradients added to the fp32 gradients in one pass", &k.dw_batched);
+  read_flag(env, "WORKER_UNSCALE_ADDS_DW", "the unscale adding the waiting weight gradients", &k.unscale_adds_dw);
   read_flag(env, "WORKER_GRAPH_DROP_ZEROING", "cuDNN's redundant zeroing left out of the captured step",
             &k.graph_drop_zeroing);
   read_seconds(env, "WORKER_NCCL_INIT_TIMEOUT_S", &k.nccl_init_timeout_s);

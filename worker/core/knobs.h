@@ -64,6 +64,8 @@ struct Knobs {
   bool pool_tiled = true;  // WORKER_POOL_TILED=0|1: the stem's max-pool backward a 2x2 block of inputs per thread
   // WORKER_DW_BATCHED=0|1: bf16/fp16 weight gradients added to the fp32 gradients in one pass, not each alone
   bool dw_batched = true;
+  // WORKER_UNSCALE_ADDS_DW=0|1: fp16 loss scaling's unscale adds the waiting weight gradients in its own pass
+  bool unscale_adds_dw = true;
   bool graph_drop_zeroing = true;  // WORKER_GRAPH_DROP_ZEROING=0|1: cuDNN's zeroing of slots already zero left out of the graph
   // --- The NCCL communicator
   double nccl_init_timeout_s = 300;  // WORKER_NCCL_INIT_TIMEOUT_S: how long every rank has to join

@@ -211,14 +211,19 @@ bool GpuOps::dw_pending_in(const void* p, size_t bytes) const {
   return false;
 }
 
-void GpuOps::add_pending_dw() {
-  if (dw_pending_.empty()) return;
+std::pair<size_t, size_t> GpuOps::take_pending_dw() {
   size_t lo = SIZE_MAX, hi = 0;
   for (const ParamView& v : dw_pending_) {
     lo = std::min(lo, v.offset);
     hi = std::max(hi, v.offset + v.count);
   }
   dw_pending_.clear();
+  return lo < hi ? std::make_pair(lo, hi) : std::make_pair(size_t(0), size_t(0));
+}
+
+void GpuOps::add_pending_dw() {
+  if (dw_pending_.empty()) return;
+  const auto [lo, hi] = take_pending_dw();
   auto timed = timer_->scope("optimizer", [] { return std::string("weight gradients added to the fp32 gradients"); });
   add_to_f32(opt_.precision, dw_half_ + lo * dtype_size(opt_.precision), grads_ + lo, hi - lo, dev_.stream);
 }
@@ -891,8 +896,14 @@ LossScaleState GpuOps::loss_scale() {
 
 void GpuOps::unscale_grads(float divisor) {
   if (!loss_scaling_) throw GpuError(GpuError::Kind::Invalid, "unscale_grads before set_loss_scale (" + where() + ")");
-  join_side_work();
-  gpu::unscale_grads(grads_, weights_.count(), divisor, loss_scale_, dev_.stream);
+  // The weight gradients still waiting (dw_batched) are added in the unscale's own pass (unscale_adds_dw):
+  // one read and write of the fp32 gradients fewer, the same bits as adding them first.
+  if (side_) side_->join();
+  if (!opt_.unscale_adds_dw) add_pending_dw();
+  const auto [lo, hi] = take_pending_dw();
+  auto timed = timer_->scope("optimizer", [] { return std::string("loss scaling's unscale (and the weight gradients' add)"); });
+  gpu::unscale_grads(grads_, weights_.count(), divisor, loss_scale_, dev_.stream, opt_.precision,
+                     hi > lo ? dw_half_ + lo * dtype_size(opt_.precision) : nullptr, lo, hi);
 }
 
 bool GpuOps::grads_verdict() {

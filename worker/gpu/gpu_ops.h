@@ -228,6 +228,7 @@ class GpuOps final : public Ops {
   // their addition, one pass over the span they cover (after the side stream's work is joined).
   bool dw_pending_in(const void* p, size_t bytes) const;
   void add_pending_dw();
+  std::pair<size_t, size_t> take_pending_dw();  // the span [lo, hi) to add, forgotten here ({0, 0}: none)
   // Scratch that only grows (between steps, never inside the loop after the first step).
   float* scratch_f32(size_t count);
   void* scratch_half(size_t bytes);

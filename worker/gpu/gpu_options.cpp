@@ -23,6 +23,7 @@ GpuOptions gpu_options(const Knobs& k, int device, DType precision) {
   o.pool_tiled = k.pool_tiled;
   o.conv_prologue = k.conv_prologue;
   o.dw_batched = k.dw_batched;
+  o.unscale_adds_dw = k.unscale_adds_dw;
   o.graph_drop_zeroing = k.graph_drop_zeroing;
   return o;
 }

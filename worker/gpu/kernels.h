@@ -212,8 +212,11 @@ struct DeviceLossScale {
   int applies = 1;              // update_loss_scale's answer for this step
 };
 void set_loss_scale(DeviceLossScale* d, const LossScaleState& s, int64_t optimizer_steps, cudaStream_t st);
-// g[i] *= 1 / (divisor * scale), the verdict into d->bad (cleared first).
-void unscale_grads(float* g, size_t n, float divisor, DeviceLossScale* d, cudaStream_t st);
+// g[i] *= 1 / (divisor * scale), the verdict into d->bad (cleared first). With `add` (elements of the
+// compute dtype t), g[i] = (g[i] + add[i - lo]) * 1 / (divisor * scale) for i in [lo, hi): the waiting
+// weight gradients (GpuOps::add_pending_dw) added in the same pass, the bits of add_to_f32 then this.
+void unscale_grads(float* g, size_t n, float divisor, DeviceLossScale* d, cudaStream_t st, DType t = DType::F32,
+                   const void* add = nullptr, size_t lo = 0, size_t hi = 0);
 void set_grads_verdict(DeviceLossScale* d, bool grads_finite, cudaStream_t st);
 void update_loss_scale(DeviceLossScale* d, const LossScaleRules& rules, cudaStream_t st);
 // The optimizer's OptScalars under loss scaling: lr from `in` (written before the step, or before

@@ -6,6 +6,7 @@
 #include <cstdint>
 
 #include "worker/gpu/check.h"
+#include "worker/gpu/dtype.cuh"
 #include "worker/gpu/grid.cuh"
 #include "worker/gpu/kernels.h"
 
@@ -21,11 +22,16 @@ __global__ void set_kernel(DeviceLossScale* d, LossScaleState s, int64_t optimiz
 }
 
 // The factor as the host computed it before (1.0f / (float(world) * scale)), so the bits agree.
-__global__ void unscale_kernel(float* __restrict__ g, size_t n, float divisor, DeviceLossScale* d) {
+// add (T, may be null): added into g over [lo, hi) first, rounded to fp32 as add_to_f32 rounds it.
+template <typename T>
+__global__ void unscale_kernel(float* __restrict__ g, size_t n, float divisor, DeviceLossScale* d,
+                               const T* __restrict__ add, size_t lo, size_t hi) {
   const float a = 1.f / (divisor * d->s.scale);
   bool bad = false;
   GRID_STRIDE(i, n) {
-    const float v = g[i] * a;
+    float v = g[i];
+    if (add && i >= lo && i < hi) v = __fadd_rn(v, to_f(add[i - lo]));
+    v = __fmul_rn(v, a);
     g[i] = v;
     bad |= !isfinite(v);
   }
@@ -61,10 +67,14 @@ void set_loss_scale(DeviceLossScale* d, const LossScaleState& s, int64_t optimiz
   KERNEL_CHECK();
 }
 
-void unscale_grads(float* g, size_t n, float divisor, DeviceLossScale* d, cudaStream_t st) {
+void unscale_grads(float* g, size_t n, float divisor, DeviceLossScale* d, cudaStream_t st, DType t,
+                   const void* add, size_t lo, size_t hi) {
   CUDA_CHECK(cudaMemsetAsync(&d->bad, 0, sizeof(int), st));
-  unscale_kernel<<<stride_grid(n), kStrideThreads, 0, st>>>(g, n, divisor, d);
-  KERNEL_CHECK();
+  WK_DISPATCH(t, {
+    unscale_kernel<T><<<stride_grid(n), kStrideThreads, 0, st>>>(g, n, divisor, d, static_cast<const T*>(add), lo,
+                                                                  hi);
+    KERNEL_CHECK();
+  });
 }
 
 void set_grads_verdict(DeviceLossScale* d, bool grads_finite, cudaStream_t st) {

@@ -30,6 +30,7 @@ void check_defaults(const Knobs& k) {
   CHECK(k.stem_pool);
   CHECK(k.pool_tiled);
   CHECK(k.dw_batched);
+  CHECK(k.unscale_adds_dw);
   CHECK(k.graph_drop_zeroing);
   CHECK(k.nccl_init_timeout_s == 300);
   CHECK(k.nvjpeg_backend == NvjpegBackend::Hardware);
@@ -64,6 +65,7 @@ TEST_CASE("knobs: every knob set to its other value", "[knobs]") {
       {"WORKER_STEM_POOL", "0"},
       {"WORKER_POOL_TILED", "0"},
       {"WORKER_DW_BATCHED", "0"},
+      {"WORKER_UNSCALE_ADDS_DW", "0"},
       {"WORKER_GRAPH_DROP_ZEROING", "0"},
       {"WORKER_NCCL_INIT_TIMEOUT_S", "2.5"},
       {"WORKER_NVJPEG_BACKEND", "hybrid"},
@@ -89,6 +91,7 @@ TEST_CASE("knobs: every knob set to its other value", "[knobs]") {
   CHECK_FALSE(k.stem_pool);
   CHECK_FALSE(k.pool_tiled);
   CHECK_FALSE(k.dw_batched);
+  CHECK_FALSE(k.unscale_adds_dw);
   CHECK_FALSE(k.graph_drop_zeroing);
   CHECK(k.nccl_init_timeout_s == 2.5);
   CHECK(k.nvjpeg_backend == NvjpegBackend::Hybrid);
@@ -119,6 +122,7 @@ TEST_CASE("knobs: the default values spelled out, and empty values, read as the 
         {"WORKER_STEM_POOL", v("1")},
         {"WORKER_POOL_TILED", v("1")},
         {"WORKER_DW_BATCHED", v("1")},
+        {"WORKER_UNSCALE_ADDS_DW", v("1")},
         {"WORKER_GRAPH_DROP_ZEROING", v("1")},
         {"WORKER_NCCL_INIT_TIMEOUT_S", v("300")},
         {"WORKER_NVJPEG_BACKEND", v("hardware")},

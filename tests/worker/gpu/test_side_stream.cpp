@@ -242,3 +242,57 @@ TEST_CASE("weight gradients added in one pass equal each added as it is computed
     }
   }
 }
+
+namespace {
+
+// One fp16 micro-batch (its weight gradients left waiting, dw_batched), then loss scaling's unscale:
+// with the waiting ones added in the unscale's pass (adds_dw), or by their own pass before it.
+std::vector<float> unscaled_grads(bool wgrad_stream, bool adds_dw, float scale, bool* finite) {
+  worker::gpu::GpuOptions g;
+  g.precision = DType::F16;
+  g.graph_engines = false;  // legacy plans only: no timed choice that could differ between the runs
+  g.deterministic = true;
+  g.wgrad_stream = wgrad_stream;
+  g.dw_batched = true;
+  g.unscale_adds_dw = adds_dw;
+  worker::gpu::GpuOps ops(g);
+  Model m(small_resnet(50, 8, Recompute::None), ops);
+  m.init(5);
+  ops.zero(m.grads(), m.num_params() * 4);
+  LossScaleState s;
+  s.scale = scale;
+  ops.set_loss_scale(LossScaleRules{}, s, 0);
+  learnable_batch(ops, m, 100);
+  m.forward_backward(1.0f);  // the backend multiplies by its loss scale
+  ops.unscale_grads(2.0f);
+  *finite = ops.grads_verdict();
+  return downloaded(ops, m).grads;
+}
+
+}  // namespace
+
+// GpuOptions::unscale_adds_dw: fp16 loss scaling's unscale adds the weight gradients still waiting in its
+// own pass (one read and write of the fp32 gradients fewer): the same bits and verdict as adding them
+// first, with the side stream or without; and an overflow in them (a scale that makes some weight
+// gradient inf) still gives the verdict false.
+TEST_CASE("fp16 unscale with the waiting weight gradients added in its pass equals adding them first", "[gpu]") {
+  for (const bool side : {false, true}) {
+    INFO((side ? "side stream" : "one stream"));
+    bool finite_fused = false, finite_first = false;
+    const std::vector<float> fused = unscaled_grads(side, true, 1024.0f, &finite_fused);
+    const std::vector<float> first = unscaled_grads(side, false, 1024.0f, &finite_first);
+    REQUIRE(fused.size() == first.size());
+    size_t differ = 0, nonzero = 0;
+    for (size_t i = 0; i < fused.size(); ++i) {
+      differ += std::memcmp(&fused[i], &first[i], sizeof(float)) != 0;
+      nonzero += fused[i] != 0.f;
+    }
+    CHECK(differ == 0);
+    CHECK(nonzero > fused.size() / 2);
+    CHECK(finite_fused);
+    CHECK(finite_first);
+  }
+  bool finite = true;
+  unscaled_grads(false, true, 1e30f, &finite);  // the fp16 weight gradients overflow
+  CHECK_FALSE(finite);
+}
