@@ -113,6 +113,7 @@ Knobs read_knobs(const proto::EnvMap& env) {
   read_flag(env, "WORKER_CONV_S2D", "the stem convolution in space-to-depth form", &k.conv_s2d);
   read_choice(env, "WORKER_CONV_ENGINES", {{"auto", true}, {"legacy", false}}, &k.conv_graph_engines);
   read_count(env, "WORKER_CONV_CANDIDATES", 1, 64, &k.conv_candidates);
+  read_count(env, "WORKER_PLAN_THREADS", 1, 64, &k.plan_threads);
   read_flag(env, "WORKER_WGRAD_STREAM", "weight gradients on a second stream", &k.wgrad_stream);
   read_flag(env, "WORKER_CUDNN_DETERMINISTIC", "only cuDNN's deterministic algorithms", &k.cudnn_deterministic);
   read_choice(env, "WORKER_FP16_FUSED",

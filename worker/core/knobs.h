@@ -52,6 +52,9 @@ struct Knobs {
   // WORKER_CONV_CANDIDATES=N (1-64): graph-API plans timed per convolution shape and direction
   // besides the legacy plan (the heuristics' first N that build).
   int conv_candidates = 5;
+  // WORKER_PLAN_THREADS=N (1-64): host threads that ask cuDNN's heuristics for the model's convolution
+  // shapes at start-up (each with a handle of its own); 1: one after another on the backend's thread.
+  int plan_threads = 1;
   bool wgrad_stream = true;  // WORKER_WGRAD_STREAM=0|1: backward's weight gradients on a second stream
   bool cudnn_deterministic = false;  // WORKER_CUDNN_DETERMINISTIC=0|1: only cuDNN's deterministic algorithms
   FusedStats fp16_fused = FusedStats::Timed;  // WORKER_FP16_FUSED=auto|0|1: fp16 conv+genstats (1: always)

@@ -114,6 +114,9 @@ class Ops {
   // anything changed the fp32 master weights (init, load, optimizer step).
   virtual void bind_params(float* params, float* grads, size_t count) = 0;
   virtual void register_conv(const ConvDesc& d, ParamView w) = 0;  // lets a backend plan ahead
+  // Every convolution shape of the model, before their register_conv calls: a backend may prepare
+  // them together (the GPU asks cuDNN's heuristics for them on several threads, GpuOptions::plan_threads).
+  virtual void plan_convs(const std::vector<ConvDesc>& shapes) { (void)shapes; }
   virtual void params_updated() = 0;
 
   // --- ZeRO-1's sharded master weights (issue 15). Only a backend whose layers read a working

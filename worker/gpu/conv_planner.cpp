@@ -1,10 +1,13 @@
 #include "worker/gpu/conv_planner.h"
 
 #include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <cstdint>
+#include <exception>
 #include <initializer_list>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "worker/gpu/check.h"
@@ -88,6 +91,34 @@ class HandleOn {
   bool moved_ = false;
 };
 
+// p's tensor, filter and convolution descriptors for d (the math type the precision allows; the
+// chosen algorithm's own is set later).
+void describe(ConvPlan& p, const ConvDesc& d, cudnnDataType_t dt, cudnnMathType_t math) {
+  CUDNN_CHECK(cudnnCreateTensorDescriptor(&p.x));
+  CUDNN_CHECK(cudnnCreateTensorDescriptor(&p.y));
+  CUDNN_CHECK(cudnnCreateFilterDescriptor(&p.w));
+  CUDNN_CHECK(cudnnSetTensor4dDescriptor(p.x, CUDNN_TENSOR_NHWC, dt, d.n, d.cin, d.h, d.w));
+  CUDNN_CHECK(cudnnSetTensor4dDescriptor(p.y, CUDNN_TENSOR_NHWC, dt, d.n, d.cout, d.ho, d.wo));
+  CUDNN_CHECK(cudnnSetFilter4dDescriptor(p.w, dt, CUDNN_TENSOR_NHWC, d.cout, d.cin, d.kh, d.kw));
+  for (cudnnConvolutionDescriptor_t* c : {&p.cf, &p.cd, &p.cw}) {
+    CUDNN_CHECK(cudnnCreateConvolutionDescriptor(c));
+    CUDNN_CHECK(cudnnSetConvolution2dDescriptor(*c, d.pad, d.pad, d.stride, d.stride, 1, 1,
+                                                CUDNN_CROSS_CORRELATION, CUDNN_DATA_FLOAT));
+    CUDNN_CHECK(cudnnSetConvolutionMathType(*c, math));
+  }
+}
+
+// cuDNN's heuristics for the three directions of p (host work only: nothing runs on the device).
+void ask_heuristics(cudnnHandle_t h, const ConvPlan& p, LegacyHeuristics& r) {
+  CUDNN_CHECK(cudnnGetConvolutionForwardAlgorithm_v7(h, p.x, p.w, p.cf, p.y, CUDNN_CONVOLUTION_FWD_ALGO_COUNT,
+                                                     &r.nf, r.fwd));
+  CUDNN_CHECK(cudnnGetConvolutionBackwardDataAlgorithm_v7(h, p.w, p.y, p.cd, p.x,
+                                                          CUDNN_CONVOLUTION_BWD_DATA_ALGO_COUNT, &r.nd, r.data));
+  CUDNN_CHECK(cudnnGetConvolutionBackwardFilterAlgorithm_v7(h, p.x, p.y, p.cw, p.w,
+                                                            CUDNN_CONVOLUTION_BWD_FILTER_ALGO_COUNT, &r.nw,
+                                                            r.filter));
+}
+
 }  // namespace
 
 std::string conv_label(const ConvDesc& d) {
@@ -118,32 +149,66 @@ bool ConvPlanner::fusable(const ConvDesc& d) const {
          d.cin % 8 == 0 && d.cout % 8 == 0;
 }
 
+cudnnMathType_t ConvPlanner::math_type() const {
+  if (opt_.precision != DType::F32) return CUDNN_TENSOR_OP_MATH;
+  return opt_.allow_tf32 ? CUDNN_DEFAULT_MATH : CUDNN_FMA_MATH;
+}
+
+void ConvPlanner::plan_ahead(const std::vector<ConvDesc>& shapes) {
+  if (opt_.search != AlgoSearch::Heuristic || opt_.plan_threads < 2) return;
+  std::vector<ConvDesc> todo;
+  auto add = [&](const ConvDesc& d) {
+    const Key k = key_of(d);
+    if (plans_.count(k) || asked_.count(k)) return;
+    for (const ConvDesc& t : todo)
+      if (key_of(t) == k) return;
+    todo.push_back(d);
+  };
+  for (const ConvDesc& d : shapes) {
+    add(d);
+    if (opt_.space_to_depth && s2d_applies(d)) add(s2d_conv(d));
+  }
+  if (todo.size() < 2) return;
+  const auto t0 = std::chrono::steady_clock::now();
+  std::vector<LegacyHeuristics> answers(todo.size());
+  const int threads = std::min(opt_.plan_threads, int(todo.size()));
+  std::vector<std::exception_ptr> failed(static_cast<size_t>(threads));
+  std::atomic<size_t> next{0};
+  auto ask = [&](int t) {
+    cudnnHandle_t h = nullptr;
+    try {
+      CUDA_CHECK(cudaSetDevice(dev_.ordinal));  // (the handle is made on this thread's current device)
+      CUDNN_CHECK(cudnnCreate(&h));
+      for (size_t i; (i = next++) < todo.size();) {
+        ConvPlan p;  // descriptors only, destroyed with it
+        describe(p, todo[i], cudnn_type(opt_.precision), math_type());
+        ask_heuristics(h, p, answers[i]);
+      }
+    } catch (...) {
+      failed[size_t(t)] = std::current_exception();
+    }
+    if (h) cudnnDestroy(h);
+  };
+  std::vector<std::thread> pool;
+  for (int t = 1; t < threads; ++t) pool.emplace_back(ask, t);
+  ask(0);
+  for (std::thread& t : pool) t.join();
+  for (const std::exception_ptr& e : failed)
+    if (e) std::rethrow_exception(e);
+  for (size_t i = 0; i < todo.size(); ++i) asked_.emplace(key_of(todo[i]), answers[i]);
+  search_seconds_ += seconds_since(t0);
+}
+
 ConvPlan& ConvPlanner::plan(const ConvDesc& d, bool may_fuse) {
-  const Key key{d.n, d.h, d.w, d.cin, d.cout, d.kh, d.kw, d.stride, d.pad};
+  const Key key = key_of(d);
   auto it = plans_.find(key);
   if (it != plans_.end()) return *it->second;
 
   const auto t0 = std::chrono::steady_clock::now();
   auto p = std::make_unique<ConvPlan>();
   p->desc = d;
-  const cudnnDataType_t dt = cudnn_type(opt_.precision);
-  const bool fp32 = opt_.precision == DType::F32;
-  const bool fma_only = fp32 && !opt_.allow_tf32;
-  const cudnnMathType_t math =
-      fp32 ? (opt_.allow_tf32 ? CUDNN_DEFAULT_MATH : CUDNN_FMA_MATH) : CUDNN_TENSOR_OP_MATH;
-
-  CUDNN_CHECK(cudnnCreateTensorDescriptor(&p->x));
-  CUDNN_CHECK(cudnnCreateTensorDescriptor(&p->y));
-  CUDNN_CHECK(cudnnCreateFilterDescriptor(&p->w));
-  CUDNN_CHECK(cudnnSetTensor4dDescriptor(p->x, CUDNN_TENSOR_NHWC, dt, d.n, d.cin, d.h, d.w));
-  CUDNN_CHECK(cudnnSetTensor4dDescriptor(p->y, CUDNN_TENSOR_NHWC, dt, d.n, d.cout, d.ho, d.wo));
-  CUDNN_CHECK(cudnnSetFilter4dDescriptor(p->w, dt, CUDNN_TENSOR_NHWC, d.cout, d.cin, d.kh, d.kw));
-  for (cudnnConvolutionDescriptor_t* c : {&p->cf, &p->cd, &p->cw}) {
-    CUDNN_CHECK(cudnnCreateConvolutionDescriptor(c));
-    CUDNN_CHECK(cudnnSetConvolution2dDescriptor(*c, d.pad, d.pad, d.stride, d.stride, 1, 1,
-                                                CUDNN_CROSS_CORRELATION, CUDNN_DATA_FLOAT));
-    CUDNN_CHECK(cudnnSetConvolutionMathType(*c, math));
-  }
+  const bool fma_only = opt_.precision == DType::F32 && !opt_.allow_tf32;
+  describe(*p, d, cudnn_type(opt_.precision), math_type());
   int on = 0, oc = 0, oh = 0, ow = 0;
   CUDNN_CHECK(cudnnGetConvolution2dForwardOutputDim(p->cf, p->x, p->w, &on, &oc, &oh, &ow));
   if (oh != d.ho || ow != d.wo || on != d.n || oc != d.cout)
@@ -153,10 +218,11 @@ ConvPlan& ConvPlanner::plan(const ConvDesc& d, bool may_fuse) {
                        "x" + std::to_string(ow) + " (" + where() + ")");
 
   const size_t limit = opt_.workspace_limit;
-  cudnnConvolutionFwdAlgoPerf_t fr[CUDNN_CONVOLUTION_FWD_ALGO_COUNT];
-  cudnnConvolutionBwdDataAlgoPerf_t dr[CUDNN_CONVOLUTION_BWD_DATA_ALGO_COUNT];
-  cudnnConvolutionBwdFilterAlgoPerf_t wr[CUDNN_CONVOLUTION_BWD_FILTER_ALGO_COUNT];
-  int nf = 0, nd = 0, nw = 0;
+  LegacyHeuristics h;
+  auto& fr = h.fwd;
+  auto& dr = h.data;
+  auto& wr = h.filter;
+  int &nf = h.nf, &nd = h.nd, &nw = h.nw;
   if (opt_.search == AlgoSearch::Find) {
     const size_t es = dtype_size(opt_.precision);
     SearchBuffers b;
@@ -181,12 +247,14 @@ ConvPlan& ConvPlanner::plan(const ConvDesc& d, bool may_fuse) {
         &nw, wr, b.ws, b.ws_bytes));
     CUDA_CHECK(cudaStreamSynchronize(dev_.stream));
   } else {
-    CUDNN_CHECK(cudnnGetConvolutionForwardAlgorithm_v7(dev_.cudnn, p->x, p->w, p->cf, p->y,
-                                                       CUDNN_CONVOLUTION_FWD_ALGO_COUNT, &nf, fr));
-    CUDNN_CHECK(cudnnGetConvolutionBackwardDataAlgorithm_v7(
-        dev_.cudnn, p->w, p->y, p->cd, p->x, CUDNN_CONVOLUTION_BWD_DATA_ALGO_COUNT, &nd, dr));
-    CUDNN_CHECK(cudnnGetConvolutionBackwardFilterAlgorithm_v7(
-        dev_.cudnn, p->x, p->y, p->cw, p->w, CUDNN_CONVOLUTION_BWD_FILTER_ALGO_COUNT, &nw, wr));
+    const auto ahead = asked_.find(key);  // plan_ahead's answer, the same as asking now
+    if (ahead != asked_.end()) {
+      h = ahead->second;
+      asked_.erase(ahead);
+      ++planned_ahead_;
+    } else {
+      ask_heuristics(dev_.cudnn, *p, h);
+    }
   }
   const auto* f = choose(fr, nf, limit, fma_only, opt_.deterministic);
   const auto* bd = choose(dr, nd, limit, fma_only, opt_.deterministic);

@@ -64,6 +64,14 @@ struct ConvPlan {
   ConvPlan& operator=(const ConvPlan&) = delete;
 };
 
+// What cuDNN's heuristics rank for one shape's three directions (the legacy API's algorithms).
+struct LegacyHeuristics {
+  cudnnConvolutionFwdAlgoPerf_t fwd[CUDNN_CONVOLUTION_FWD_ALGO_COUNT];
+  cudnnConvolutionBwdDataAlgoPerf_t data[CUDNN_CONVOLUTION_BWD_DATA_ALGO_COUNT];
+  cudnnConvolutionBwdFilterAlgoPerf_t filter[CUDNN_CONVOLUTION_BWD_FILTER_ALGO_COUNT];
+  int nf = 0, nd = 0, nw = 0;
+};
+
 // "3x3/1 64->64 56x56": a shape in the per-operation profile and the tuners' report.
 std::string conv_label(const ConvDesc& d);
 
@@ -78,6 +86,12 @@ class ConvPlanner {
   // The plan of this shape, made at its first call (with the space-to-depth form's beside it
   // where that applies). References stay valid.
   ConvPlan& plan(const ConvDesc& d) { return plan(d, true); }
+  // Asks cuDNN's heuristics for these shapes (and their space-to-depth forms) on
+  // GpuOptions::plan_threads threads, each with a cuDNN handle of its own, so that plan() finds the
+  // answers ready. Only with AlgoSearch::Heuristic and more than one thread (the timed search runs
+  // its candidates on the device, one shape at a time).
+  void plan_ahead(const std::vector<ConvDesc>& shapes);
+  int planned_ahead() const { return planned_ahead_; }  // shapes whose answers plan_ahead brought
   // The space-to-depth form's input (and, in the forward, its filter from w, the compute-dtype
   // weight) for this call: p.s2d_x, p.s2d_w. Returns the form's plan.
   ConvPlan& s2d_prepare(ConvPlan& p, const void* x, const void* w, bool forward);
@@ -135,6 +149,8 @@ class ConvPlanner {
   // may_fuse: false for the stem's space-to-depth form (which loses fused: docs/fusion-probe.md).
   ConvPlan& plan(const ConvDesc& d, bool may_fuse);
   bool fusable(const ConvDesc& d) const;
+  cudnnMathType_t math_type() const;  // the descriptors' math type before an algorithm is chosen
+  static Key key_of(const ConvDesc& d) { return Key{d.n, d.h, d.w, d.cin, d.cout, d.kh, d.kw, d.stride, d.pad}; }
   float* new_slot(int cout);  // a statistics slot for cout channels, zeroed
   // What builds the graph-API candidates of one direction of p (ConvTuner's make).
   ConvTuner::Make graph_plans(ConvDir dir, const ConvPlan& p, cudnnDataType_t io, float beta);
@@ -148,6 +164,8 @@ class ConvPlanner {
   Workspace& ws_;
   SideStream* side_;
   std::map<Key, std::unique_ptr<ConvPlan>> plans_;
+  std::map<Key, LegacyHeuristics> asked_;  // plan_ahead's answers that plan() has not taken yet
+  int planned_ahead_ = 0;
   double search_seconds_ = 0;
   size_t s2d_bytes_ = 0;
   size_t stats_bytes_ = 0;

@@ -63,6 +63,7 @@ class GpuOps final : public Ops {
 
   void bind_params(float* params, float* grads, size_t count) override;
   void register_conv(const ConvDesc& d, ParamView w) override;
+  void plan_convs(const std::vector<ConvDesc>& shapes) override { convs_.plan_ahead(shapes); }
   void params_updated() override;
   bool keeps_working_copy() const override { return opt_.precision != DType::F32; }
   void shard_master_weights(const std::vector<ParamView>& owned, const std::vector<ParamView>& fp32_views) override;
@@ -144,6 +145,7 @@ class GpuOps final : public Ops {
   int device_ordinal() const { return opt_.device; }
   // Seconds spent choosing convolution algorithms so far (start-up cost).
   double algo_search_seconds() const { return convs_.search_seconds(); }
+  int convs_planned_ahead() const { return convs_.planned_ahead(); }  // GpuOptions::plan_threads' work
   // Where the start-up went so far (seconds, in order): the device's phases (Device::startup), then
   // cudaMalloc and choosing the convolution algorithms, both summed over the calls so far.
   std::vector<std::pair<const char*, double>> startup_seconds() const {

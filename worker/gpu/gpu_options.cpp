@@ -14,6 +14,7 @@ GpuOptions gpu_options(const Knobs& k, int device, DType precision) {
   o.space_to_depth = k.conv_s2d;
   o.graph_engines = k.conv_graph_engines;
   o.conv_candidates = k.conv_candidates;
+  o.plan_threads = k.plan_threads;
   o.deterministic = k.cudnn_deterministic;
   o.wgrad_stream = k.wgrad_stream;
   o.fused_stats = k.fp16_fused;

@@ -25,6 +25,10 @@ struct GpuOptions {
   // first calls (conv_engines.h); off: the legacy API's plans only.
   bool graph_engines = Knobs{}.conv_graph_engines;
   int conv_candidates = Knobs{}.conv_candidates;  // graph-API plans timed per shape and direction
+  // Threads that query cuDNN's heuristics for the shapes Ops::plan_convs announces (the legacy
+  // algorithms, AlgoSearch::Heuristic): the start-up's longest host part on an H100 (0.52-0.60 s of
+  // ResNet-50's 1.8-2.2 s to its first step, 2026-12-07), one query after another. 1: none ahead.
+  int plan_threads = Knobs{}.plan_threads;
   // Only cuDNN's deterministic algorithms (no split-K atomics): runs that compare bit for bit.
   bool deterministic = Knobs{}.cudnn_deterministic;
   // Backward's weight gradients on a second stream (side_stream.h), beside the batch norms that

@@ -35,10 +35,14 @@ struct Model::Impl {
         grads = at(plan.grads);
         buffers = at(plan.stats);
         ops.bind_params(params, grads, schema.nparams);
-        ops.register_conv(schema.conv1.d, schema.conv1.w);
+        std::vector<const ConvLayer*> convs{&schema.conv1};
         for (const BlockLayers& k : schema.blocks)
           for (const ConvLayer* l : {&k.c1, &k.c2, &k.c3, &k.cd})
-            if (l->w.count) ops.register_conv(l->d, l->w);
+            if (l->w.count) convs.push_back(l);
+        std::vector<ConvDesc> shapes;
+        for (const ConvLayer* l : convs) shapes.push_back(l->d);
+        ops.plan_convs(shapes);
+        for (const ConvLayer* l : convs) ops.register_conv(l->d, l->w);
       }
     }
     net = std::make_unique<ResNet>(schema, plan, memory, ops);

@@ -6,6 +6,7 @@
 // sums to bf16, in another order).
 #include <catch2/catch.hpp>
 
+#include <cstring>
 #include <memory>
 #include <string>
 
@@ -103,4 +104,45 @@ TEST_CASE("graph-API convolution engines match the legacy plans on every ResNet-
   }
   // The graph API must win somewhere, or the machinery is not running at all.
   CHECK(graph_shapes > 0);
+}
+
+namespace {
+
+// One ResNet-50 (width 16) step on the legacy plans (deterministic algorithms), its heuristics asked
+// with `threads` threads; the shapes answered ahead in *ahead.
+ModelRun legacy_step(int threads, int* ahead) {
+  worker::gpu::GpuOptions g;
+  g.precision = DType::BF16;
+  g.graph_engines = false;  // the legacy plans alone: what the heuristics chose is what runs
+  g.deterministic = true;
+  g.wgrad_stream = false;
+  g.plan_threads = threads;
+  worker::gpu::GpuOps ops(g);
+  Model m(small_resnet(50, 8), ops);
+  m.init(3);
+  ops.zero(m.grads(), m.num_params() * 4);
+  learnable_batch(ops, m);
+  m.forward_backward(1.0f);
+  *ahead = ops.convs_planned_ahead();
+  return downloaded(ops, m);
+}
+
+}  // namespace
+
+// GpuOptions::plan_threads: cuDNN's heuristics asked for every shape at once on several threads, each
+// with a handle of its own, choose the algorithms that asking them one by one chooses: the same step,
+// bit for bit (deterministic algorithms), and every shape (the stem's space-to-depth form among them)
+// answered ahead.
+TEST_CASE("the legacy plans asked ahead on several threads are those asked one by one", "[gpu]") {
+  int ahead_one = -1, ahead_many = -1;
+  const ModelRun one = legacy_step(1, &ahead_one);
+  const ModelRun many = legacy_step(6, &ahead_many);
+  CHECK(ahead_one == 0);
+  CHECK(ahead_many >= 10);  // ResNet-50's distinct shapes at width 16 and 64 px, and the s2d form
+  REQUIRE(one.grads.size() == many.grads.size());
+  size_t differ = 0;
+  for (size_t i = 0; i < one.grads.size(); ++i)
+    differ += std::memcmp(&one.grads[i], &many.grads[i], sizeof(float)) != 0;
+  CHECK(differ == 0);
+  CHECK(std::memcmp(&one.loss, &many.loss, sizeof(float)) == 0);
 }
