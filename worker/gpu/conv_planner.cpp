@@ -219,10 +219,6 @@ ConvPlan& ConvPlanner::plan(const ConvDesc& d, bool may_fuse) {
 
   const size_t limit = opt_.workspace_limit;
   LegacyHeuristics h;
-  auto& fr = h.fwd;
-  auto& dr = h.data;
-  auto& wr = h.filter;
-  int &nf = h.nf, &nd = h.nd, &nw = h.nw;
   if (opt_.search == AlgoSearch::Find) {
     const size_t es = dtype_size(opt_.precision);
     SearchBuffers b;
@@ -237,14 +233,14 @@ ConvPlan& ConvPlanner::plan(const ConvDesc& d, bool may_fuse) {
     }
     if (!b.ws) b.ws_bytes = 0;
     CUDNN_CHECK(cudnnFindConvolutionForwardAlgorithmEx(dev_.cudnn, p->x, b.x, p->w, b.w, p->cf, p->y,
-                                                       b.y, CUDNN_CONVOLUTION_FWD_ALGO_COUNT, &nf,
-                                                       fr, b.ws, b.ws_bytes));
+                                                       b.y, CUDNN_CONVOLUTION_FWD_ALGO_COUNT, &h.nf,
+                                                       h.fwd, b.ws, b.ws_bytes));
     CUDNN_CHECK(cudnnFindConvolutionBackwardDataAlgorithmEx(
-        dev_.cudnn, p->w, b.w, p->y, b.y, p->cd, p->x, b.x, CUDNN_CONVOLUTION_BWD_DATA_ALGO_COUNT, &nd,
-        dr, b.ws, b.ws_bytes));
+        dev_.cudnn, p->w, b.w, p->y, b.y, p->cd, p->x, b.x, CUDNN_CONVOLUTION_BWD_DATA_ALGO_COUNT, &h.nd,
+        h.data, b.ws, b.ws_bytes));
     CUDNN_CHECK(cudnnFindConvolutionBackwardFilterAlgorithmEx(
         dev_.cudnn, p->x, b.x, p->y, b.y, p->cw, p->w, b.w, CUDNN_CONVOLUTION_BWD_FILTER_ALGO_COUNT,
-        &nw, wr, b.ws, b.ws_bytes));
+        &h.nw, h.filter, b.ws, b.ws_bytes));
     CUDA_CHECK(cudaStreamSynchronize(dev_.stream));
   } else {
     const auto ahead = asked_.find(key);  // plan_ahead's answer, the same as asking now
@@ -256,9 +252,9 @@ ConvPlan& ConvPlanner::plan(const ConvDesc& d, bool may_fuse) {
       ask_heuristics(dev_.cudnn, *p, h);
     }
   }
-  const auto* f = choose(fr, nf, limit, fma_only, opt_.deterministic);
-  const auto* bd = choose(dr, nd, limit, fma_only, opt_.deterministic);
-  const auto* bw = choose(wr, nw, limit, fma_only, opt_.deterministic);
+  const auto* f = choose(h.fwd, h.nf, limit, fma_only, opt_.deterministic);
+  const auto* bd = choose(h.data, h.nd, limit, fma_only, opt_.deterministic);
+  const auto* bw = choose(h.filter, h.nw, limit, fma_only, opt_.deterministic);
   if (!f || !bd || !bw)
     throw GpuError(GpuError::Kind::Cudnn,
                    "cuDNN offers no algorithm for convolution " + std::to_string(d.cin) + "->" +

@@ -222,8 +222,8 @@ std::pair<size_t, size_t> GpuOps::take_pending_dw() {
 }
 
 void GpuOps::add_pending_dw() {
-  if (dw_pending_.empty()) return;
   const auto [lo, hi] = take_pending_dw();
+  if (lo == hi) return;
   auto timed = timer_->scope("optimizer", [] { return std::string("weight gradients added to the fp32 gradients"); });
   add_to_f32(opt_.precision, dw_half_ + lo * dtype_size(opt_.precision), grads_ + lo, hi - lo, dev_.stream);
 }
