@@ -298,6 +298,10 @@ class Ops {
   // statistics for this model (the GPU: once its engine tuning chose the fused forward somewhere);
   // reported by the benchmark (--precision auto decides before any tuning: gpu_backend_facts).
   virtual bool fused_half_faster() const { return false; }
+  // Where the backend's own start-up went so far, in seconds and in order (the GPU: the driver's
+  // initialisation, the context, the libraries' handles, cudaMalloc, choosing the convolutions'
+  // algorithms); empty where there is nothing worth saying (the CPU).
+  virtual std::vector<std::pair<const char*, double>> startup_seconds() const { return {}; }
 
  protected:
   // The default implementation's loss scaling (the CPU's): what softmax_xent multiplies by,

@@ -146,9 +146,9 @@ class GpuOps final : public Ops {
   // Seconds spent choosing convolution algorithms so far (start-up cost).
   double algo_search_seconds() const { return convs_.search_seconds(); }
   int convs_planned_ahead() const { return convs_.planned_ahead(); }  // GpuOptions::plan_threads' work
-  // Where the start-up went so far (seconds, in order): the device's phases (Device::startup), then
-  // cudaMalloc and choosing the convolution algorithms, both summed over the calls so far.
-  std::vector<std::pair<const char*, double>> startup_seconds() const {
+  // The device's phases (Device::startup), then cudaMalloc and choosing the convolution
+  // algorithms, both summed over the calls so far.
+  std::vector<std::pair<const char*, double>> startup_seconds() const override {
     auto v = dev_.startup;
     v.emplace_back("cudaMalloc", pool_.malloc_seconds());
     v.emplace_back("algorithms", convs_.search_seconds());

@@ -2,6 +2,7 @@
 // the state a checkpoint holds. The passes are resnet.cpp's.
 #include "worker/model/model.h"
 
+#include <future>
 #include <stdexcept>
 
 #include "worker/model/init.h"
@@ -21,9 +22,16 @@ struct Model::Impl {
   float* buffers = nullptr;
   std::unique_ptr<ResNet> net;
   int64_t batches_tracked = 0;
+  // The initial state of `drawn_seed`, drawn on another thread during the construction.
+  std::future<ModelState> drawn;
+  uint64_t drawn_seed = 0;
 
-  Impl(const ModelConfig& c, Ops& o) : cfg(c), ops(o), schema(make_schema(c)) {
+  Impl(const ModelConfig& c, Ops& o, std::optional<uint64_t> init_seed) : cfg(c), ops(o), schema(make_schema(c)) {
     check_tensor_sizes(schema, ops.max_tensor_elements());
+    if (init_seed) {
+      drawn_seed = *init_seed;
+      drawn = std::async(std::launch::async, [this] { return initial_state(schema, drawn_seed); });
+    }
     plan = plan_memory(schema, ops.compute_dtype(), cfg.recompute, cfg.whole_params);
     auto at = [&](const Place& p) { return p.placed() ? static_cast<float*>(memory[size_t(p.buffer)]) : nullptr; };
     for (const Buffer& b : plan.buffers) {
@@ -49,7 +57,8 @@ struct Model::Impl {
   }
 };
 
-Model::Model(const ModelConfig& cfg, Ops& ops) : impl_(std::make_unique<Impl>(cfg, ops)) {}
+Model::Model(const ModelConfig& cfg, Ops& ops, std::optional<uint64_t> init_seed)
+    : impl_(std::make_unique<Impl>(cfg, ops, init_seed)) {}
 Model::~Model() = default;
 
 const ModelConfig& Model::config() const { return impl_->cfg; }
@@ -63,7 +72,14 @@ Act& Model::input() { return impl_->net->input(); }
 int32_t* Model::labels() { return impl_->net->labels(); }
 int64_t Model::num_batches_tracked() const { return impl_->batches_tracked; }
 
-void Model::init(uint64_t seed) { set_state(initial_state(impl_->schema, seed)); }
+void Model::init(uint64_t seed) {
+  Impl& m = *impl_;
+  if (m.drawn.valid() && m.drawn_seed == seed) {
+    set_state(m.drawn.get());
+    return;
+  }
+  set_state(initial_state(m.schema, seed));
+}
 
 void Model::forward_backward(float grad_scale) {
   impl_->net->forward(true, grad_scale, impl_->cfg.label_smoothing);

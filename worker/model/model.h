@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -20,8 +21,10 @@ namespace worker {
 class Model {
  public:
   // Throws std::invalid_argument for a bad configuration, ModelTooLarge (before allocating
-  // anything) for one beyond the backend's tensor size.
-  Model(const ModelConfig& cfg, Ops& ops);
+  // anything) for one beyond the backend's tensor size. With `init_seed`, the initial weights of
+  // that seed are drawn on the host while the backend plans and allocates (start-up time): a
+  // later init(init_seed) only waits for them and uploads them.
+  Model(const ModelConfig& cfg, Ops& ops, std::optional<uint64_t> init_seed = std::nullopt);
   ~Model();
   Model(const Model&) = delete;
   Model& operator=(const Model&) = delete;

@@ -3,7 +3,12 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
+#include <ctime>
+#include <fstream>
 #include <sstream>
+
+#include <unistd.h>
 
 namespace worker {
 
@@ -24,6 +29,42 @@ std::string hms(double seconds) {
 namespace {
 std::string mb(size_t bytes) { return strf("%.1f MB", double(bytes) / 1e6); }
 }  // namespace
+
+std::string startup_line(const StartupFigures& f) {
+  std::ostringstream s;
+  s << "Start-up: the first step ended " << strf("%.2f", f.total()) << " s after the "
+    << (f.to_session >= 0 ? "process started (to the training session " + strf("%.2f", f.to_session) + ", "
+                          : std::string("training session began ("))
+    << "data " << strf("%.2f", f.data) << ", model " << strf("%.2f", f.model) << ", weights "
+    << strf("%.2f", f.weights) << ", first step " << strf("%.2f", f.first_step);
+  if (!f.backend.empty()) {
+    s << "; the backend's parts:";
+    for (size_t i = 0; i < f.backend.size(); ++i)
+      s << (i ? ", " : " ") << f.backend[i].first << " " << strf("%.2f", f.backend[i].second);
+  }
+  s << ")";
+  return s.str();
+}
+
+double seconds_since_process_start() {
+  std::ifstream in("/proc/self/stat");
+  std::string stat;
+  if (!std::getline(in, stat)) return -1.0;
+  // Field 22, starttime (clock ticks after boot); field 2, the command's name, may hold spaces
+  // and parentheses, so the count starts after its last ')', at field 3.
+  const size_t close = stat.rfind(')');
+  if (close == std::string::npos) return -1.0;
+  std::istringstream fields(stat.substr(close + 1));
+  std::string field;
+  for (int i = 3; i <= 22; ++i)
+    if (!(fields >> field)) return -1.0;
+  timespec now{};
+  const long ticks = sysconf(_SC_CLK_TCK);
+  if (ticks <= 0 || clock_gettime(CLOCK_BOOTTIME, &now) != 0) return -1.0;
+  const double started = double(std::strtoull(field.c_str(), nullptr, 10)) / double(ticks);
+  const double since = double(now.tv_sec) + double(now.tv_nsec) * 1e-9 - started;
+  return since >= 0 ? since : -1.0;
+}
 
 void print_run_figures(std::ostream& out, const RunFigures& f) {
   if (f.steps > 0) {
@@ -62,6 +103,7 @@ nlohmann::json final_record(const RunFigures& f) {
                       {"optimizer_state_bytes_max_rank", f.optimizer_bytes_max_rank}, {"recompute", f.recompute},
                       {"zero", f.zero_option}, {"fp32_weight_bytes", f.fp32_weight_bytes},
                       {"time", f.time}};
+  if (f.first_step_s >= 0) j["first_step_s"] = f.first_step_s;
   if (f.comm) {
     j["allreduce_ms"] = f.comm->allreduce_ms / double(f.comm->steps);
     j["allreduce_exposed_ms"] = f.comm->exposed_ms / double(f.comm->steps);

@@ -4,6 +4,7 @@
 // record, the memory breakdown (WORKER_MEM_REPORT=1), the checksums' verdict and the summary line.
 #pragma once
 
+#include <algorithm>
 #include <cstddef>
 #include <cstdint>
 #include <optional>
@@ -22,6 +23,21 @@ namespace worker {
 std::string strf(const char* format, double v);
 // Seconds as H:MM:SS.
 std::string hms(double seconds);
+
+// Where the time to the first step went (rank 0's), in seconds: from the process's start to the
+// training session (the backend and the communicator are made in it), then the session's parts.
+struct StartupFigures {
+  double to_session = -1.0;  // -1: the process's start time is unknown (no /proc)
+  double data = 0.0, model = 0.0, weights = 0.0, first_step = 0.0;
+  std::vector<std::pair<const char*, double>> backend;  // Ops::startup_seconds()
+  // From the process's start when it is known, else from the session's.
+  double total() const { return std::max(to_session, 0.0) + data + model + weights + first_step; }
+};
+// The Start-up: line.
+std::string startup_line(const StartupFigures& f);
+// Seconds since this process started (/proc/self/stat against CLOCK_BOOTTIME, to the kernel's
+// clock tick); -1 where that cannot be read.
+double seconds_since_process_start();
 
 // The figures of a run at its end, over all ranks.
 struct RunFigures {
@@ -48,6 +64,7 @@ struct RunFigures {
     double allreduce_ms = 0.0, exposed_ms = 0.0;  // summed over the steps
   };
   std::optional<CommTime> comm;  // where the communicator times its all-reduces
+  double first_step_s = -1.0;    // StartupFigures::total() (-1: no step taken)
 };
 
 // Rank 0's lines: "Throughput: ...", the loss scaling, "Peak device memory: ...", under ZeRO

@@ -95,7 +95,7 @@ TrainingSession::TrainingSession(const TrainOptions& opt, const DataEnv& data_en
       global_batch_(int64_t(world_) * opt.batch_size * opt.accum_steps),
       model_(model_config(opt, *train_data_,
                           ParamSharding::whole_params(ParamSharding::decide(opt.zero, world_, ops.keeps_working_copy()))),
-             ops),
+             ops, opt.seed),  // resume()'s init draws with this seed: drawn while the backend plans
       sharding_(opt.zero, bucket_floats(opt), model_, ops, comm),
       optimizer_(optimizer_config(opt), ops, model_.num_params(),
                  opt.no_wd_on_bn_bias ? decay_mask_without_bn_and_bias(model_) : std::vector<uint8_t>{},
@@ -124,6 +124,7 @@ TrainingSession::TrainingSession(const TrainOptions& opt, const DataEnv& data_en
   state_.global_batch = global_batch_;
   state_.world = world_;
   state_.replicas = int64_t(world_) * opt.accum_steps;
+  t_built_ = Clock::now();
 }
 
 // --- The run: llm.c's main loop, in named steps
@@ -138,6 +139,7 @@ TrainResult TrainingSession::run() {
     }
   }
   resume();
+  t_resumed_ = Clock::now();
   open_metrics();
   announce();
   if (opt_.eval_only) return eval_only();

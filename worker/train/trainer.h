@@ -11,6 +11,7 @@
 #include <fstream>
 #include <map>
 #include <memory>
+#include <optional>
 #include <ostream>
 #include <string>
 #include <vector>
@@ -28,6 +29,7 @@
 #include "worker/train/metrics.h"
 #include "worker/train/optimizer.h"
 #include "worker/train/options.h"
+#include "worker/train/report.h"
 #include "worker/train/requests.h"
 #include "worker/train/sampler.h"
 #include "worker/train/param_sharding.h"
@@ -119,12 +121,18 @@ class TrainingSession {
   RequestAgreement requests_;  // stop / checkpoint signals, agreed by all ranks one step late
   const int rank_, world_;
   const bool lead_;
+  // Where the start-up goes (the Start-up: line): the session's start, the data's end (the model's
+  // start), the constructor's end, resume()'s end; startup_ holds the figures once the first step ended.
+  Clock::time_point t_begin_ = Clock::now();
   // --cuda-graph: whether steps replay one captured graph. Before the data: `on` where the step
   // cannot be captured is refused before an image folder is scanned.
   const CapturePlan capture_;
 
   std::unique_ptr<BatchSource> train_data_;
   std::unique_ptr<BatchSource> val_data_;    // null: no validation
+  Clock::time_point t_data_ = Clock::now();
+  Clock::time_point t_built_{}, t_resumed_{};
+  std::optional<StartupFigures> startup_;
   Sampler sampler_;
   int64_t steps_per_epoch_ = 0;
   int64_t global_batch_ = 0;

@@ -2,6 +2,9 @@
 // the update (param_sharding.h), or one replay of the step captured as a CUDA graph.
 #include "worker/train/trainer.h"
 
+#include <algorithm>
+#include <chrono>
+
 namespace worker {
 
 // --- One optimizer step
@@ -108,6 +111,17 @@ void TrainingSession::count_step(const StepStats& s) {
     t_first_ = t_window_ = Clock::now();
     window_steps_ = 0;
     window_wait_ms_ = 0.0;
+    StartupFigures f;
+    const double since_start = seconds_since_process_start();
+    auto secs = [](Clock::time_point a, Clock::time_point b) { return std::chrono::duration<double>(b - a).count(); };
+    f.data = secs(t_begin_, t_data_);
+    f.model = secs(t_data_, t_built_);
+    f.weights = secs(t_built_, t_resumed_);
+    f.first_step = secs(t_resumed_, t_first_);
+    if (since_start >= 0) f.to_session = std::max(0.0, since_start - secs(t_begin_, t_first_));
+    f.backend = ops_.startup_seconds();
+    if (lead_) out_ << startup_line(f) << std::endl;
+    startup_ = f;
   }
 }
 

@@ -94,7 +94,7 @@ int bench(const std::map<std::string, std::string>& a, Clock::time_point t_start
   auto since = [&] { return std::chrono::duration<double>(Clock::now() - t_start).count(); };
   auto ops = make_gpu_ops(0, precision(a));
   const double t_ops = since();
-  Model m(cfg, *ops);
+  Model m(cfg, *ops, uint64_t(1));  // the weights of seed 1 drawn while the backend plans (m.init(1))
   const double t_model = since();
   m.init(1);
   const double t_init = since();

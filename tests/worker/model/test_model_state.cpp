@@ -92,6 +92,20 @@ TEST_CASE("model: init is torchvision's, deterministic per seed", "[model]") {
   CHECK(m.get_state().params == a.params);
   m.init(6);
   CHECK(m.get_state().params != a.params);
+  // Drawn while the model was built (the constructor's init_seed): the same state; another seed
+  // than the one drawn ahead is drawn when asked for, and the one drawn ahead is used once.
+  Model ahead(small_model(18, 16, 10), *ops, uint64_t(5));
+  ahead.init(5);
+  const ModelState b = ahead.get_state();
+  CHECK(b.params == a.params);
+  CHECK(b.buffers == a.buffers);
+  ahead.init(6);
+  CHECK(ahead.get_state().params == m.get_state().params);
+  ahead.init(5);
+  CHECK(ahead.get_state().params == a.params);
+  Model other(small_model(18, 16, 10), *ops, uint64_t(7));
+  other.init(6);
+  CHECK(other.get_state().params == m.get_state().params);
 
   // Kaiming normal, fan_out, relu: std sqrt(2 / (C_out * 3 * 3)) for layer3's 3x3 convs.
   const StateEntry& cw = entry(m, "layer3.0.conv2.weight");

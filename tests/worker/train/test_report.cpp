@@ -2,8 +2,10 @@
 // final metrics record, the memory breakdown, the checksums' verdict, the summary line.
 #include <catch2/catch.hpp>
 
+#include <chrono>
 #include <sstream>
 #include <string>
+#include <thread>
 
 #include "worker/train/report.h"
 
@@ -70,10 +72,45 @@ TEST_CASE("report: the final metrics record", "[train][report]") {
   CHECK(j["peak_bytes_max_rank"] == 2500000000u);
   CHECK(j["time"] == 15.0);
   CHECK_FALSE(j.contains("allreduce_ms"));
+  CHECK_FALSE(j.contains("first_step_s"));  // no step taken
   f.comm = RunFigures::CommTime{4, 10.0, 2.0};
+  f.first_step_s = 1.75;
   j = final_record(f);
   CHECK(j["allreduce_ms"] == 2.5);
   CHECK(j["allreduce_exposed_ms"] == 0.5);
+  CHECK(j["first_step_s"] == 1.75);
+}
+
+TEST_CASE("report: the Start-up line adds the parts up from the process's start", "[train][report]") {
+  StartupFigures f;
+  f.to_session = 0.75;
+  f.data = 0.01;
+  f.model = 0.5;
+  f.weights = 0.25;
+  f.first_step = 0.3;
+  f.backend = {{"context", 0.5}, {"algorithms", 0.45}};
+  CHECK(f.total() == Approx(1.81));
+  CHECK(startup_line(f) ==
+        "Start-up: the first step ended 1.81 s after the process started (to the training session 0.75, data 0.01, "
+        "model 0.50, weights 0.25, first step 0.30; the backend's parts: context 0.50, algorithms 0.45)");
+  // Without the process's start time (no /proc) the count starts at the session's, and a backend
+  // without parts to tell (the CPU) names none.
+  f.to_session = -1.0;
+  f.backend.clear();
+  CHECK(f.total() == Approx(1.06));
+  CHECK(startup_line(f) ==
+        "Start-up: the first step ended 1.06 s after the training session began (data 0.01, model 0.50, "
+        "weights 0.25, first step 0.30)");
+}
+
+TEST_CASE("report: the process's age comes from the kernel's record of its start", "[train][report]") {
+  // This test process started before the test ran and, under ctest, less than an hour ago; the
+  // age grows with the clock.
+  const double a = seconds_since_process_start();
+  REQUIRE(a >= 0.0);
+  CHECK(a < 3600.0);
+  std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  CHECK(seconds_since_process_start() >= a + 0.04);
 }
 
 TEST_CASE("report: the memory breakdown names what no one claims as other", "[train][report]") {
