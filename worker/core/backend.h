@@ -1,6 +1,7 @@
 // Factories for the backends; which one runs is decided at start-up (train --device).
 #pragma once
 
+#include <future>
 #include <memory>
 
 #include "worker/core/ops.h"
@@ -30,6 +31,10 @@ std::unique_ptr<Ops> make_gpu_ops(int device, DType precision);
 // Its facts: from the knobs and the device's compute capability (after what make_gpu_ops sets
 // before the first CUDA call).
 BackendFacts gpu_backend_facts(int device);
+// Starts making the CUDA context of `device` on a thread of its own (after what make_gpu_ops sets
+// before the first CUDA call), so that the host's work meanwhile overlaps it; the future is ready
+// once the context exists. A failure is left to make_gpu_ops, which reports it in its own words.
+std::future<void> start_gpu_context(int device);
 #endif
 
 }  // namespace worker

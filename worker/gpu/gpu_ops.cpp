@@ -979,6 +979,13 @@ std::unique_ptr<Ops> make_gpu_ops(int device, DType precision) {
   return std::make_unique<gpu::GpuOps>(gpu::gpu_options(process_knobs(), device, precision));
 }
 
+std::future<void> start_gpu_context(int device) {
+  before_first_cuda_call();
+  return std::async(std::launch::async, [device] {
+    if (cudaSetDevice(device) != cudaSuccess || cudaFree(nullptr) != cudaSuccess) cudaGetLastError();
+  });
+}
+
 // fp16 runs faster than bf16 where its own path, the convolution with the batch norm's statistics
 // in one cuDNN graph (WORKER_FP16_FUSED), can run: cuDNN has those engines for sm_90 in fp16 only,
 // and there, on an H200 (2026-12-02, ResNet-50 b256, gpu_model_driver bench), fp16 ran 9,007
