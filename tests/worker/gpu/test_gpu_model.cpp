@@ -12,6 +12,8 @@
 
 #include <algorithm>
 #include <cmath>
+#include <string>
+#include <vector>
 
 #include "tests/worker/gpu/gpu_test_util.h"
 #include "worker/model/model.h"
@@ -81,4 +83,37 @@ TEST_CASE("a small ResNet in bf16 on the GPU stays within bf16 error of the CPU 
   CHECK(std::fabs(a.loss - b.loss) / std::fabs(b.loss) < 1e-2);
   const Err g = rel_err(a.grads, b.grads);
   WARN("bf16 gradients against fp32: L2 rel " << l2_rel(a.grads, b.grads) << ", " << g.where);
+}
+
+// The trainer's start-up (worker/train/run.cpp, model.h): the context made on a thread of its own
+// before the backend, the weights drawn while the backend plans. The weights drawn ahead are the
+// CPU's, the backend names its start-up's parts, and it trains as backends made the usual way: its
+// loss and gradients differ from theirs by no more than two of those differ from each other (the
+// algorithms' summation order), or than a few fp32 ulps of the largest where those two agree bit for bit.
+TEST_CASE("a backend after the context made on another thread, with the weights drawn ahead", "[gpu]") {
+  start_gpu_context(0).wait();
+  auto gpu = make_gpu_ops(0, DType::F32);
+  std::vector<std::string> names;
+  for (const auto& part : gpu->startup_seconds()) {
+    names.push_back(part.first);
+    CHECK(part.second >= 0.0);
+  }
+  CHECK(names == std::vector<std::string>{"cuda", "context", "cudnn", "cublas", "cudaMalloc", "algorithms"});
+  auto cpu = make_cpu_ops(2);
+  Model ahead(small_resnet(18, 8), *gpu, uint64_t(5));
+  ahead.init(5);
+  Model on_cpu(small_resnet(18, 8), *cpu);
+  on_cpu.init(5);
+  CHECK(ahead.get_state().params == on_cpu.get_state().params);
+  learnable_batch(*gpu, ahead);
+  gpu->zero(ahead.grads(), ahead.num_params() * 4);
+  ahead.forward_backward();
+  const ModelRun a = downloaded(*gpu, ahead);
+  auto plain_ops = make_gpu_ops(0, DType::F32), again_ops = make_gpu_ops(0, DType::F32);
+  const ModelRun b = run(*plain_ops, 18, 8), b2 = run(*again_ops, 18, 8);
+  const double loss_wobble = std::fabs(b2.loss - b.loss) / std::fabs(b.loss);
+  const double grad_wobble = rel_err(b2.grads, b.grads).rel;
+  INFO("two usual backends differ by " << loss_wobble << " (loss) and " << grad_wobble << " (gradients)");
+  CHECK(std::fabs(a.loss - b.loss) / std::fabs(b.loss) <= std::max(2 * loss_wobble, 1e-7));
+  CHECK(rel_err(a.grads, b.grads).rel <= std::max(2 * grad_wobble, 1e-6));
 }
