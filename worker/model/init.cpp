@@ -5,6 +5,7 @@
 #include "worker/model/init.h"
 
 #include <algorithm>
+#include <atomic>
 #include <cmath>
 #include <thread>
 #include <utility>
@@ -31,17 +32,13 @@ std::pair<double, double> normal_pair_at(uint64_t seed, size_t entry, size_t p) 
   return {r * std::cos(t), r * std::sin(t)};
 }
 
-// fill(k) for k in [0, n), split over the host's cores.
-template <typename F>
-void parallel_fill(size_t n, F fill) {
-  const size_t threads = std::min<size_t>(std::max(1u, std::thread::hardware_concurrency()), 32);
-  const size_t chunk = std::max<size_t>(size_t(1) << 16, (n + threads - 1) / threads);
-  std::vector<std::thread> pool;
-  for (size_t b = chunk; b < n; b += chunk)
-    pool.emplace_back([=] { for (size_t k = b; k < std::min(n, b + chunk); ++k) fill(k); });
-  for (size_t k = 0; k < std::min(n, chunk); ++k) fill(k);
-  for (auto& t : pool) t.join();
-}
+// One stretch of the draw: units [begin, end) of state entry `entry` (a convolution's normal pairs, the
+// classifier's values).
+struct Stretch {
+  size_t entry, begin, end;
+};
+
+constexpr size_t kStretch = size_t(1) << 16;  // units per stretch: small enough to balance the cores
 
 }  // namespace
 
@@ -49,37 +46,56 @@ ModelState initial_state(const Schema& schema, uint64_t seed) {
   ModelState s;
   s.params.assign(schema.nparams, 0.0f);
   s.buffers.assign(schema.nbuffers, 0.0f);
-  std::vector<float> tmp;
+  // The constants here; the random entries as stretches, drawn by one pool of threads (a pool per
+  // entry cost a thread start per core for each of ResNet-50's 161 entries).
+  std::vector<Stretch> work;
   for (size_t i = 0; i < schema.entries.size(); ++i) {
     const StateEntry& e = schema.entries[i];
-    float* dst = s.params.data() + e.offset;
     if (e.kind == StateKind::RunningVar) {
       std::fill_n(s.buffers.begin() + long(e.offset), e.count, 1.0f);
     } else if (e.kind != StateKind::Param) {
       continue;
-    } else if (e.conv_weight) {
-      // kaiming_normal_(mode="fan_out", nonlinearity="relu"): std = sqrt(2 / (C_out * kH * kW)),
-      // drawn in PyTorch's OIHW order, stored OHWI.
-      const int o = int(e.shape[0]), ci = int(e.shape[1]), kh = int(e.shape[2]),
-                kw = int(e.shape[3]);
-      const double sd = std::sqrt(2.0 / double(o * kh * kw));
-      tmp.resize(e.count);
-      parallel_fill((e.count + 1) / 2, [&](size_t p) {
-        const auto [a, b] = normal_pair_at(seed, i, p);
-        tmp[2 * p] = float(sd * a);
-        if (2 * p + 1 < e.count) tmp[2 * p + 1] = float(sd * b);
-      });
-      oihw_to_ohwi(tmp.data(), dst, o, ci, kh, kw);
-    } else if (e.name == "fc.weight" || e.name == "fc.bias") {
-      // nn.Linear's default: kaiming_uniform_(a=sqrt(5)) == U(-1/sqrt(in), 1/sqrt(in)); bias same.
-      const double bound = 1.0 / std::sqrt(double(schema.fc_in));
-      parallel_fill(e.count, [&](size_t k) { dst[k] = float((2.0 * uniform_at(seed, i, k) - 1.0) * bound); });
+    } else if (e.conv_weight || e.name == "fc.weight" || e.name == "fc.bias") {
+      const size_t units = e.conv_weight ? (e.count + 1) / 2 : e.count;
+      for (size_t b = 0; b < units; b += kStretch) work.push_back({i, b, std::min(units, b + kStretch)});
     } else {
       // BN: weight 1, bias 0.
       const bool is_weight = e.name.size() > 7 && e.name.compare(e.name.size() - 7, 7, ".weight") == 0;
-      std::fill_n(dst, e.count, is_weight ? 1.0f : 0.0f);
+      std::fill_n(s.params.data() + e.offset, e.count, is_weight ? 1.0f : 0.0f);
     }
   }
+  const double fc_bound = 1.0 / std::sqrt(double(schema.fc_in));
+  auto draw = [&](const Stretch& w) {
+    const StateEntry& e = schema.entries[w.entry];
+    float* dst = s.params.data() + e.offset;
+    if (!e.conv_weight) {
+      // nn.Linear's default: kaiming_uniform_(a=sqrt(5)) == U(-1/sqrt(in), 1/sqrt(in)); bias same.
+      for (size_t k = w.begin; k < w.end; ++k) dst[k] = float((2.0 * uniform_at(seed, w.entry, k) - 1.0) * fc_bound);
+      return;
+    }
+    // kaiming_normal_(mode="fan_out", nonlinearity="relu"): std = sqrt(2 / (C_out * kH * kW)), drawn
+    // in PyTorch's OIHW order (value k of the entry), stored OHWI.
+    const size_t ci = size_t(e.shape[1]), kh = size_t(e.shape[2]), kw = size_t(e.shape[3]);
+    const double sd = std::sqrt(2.0 / double(e.shape[0] * kh * kw));
+    auto put = [&](size_t k, double v) {
+      const size_t x = k % kw, y = k / kw % kh, c = k / (kw * kh) % ci, o = k / (kw * kh * ci);
+      dst[((o * kh + y) * kw + x) * ci + c] = float(sd * v);
+    };
+    for (size_t p = w.begin; p < w.end; ++p) {
+      const auto [a, b] = normal_pair_at(seed, w.entry, p);
+      put(2 * p, a);
+      if (2 * p + 1 < e.count) put(2 * p + 1, b);
+    }
+  };
+  const size_t threads = std::min<size_t>({std::max(1u, std::thread::hardware_concurrency()), 32, work.size()});
+  std::atomic<size_t> next{0};
+  auto worker = [&] {
+    for (size_t j; (j = next++) < work.size();) draw(work[j]);
+  };
+  std::vector<std::thread> pool;
+  for (size_t t = 1; t < threads; ++t) pool.emplace_back(worker);
+  worker();
+  for (auto& t : pool) t.join();
   s.num_batches_tracked = 0;
   return s;
 }
