@@ -19,11 +19,7 @@ root="$(cd "$(dirname "$0")/.." && pwd)"
 # shellcheck source=scripts/gpu_env.sh
 . "$root/scripts/gpu_env.sh"
 gpu_env gpu_model_driver
-for v in "$@"; do
-  for kv in $v; do
-    [[ "$kv" =~ ^[A-Z_][A-Z0-9_]*=.*$ ]] || { echo "bench_ab: '$kv' in variant '$v' is not VAR=VALUE" >&2; exit 2; }
-  done
-done
+check_variants bench_ab "$@"
 OUT="${OUT:-$root/out/gpu}"
 log="$OUT/ab"
 mkdir -p "$log"

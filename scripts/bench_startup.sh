@@ -22,11 +22,7 @@ root="$(cd "$(dirname "$0")/.." && pwd)"
 gpu_env train_resnet
 [ -x "$BIN/launch" ] || { echo "bench_startup: no launch in $BIN: build it (cmake --build build --target launch train_resnet)" >&2; exit 2; }
 [ $# -ge 1 ] || set -- ""
-for v in "$@"; do
-  for kv in $v; do
-    [[ "$kv" =~ ^[A-Z_][A-Z0-9_]*=.*$ ]] || { echo "bench_startup: '$kv' in variant '$v' is not VAR=VALUE" >&2; exit 2; }
-  done
-done
+check_variants bench_startup "$@"
 rounds="${STARTUP_ROUNDS:-3}"
 [[ "$rounds" =~ ^[1-9][0-9]*$ ]] || { echo "bench_startup: STARTUP_ROUNDS='$rounds' is not a positive whole number" >&2; exit 2; }
 OUT="${OUT:-$root/out/gpu}"

@@ -11,7 +11,6 @@
 #include <fstream>
 #include <map>
 #include <memory>
-#include <optional>
 #include <ostream>
 #include <string>
 #include <vector>
@@ -122,7 +121,7 @@ class TrainingSession {
   const int rank_, world_;
   const bool lead_;
   // Where the start-up goes (the Start-up: line): the session's start, the data's end (the model's
-  // start), the constructor's end, resume()'s end; startup_ holds the figures once the first step ended.
+  // start), the constructor's end, resume()'s end; first_step_s_ is the line's total once it is printed.
   Clock::time_point t_begin_ = Clock::now();
   // --cuda-graph: whether steps replay one captured graph. Before the data: `on` where the step
   // cannot be captured is refused before an image folder is scanned.
@@ -132,7 +131,7 @@ class TrainingSession {
   std::unique_ptr<BatchSource> val_data_;    // null: no validation
   Clock::time_point t_data_ = Clock::now();
   Clock::time_point t_built_{}, t_resumed_{};
-  std::optional<StartupFigures> startup_;
+  double first_step_s_ = -1.0;
   Sampler sampler_;
   int64_t steps_per_epoch_ = 0;
   int64_t global_batch_ = 0;

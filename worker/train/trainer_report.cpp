@@ -55,7 +55,7 @@ void TrainingSession::report() {
   f.zero_option = opt_.zero;
   f.fp32_weight_bytes = sharding_.master_bytes();
   f.recompute = to_string(opt_.recompute);
-  if (startup_) f.first_step_s = startup_->total();
+  f.first_step_s = first_step_s_;
   Comm::Timing ct;
   if (comm_.timing(&ct) && ct.steps > 0) f.comm = RunFigures::CommTime{ct.steps, ct.allreduce_ms, ct.exposed_ms};
   if (lead_) {

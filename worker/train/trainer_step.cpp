@@ -121,7 +121,7 @@ void TrainingSession::count_step(const StepStats& s) {
     if (since_start >= 0) f.to_session = std::max(0.0, since_start - secs(t_begin_, t_first_));
     f.backend = ops_.startup_seconds();
     if (lead_) out_ << startup_line(f) << std::endl;
-    startup_ = f;
+    first_step_s_ = f.total();
   }
 }
 
