@@ -1,5 +1,7 @@
 #include "worker/gpu/conv_planner.h"
 
+#include <sched.h>
+
 #include <algorithm>
 #include <atomic>
 #include <chrono>
@@ -154,8 +156,24 @@ cudnnMathType_t ConvPlanner::math_type() const {
   return opt_.allow_tf32 ? CUDNN_DEFAULT_MATH : CUDNN_FMA_MATH;
 }
 
+namespace {
+
+// GpuOptions::plan_threads, 0 (auto) resolved: kAutoPlanThreads, at most the cores this process
+// may run on.
+int plan_threads(int asked) {
+  if (asked > 0) return asked;
+  cpu_set_t set;
+  int cores = 0;
+  if (::sched_getaffinity(0, sizeof set, &set) == 0) cores = CPU_COUNT(&set);
+  if (cores <= 0) cores = int(std::thread::hardware_concurrency());
+  return std::max(1, std::min(kAutoPlanThreads, cores));
+}
+
+}  // namespace
+
 void ConvPlanner::plan_ahead(const std::vector<ConvDesc>& shapes) {
-  if (opt_.search != AlgoSearch::Heuristic || opt_.plan_threads < 2) return;
+  const int most = plan_threads(opt_.plan_threads);
+  if (opt_.search != AlgoSearch::Heuristic || most < 2) return;
   std::vector<ConvDesc> todo;
   auto add = [&](const ConvDesc& d) {
     const Key k = key_of(d);
@@ -171,7 +189,7 @@ void ConvPlanner::plan_ahead(const std::vector<ConvDesc>& shapes) {
   if (todo.size() < 2) return;
   const auto t0 = std::chrono::steady_clock::now();
   std::vector<LegacyHeuristics> answers(todo.size());
-  const int threads = std::min(opt_.plan_threads, int(todo.size()));
+  const int threads = std::min(most, int(todo.size()));
   std::vector<std::exception_ptr> failed(static_cast<size_t>(threads));
   std::atomic<size_t> next{0};
   auto ask = [&](int t) {

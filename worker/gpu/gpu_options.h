@@ -27,7 +27,8 @@ struct GpuOptions {
   int conv_candidates = Knobs{}.conv_candidates;  // graph-API plans timed per shape and direction
   // Threads that query cuDNN's heuristics for the shapes Ops::plan_convs announces (the legacy
   // algorithms, AlgoSearch::Heuristic): the start-up's longest host part on an H100 (0.52-0.60 s of
-  // ResNet-50's 1.8-2.2 s to its first step, 2026-12-07), one query after another. 1: none ahead.
+  // ResNet-50's 1.8-2.2 s to its first step, 2026-12-07), one query after another. 1: none ahead;
+  // 0: kAutoPlanThreads, at most the cores the process may run on (0.26 s there).
   int plan_threads = Knobs{}.plan_threads;
   // Only cuDNN's deterministic algorithms (no split-K atomics): runs that compare bit for bit.
   bool deterministic = Knobs{}.cudnn_deterministic;

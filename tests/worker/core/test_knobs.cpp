@@ -21,7 +21,7 @@ void check_defaults(const Knobs& k) {
   CHECK(k.conv_s2d);
   CHECK(k.conv_graph_engines);
   CHECK(k.conv_candidates == 5);
-  CHECK(k.plan_threads == 1);
+  CHECK(k.plan_threads == 0);  // auto
   CHECK(k.wgrad_stream);
   CHECK_FALSE(k.cudnn_deterministic);
   CHECK(k.fp16_fused == FusedStats::Timed);
@@ -116,7 +116,7 @@ TEST_CASE("knobs: the default values spelled out, and empty values, read as the 
         {"WORKER_CONV_S2D", v("1")},
         {"WORKER_CONV_ENGINES", v("auto")},
         {"WORKER_CONV_CANDIDATES", v("5")},
-        {"WORKER_PLAN_THREADS", v("1")},
+        {"WORKER_PLAN_THREADS", v("auto")},
         {"WORKER_WGRAD_STREAM", v("1")},
         {"WORKER_CUDNN_DETERMINISTIC", v("0")},
         {"WORKER_FP16_FUSED", v("auto")},
@@ -166,7 +166,8 @@ TEST_CASE("knobs: a bad value names the variable, the value and what it takes", 
       {"WORKER_CONV_CANDIDATES", "0", "is not a whole number from 1 to 64; unset it or give e.g. 5"},
       {"WORKER_CONV_CANDIDATES", "65", "is not a whole number from 1 to 64"},
       {"WORKER_CONV_CANDIDATES", "8.5", "is not a whole number from 1 to 64"},
-      {"WORKER_PLAN_THREADS", "0", "is not a whole number from 1 to 64; unset it or give e.g. 1"},
+      {"WORKER_PLAN_THREADS", "0", "is not auto or a whole number from 1 to 64; unset it or give e.g. 8"},
+      {"WORKER_PLAN_THREADS", "many", "is not auto or a whole number from 1 to 64"},
       {"WORKER_NCCL_INIT_TIMEOUT_S", "0", "is not a positive number of seconds"},
       {"WORKER_NCCL_INIT_TIMEOUT_S", "5s", "is not a positive number of seconds"},
       {"WORKER_NCCL_INIT_TIMEOUT_S", "inf", "is not a positive number of seconds"},
