@@ -16,6 +16,8 @@
 # shared machine does not dilute as it does images/s (the ratio there: theirs / ours).
 #   THREADS="1 2"        decode threads / DataLoader workers (default: 1 and all cores)
 #   BENCH_IMAGES=2048    BENCH_SECONDS=12 (per loader row)   BENCH_E2E_STEPS=60   BENCH_PHOTO_DIR=
+#   BENCH_LOADERS=0      the end-to-end rows only (no loader-alone rows)
+#   OUT                  the end-to-end runs' logs go to $OUT/data/e2e_*.log (default out/gpu)
 #   BUILD_DIR / GPU_BIN  where data_bench, train_resnet and launch are (default build/bin, .gpu/bin)
 set -uo pipefail
 root="$(cd "$(dirname "$0")/.." && pwd)"
@@ -48,6 +50,7 @@ rows=()
 field() { "$PY" -c 'import json,sys; d=json.loads(sys.argv[1]); print(d.get(sys.argv[2], d.get("error", "?")))' "$1" "$2" 2>/dev/null || echo "?"; }
 ratio() { "$PY" -c 'import sys; a,b=map(float,sys.argv[1:]); print(f"{a/b:.2f}x" if b > 0 else "n/a")' "$1" "$2" 2>/dev/null || echo "n/a"; }
 last_dl=0; last_t=1
+[ "${BENCH_LOADERS:-1}" = 0 ] && THREADS=""
 for t in $THREADS; do
   ours="$("$BIN/data_bench" "$tmp/ds" cpu "$dev" 256 "$t" 224 "$SECS" 2>&1 | tail -1)"
   theirs="$("$PY" "$root/tests/worker/data/bench_torch_loader.py" dataloader --data "$tmp/ds" --workers "$t" \
@@ -59,19 +62,35 @@ for t in $THREADS; do
   rows+=("$(printf '%-44s %10s %10s %8s' "  CPU ms per image (all processes)" "$oc" "$pc" "$(ratio "$pc" "$oc")")")
   last_dl="$p"; last_t="$t"
 done
-if [ "$gpu" = 1 ]; then
+if [ "$gpu" = 1 ] && [ "${BENCH_LOADERS:-1}" != 0 ]; then
   ours="$("$BIN/data_bench" "$tmp/ds" gpu gpu 256 "$last_t" 224 "$SECS" 2>&1 | tail -1)"
   nv="$("$PY" "$root/tests/worker/data/bench_torch_loader.py" nvjpeg --data "$tmp/ds" --seconds "$SECS" --device cuda 2>&1 | tail -1)"
   o="$(field "$ours" images_per_s)"; v="$(field "$nv" images_per_s)"
   rows+=("$(printf '%-44s %10s %10s %8s' "GPU back end vs DataLoader+PIL, $last_t workers" "$o" "$last_dl" "$(ratio "$o" "$last_dl")")")
   rows+=("$(printf '%-44s %10s %10s %8s' "GPU back end vs torchvision decode_jpeg(cuda)" "$o" "$v" "$(ratio "$o" "$v")")")
   echo "bench_data: GPU back end: $(field "$ours" describe)" >&2
+fi
+if [ "$gpu" = 1 ]; then
   steps="${BENCH_E2E_STEPS:-60}"
-  e2e() {  # extra train_resnet arguments -> images/s
+  e2e_log="${OUT:-$root/out/gpu}/data"
+  mkdir -p "$e2e_log"
+  # e2e NAME ARGS...: one run, its log kept as $e2e_log/e2e_NAME.log; prints "THROUGHPUT STEADY WAIT":
+  # the whole run's images/s (first step excluded), the median of its 25-step windows after the
+  # first two (the engines' timing and the graph's capture happen there), and the mean time a
+  # step of those windows waited for its batch (ms).
+  e2e() {
+    local name="$1"; shift
     timeout 300 "$BIN/launch" --gpus 0 --log_dir "$tmp/log" "$BIN/train_resnet" --depth 50 --num-classes 1000 --batch-size 256 --optimizer sgd \
-      --lr 0.1 --max-steps "$steps" --epochs 1000 --log-every 20 "$@" > "$tmp/e2e.log" 2>&1
-    grep -o 'Throughput: [0-9.]*' "$tmp/e2e.log" | awk '{print $2}' | tail -1
-    grep -E '^(Data|Precision):' "$tmp/e2e.log" >&2
+      --lr 0.1 --max-steps "$steps" --epochs 1000 --log-every 25 "$@" > "$e2e_log/e2e_$name.log" 2>&1
+    grep -E '^(Data|Precision):' "$e2e_log/e2e_$name.log" >&2
+    "$PY" - "$e2e_log/e2e_$name.log" <<'PY'
+import re, statistics, sys
+text = open(sys.argv[1]).read()
+t = re.findall(r"Throughput: ([0-9.]+)", text)
+w = [(float(a), float(b)) for a, b in re.findall(r"images/s: ([0-9.]+), data wait: ([0-9.]+) ms/step", text)][2:]
+print(t[-1] if t else "?", f"{statistics.median(a for a, _ in w):.1f}" if w else "?",
+      f"{statistics.mean(b for _, b in w):.2f}" if w else "?")
+PY
   }
   # The folder listed 8 times over (a list file): 64 steps per epoch at batch 256, so the decode
   # of each epoch's first batch, which cannot start before the epoch does, weighs as little as
@@ -84,10 +103,14 @@ classes = sorted(os.listdir(train))
 rows = [f"{os.path.join(train, c, f)} {i}" for i, c in enumerate(classes) for f in sorted(os.listdir(os.path.join(train, c)))]
 open(out, "w").write("\n".join(rows * 8) + "\n")
 PY
-  real="$(e2e --data "$tmp/e2e.txt")"; synth="$(e2e --data random --num-samples 100000)"
-  nvonly="$(WORKER_NVJPEG_CPU_SHARE=0 e2e --data "$tmp/e2e.txt")"
+  read -r real real_s real_w <<< "$(e2e jpegs --data "$tmp/e2e.txt")"
+  read -r synth synth_s synth_w <<< "$(e2e random --data random --num-samples 100000)"
+  read -r nvonly nvonly_s nvonly_w <<< "$(WORKER_NVJPEG_CPU_SHARE=0 e2e nvjpeg_alone --data "$tmp/e2e.txt")"
   rows+=("$(printf '%-44s %10s %10s %8s' "ResNet-50 b256 1 GPU, auto: JPEGs vs random" "${real:-?}" "${synth:-?}" "$(ratio "${real:-0}" "${synth:-0}")")")
+  rows+=("$(printf '%-44s %10s %10s %8s' "  steady windows (median, after the first two)" "${real_s:-?}" "${synth_s:-?}" "$(ratio "${real_s:-0}" "${synth_s:-0}")")")
+  rows+=("$(printf '%-44s %10s %10s' "  data wait, ms/step (those windows)" "${real_w:-?}" "${synth_w:-?}")")
   rows+=("$(printf '%-44s %10s %10s %8s' "  the same, nvJPEG alone (CPU share 0)" "${nvonly:-?}" "${synth:-?}" "$(ratio "${nvonly:-0}" "${synth:-0}")")")
+  rows+=("$(printf '%-44s %10s %10s %8s' "  steady windows; data wait $nvonly_w ms/step" "${nvonly_s:-?}" "${synth_s:-?}" "$(ratio "${nvonly_s:-0}" "${synth_s:-0}")")")
 fi
 echo
 printf '%-44s %10s %10s %8s\n' "images/s (median of 1 s windows)" "ours" "theirs" "ratio"
