@@ -1,7 +1,6 @@
 #include "worker/data/image_source.h"
 
 #include <fcntl.h>
-#include <sched.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -12,8 +11,8 @@
 #include <iostream>
 #include <new>
 #include <sstream>
-#include <thread>
 
+#include "worker/core/host.h"
 #include "worker/data/data_error.h"
 #include "worker/data/decode.h"
 #include "worker/data/prefetcher.h"
@@ -21,11 +20,7 @@
 namespace worker {
 
 int default_data_threads(int local_ranks) {
-  cpu_set_t set;
-  int cores = 0;
-  if (::sched_getaffinity(0, sizeof set, &set) == 0) cores = CPU_COUNT(&set);
-  if (cores <= 0) cores = int(std::thread::hardware_concurrency());
-  return std::max(1, cores / std::max(1, local_ranks));
+  return std::max(1, process_cores() / std::max(1, local_ranks));
 }
 
 namespace {

@@ -1,7 +1,5 @@
 #include "worker/gpu/conv_planner.h"
 
-#include <sched.h>
-
 #include <algorithm>
 #include <atomic>
 #include <chrono>
@@ -12,6 +10,7 @@
 #include <thread>
 #include <vector>
 
+#include "worker/core/host.h"
 #include "worker/gpu/check.h"
 #include "worker/gpu/side_stream.h"
 
@@ -156,23 +155,9 @@ cudnnMathType_t ConvPlanner::math_type() const {
   return opt_.allow_tf32 ? CUDNN_DEFAULT_MATH : CUDNN_FMA_MATH;
 }
 
-namespace {
-
-// GpuOptions::plan_threads, 0 (auto) resolved: kAutoPlanThreads, at most the cores this process
-// may run on.
-int plan_threads(int asked) {
-  if (asked > 0) return asked;
-  cpu_set_t set;
-  int cores = 0;
-  if (::sched_getaffinity(0, sizeof set, &set) == 0) cores = CPU_COUNT(&set);
-  if (cores <= 0) cores = int(std::thread::hardware_concurrency());
-  return std::max(1, std::min(kAutoPlanThreads, cores));
-}
-
-}  // namespace
-
 void ConvPlanner::plan_ahead(const std::vector<ConvDesc>& shapes) {
-  const int most = plan_threads(opt_.plan_threads);
+  // GpuOptions::plan_threads; 0 (auto): kAutoPlanThreads, at most the process's cores.
+  const int most = opt_.plan_threads > 0 ? opt_.plan_threads : std::min(kAutoPlanThreads, process_cores());
   if (opt_.search != AlgoSearch::Heuristic || most < 2) return;
   std::vector<ConvDesc> todo;
   auto add = [&](const ConvDesc& d) {

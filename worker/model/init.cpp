@@ -11,6 +11,7 @@
 #include <utility>
 #include <vector>
 
+#include "worker/core/host.h"
 #include "worker/core/synthetic.h"
 
 namespace worker {
@@ -87,7 +88,7 @@ ModelState initial_state(const Schema& schema, uint64_t seed) {
       if (2 * p + 1 < e.count) put(2 * p + 1, b);
     }
   };
-  const size_t threads = std::min<size_t>({std::max(1u, std::thread::hardware_concurrency()), 32, work.size()});
+  const size_t threads = std::min<size_t>({size_t(process_cores()), 32, work.size()});
   std::atomic<size_t> next{0};
   auto worker = [&] {
     for (size_t j; (j = next++) < work.size();) draw(work[j]);
