@@ -6,8 +6,11 @@
 #       same transforms, as many workers as our decode threads (every entry of THREADS)
 #     ours, GPU back end (nvJPEG + our kernel)       vs  the DataLoader with the most workers,
 #       and torchvision.io.decode_jpeg(device='cuda') + antialiased resize
-#   end to end (GPU only): ResNet-50 bf16 batch 256 on 1 GPU, on the JPEG folder vs --data random,
-#     and on the folder with the GPU loader's CPU share off (WORKER_NVJPEG_CPU_SHARE=0).
+#   end to end (GPU only): ResNet-50 batch 256 (--precision auto) on 1 GPU, on the JPEGs (listed
+#     over and over so that the run is one epoch, as 500 steps of ImageNet are) vs --data random,
+#     the same with the GPU loader's CPU share off (WORKER_NVJPEG_CPU_SHARE=0), and with an epoch
+#     every few dozen steps (the files listed 8 times): each row the whole run's images/s, the
+#     median of its steady windows and the time a step waited for its batch.
 # The JPEG set is made in a temporary folder: BENCH_IMAGES ImageNet-like files (500x375 and
 # similar, quality 87, ~110 KB), or, with BENCH_PHOTO_DIR, the real JPEGs of that folder copied
 # round-robin up to BENCH_IMAGES files (e.g. the 1,000 photos of github.com/EliSchwartz/
@@ -92,25 +95,35 @@ print(t[-1] if t else "?", f"{statistics.median(a for a, _ in w):.1f}" if w else
       f"{statistics.mean(b for _, b in w):.2f}" if w else "?")
 PY
   }
-  # The folder listed 8 times over (a list file): 64 steps per epoch at batch 256, so the decode
-  # of each epoch's first batch, which cannot start before the epoch does, weighs as little as
-  # it does on ImageNet (5,004 steps per epoch).
-  "$PY" - "$tmp/ds" "$tmp/e2e.txt" <<'PY'
+  # The folder listed over and over in a list file, so that the run is one epoch, as 500 steps of
+  # ImageNet (5,004 steps per epoch) are: each epoch's first batch cannot be decoded before the
+  # epoch starts, which a run over the bare folder (10 steps per epoch at 2,560 files) would pay
+  # every 10 steps. The last row lists it 8 times (an epoch every 8 x files / 256 steps) to show
+  # what those starts cost.
+  list_of() {  # list_of COPIES OUT
+    "$PY" - "$tmp/ds" "$1" "$2" <<'PY'
 import os, sys
-root, out = sys.argv[1], sys.argv[2]
+root, copies, out = sys.argv[1], int(sys.argv[2]), sys.argv[3]
 train = os.path.join(root, "train")
 classes = sorted(os.listdir(train))
 rows = [f"{os.path.join(train, c, f)} {i}" for i, c in enumerate(classes) for f in sorted(os.listdir(os.path.join(train, c)))]
-open(out, "w").write("\n".join(rows * 8) + "\n")
+open(out, "w").write("\n".join(rows * copies) + "\n")
 PY
+  }
+  files="$(find "$tmp/ds/train" -type f | wc -l)"
+  list_of $(( (steps + 1) * 256 / files + 1 )) "$tmp/e2e.txt"
+  list_of 8 "$tmp/e2e8.txt"
   read -r real real_s real_w <<< "$(e2e jpegs --data "$tmp/e2e.txt")"
   read -r synth synth_s synth_w <<< "$(e2e random --data random --num-samples 100000)"
   read -r nvonly nvonly_s nvonly_w <<< "$(WORKER_NVJPEG_CPU_SHARE=0 e2e nvjpeg_alone --data "$tmp/e2e.txt")"
+  read -r short short_s short_w <<< "$(e2e jpegs_short_epochs --data "$tmp/e2e8.txt")"
   rows+=("$(printf '%-44s %10s %10s %8s' "ResNet-50 b256 1 GPU, auto: JPEGs vs random" "${real:-?}" "${synth:-?}" "$(ratio "${real:-0}" "${synth:-0}")")")
   rows+=("$(printf '%-44s %10s %10s %8s' "  steady windows (median, after the first two)" "${real_s:-?}" "${synth_s:-?}" "$(ratio "${real_s:-0}" "${synth_s:-0}")")")
   rows+=("$(printf '%-44s %10s %10s' "  data wait, ms/step (those windows)" "${real_w:-?}" "${synth_w:-?}")")
   rows+=("$(printf '%-44s %10s %10s %8s' "  the same, nvJPEG alone (CPU share 0)" "${nvonly:-?}" "${synth:-?}" "$(ratio "${nvonly:-0}" "${synth:-0}")")")
   rows+=("$(printf '%-44s %10s %10s %8s' "  steady windows; data wait $nvonly_w ms/step" "${nvonly_s:-?}" "${synth_s:-?}" "$(ratio "${nvonly_s:-0}" "${synth_s:-0}")")")
+  rows+=("$(printf '%-44s %10s %10s %8s' "  an epoch every $(( files * 8 / 256 )) steps (the files x 8)" "${short:-?}" "${synth:-?}" "$(ratio "${short:-0}" "${synth:-0}")")")
+  rows+=("$(printf '%-44s %10s %10s %8s' "  steady windows; data wait $short_w ms/step" "${short_s:-?}" "${synth_s:-?}" "$(ratio "${short_s:-0}" "${synth_s:-0}")")")
 fi
 echo
 printf '%-44s %10s %10s %8s\n' "images/s (median of 1 s windows)" "ours" "theirs" "ratio"
