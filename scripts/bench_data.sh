@@ -18,7 +18,7 @@
 # give the CPU time per image of each side (all its threads and processes), which other load on a
 # shared machine does not dilute as it does images/s (the ratio there: theirs / ours).
 #   THREADS="1 2"        decode threads / DataLoader workers (default: 1 and all cores)
-#   BENCH_IMAGES=2048    BENCH_SECONDS=12 (per loader row)   BENCH_E2E_STEPS=60   BENCH_PHOTO_DIR=
+#   BENCH_IMAGES=2048    BENCH_SECONDS=12 (per loader row)   BENCH_E2E_STEPS=500   BENCH_PHOTO_DIR=
 #   BENCH_LOADERS=0      the end-to-end rows only (no loader-alone rows)
 #   OUT                  the end-to-end runs' logs go to $OUT/data/e2e_*.log (default out/gpu)
 #   BUILD_DIR / GPU_BIN  where data_bench, train_resnet and launch are (default build/bin, .gpu/bin)
@@ -74,7 +74,7 @@ if [ "$gpu" = 1 ] && [ "${BENCH_LOADERS:-1}" != 0 ]; then
   echo "bench_data: GPU back end: $(field "$ours" describe)" >&2
 fi
 if [ "$gpu" = 1 ]; then
-  steps="${BENCH_E2E_STEPS:-60}"
+  steps="${BENCH_E2E_STEPS:-500}"
   e2e_log="${OUT:-$root/out/gpu}/data"
   mkdir -p "$e2e_log"
   # e2e NAME ARGS...: one run, its log kept as $e2e_log/e2e_NAME.log; prints "THROUGHPUT STEADY WAIT":
