@@ -42,6 +42,12 @@ class BatchSource {
   // `epoch` seeds the augmentation. A pass not read to its end is abandoned by the next start().
   virtual void start(int64_t epoch, std::vector<BatchIndices> order) = 0;
 
+  // Announces the pass that follows the current one (the next epoch's order), at most once per
+  // pass: a source may read and decode its first micro-batches while the current pass ends, so
+  // that they are ready when start() begins it with the same epoch and order. A start() with
+  // anything else abandons it. Sources that read nothing ahead ignore it.
+  virtual void follow(int64_t epoch, std::vector<BatchIndices> order) { (void)epoch, (void)order; }
+
   // Fills `images` (NHWC, the backend's compute dtype, backend memory) and `labels` (int32,
   // backend memory) with the next micro-batch of the pass, asynchronously on the backend's
   // stream where it has one. Returns the number of samples filled. `wait_ms` (may be null)

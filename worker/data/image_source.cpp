@@ -191,10 +191,13 @@ class CpuImageSource final : public BatchSource {
   int64_t skipped() const override { return bad_.count(); }
 
   void start(int64_t epoch, std::vector<BatchIndices> order) override {
-    for (const auto& b : order) {
-      if (int(b.size()) > cfg_.batch) throw std::invalid_argument("image source: a micro-batch larger than --batch-size");
-    }
+    check_sizes(order);
     pool_->start(epoch, std::move(order));
+  }
+
+  void follow(int64_t epoch, std::vector<BatchIndices> order) override {
+    check_sizes(order);
+    pool_->follow(epoch, std::move(order));
   }
 
   int next(Act& images, int32_t* labels, double* wait_ms) override {
@@ -233,6 +236,12 @@ class CpuImageSource final : public BatchSource {
     RgbRegion region;
     RenderScratch render_scratch;
   };
+
+  void check_sizes(const std::vector<BatchIndices>& order) const {
+    for (const auto& b : order) {
+      if (int(b.size()) > cfg_.batch) throw std::invalid_argument("image source: a micro-batch larger than --batch-size");
+    }
+  }
 
   void work(int slot, int pos, int64_t sample, int64_t epoch, int thread) {
     Slot& s = slots_[size_t(slot)];

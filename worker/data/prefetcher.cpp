@@ -22,16 +22,45 @@ Prefetcher::~Prefetcher() {
 
 void Prefetcher::start(int64_t epoch, std::vector<BatchIndices> order) {
   std::unique_lock<std::mutex> lk(mu_);
+  while (claim_batch_ < batches() && claim_pos_ >= int64_t(at(claim_batch_).size())) {
+    ++claim_batch_;
+    claim_pos_ = 0;
+  }
+  const bool followed = !next_.empty() && epoch == next_epoch_ && order == next_ && !taken_ &&
+                        consumed_ >= int64_t(order_.size());
+  if (followed) {  // every item of the current pass is done: its claims are past it
+    shift_ += int64_t(order_.size());
+    claim_batch_ -= int64_t(order_.size());
+    order_ = std::move(next_);
+    next_.clear();
+    epoch_ = epoch;
+    consumed_ = 0;
+    lk.unlock();
+    cv_work_.notify_all();
+    return;
+  }
   order_.clear();  // no new items are handed out; the ones in flight finish into the old pass
+  next_.clear();
   cv_done_.wait(lk, [&] { return in_flight_ == 0; });
   order_ = std::move(order);
   epoch_ = epoch;
   claim_batch_ = claim_pos_ = 0;
   consumed_ = 0;
+  shift_ = 0;
   taken_ = false;
   done_.assign(size_t(depth_), 0);
   error_ = nullptr;
   lk.unlock();
+  cv_work_.notify_all();
+}
+
+void Prefetcher::follow(int64_t epoch, std::vector<BatchIndices> order) {
+  {
+    std::lock_guard<std::mutex> lk(mu_);
+    if (!next_.empty()) throw std::logic_error("prefetcher: follow() twice for one pass");
+    next_ = std::move(order);
+    next_epoch_ = epoch;
+  }
   cv_work_.notify_all();
 }
 
@@ -41,16 +70,17 @@ void Prefetcher::loop(int thread) {
     // An item may start when its batch's slot is free: at most depth_ batches past the consumer.
     cv_work_.wait(lk, [&] {
       if (stop_) return true;
-      while (claim_batch_ < int64_t(order_.size()) && claim_pos_ >= int64_t(order_[size_t(claim_batch_)].size())) {
+      while (claim_batch_ < batches() && claim_pos_ >= int64_t(at(claim_batch_).size())) {
         ++claim_batch_;
         claim_pos_ = 0;
       }
-      return claim_batch_ < int64_t(order_.size()) && claim_batch_ < consumed_ + depth_;
+      return claim_batch_ < batches() && claim_batch_ < consumed_ + depth_;
     });
     if (stop_) return;
     const int64_t b = claim_batch_, pos = claim_pos_++;
-    const int slot = int(b % depth_);
-    const int64_t sample = order_[size_t(b)][size_t(pos)], epoch = epoch_;
+    const int64_t counted = shift_ + b;  // the batch's number whichever pass is current when it is done
+    const int slot = slot_of(b);
+    const int64_t sample = at(b)[size_t(pos)], epoch = b < int64_t(order_.size()) ? epoch_ : next_epoch_;
     ++in_flight_;
     lk.unlock();
     std::exception_ptr err;
@@ -61,15 +91,16 @@ void Prefetcher::loop(int thread) {
     }
     lk.lock();
     --in_flight_;
-    if (err && (!error_ || b < error_batch_)) {
+    if (err && (!error_ || counted < error_batch_)) {
       error_ = err;
-      error_batch_ = b;
+      error_batch_ = counted;
     }
     ++done_[size_t(slot)];
     // Waking the consumer for every image costs it a futex wake-up each (thousands a second
     // with many threads): only what a waiter waits for is signalled, a complete batch (take),
     // a failed item (take), no item in flight (start).
-    const bool complete = b < int64_t(order_.size()) && done_[size_t(slot)] >= int(order_[size_t(b)].size());
+    const int64_t now = counted - shift_;  // its index in the current pass now (a followed pass may have become it)
+    const bool complete = now >= 0 && now < batches() && done_[size_t(slot)] >= int(at(now).size());
     if (complete || err || in_flight_ == 0) cv_done_.notify_all();
   }
 }
@@ -79,9 +110,9 @@ int Prefetcher::take(double* wait_ms) {
   std::unique_lock<std::mutex> lk(mu_);
   if (taken_) throw std::logic_error("prefetcher: take() twice without release()");
   if (consumed_ >= int64_t(order_.size())) return -1;
-  const int slot = int(consumed_ % depth_);
+  const int slot = slot_of(consumed_);
   const int need = int(order_[size_t(consumed_)].size());
-  const auto failed = [&] { return error_ && error_batch_ <= consumed_; };
+  const auto failed = [&] { return error_ && error_batch_ <= shift_ + consumed_; };
   cv_done_.wait(lk, [&] { return done_[size_t(slot)] >= need || failed(); });
   if (wait_ms) *wait_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
   if (failed()) std::rethrow_exception(error_);
@@ -94,7 +125,7 @@ void Prefetcher::release() {
     std::lock_guard<std::mutex> lk(mu_);
     if (!taken_) throw std::logic_error("prefetcher: release() without take()");
     taken_ = false;
-    done_[size_t(consumed_ % depth_)] = 0;
+    done_[size_t(slot_of(consumed_))] = 0;
     ++consumed_;
   }
   cv_work_.notify_all();

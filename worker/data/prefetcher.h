@@ -2,6 +2,10 @@
 // at most `depth` batches ahead (bounded memory): each batch has a slot (batch % depth), each
 // sample of it is one work item, and the consumer takes the batches in order.
 //
+// A pass may be followed by the next one (follow(): the next epoch's order, which the trainer knows
+// ahead): once every item of the current pass is handed out the threads go on into it, still at
+// most `depth` batches past the consumer, so an epoch's first batches are ready when it starts.
+//
 // The work function fills the sample's place in the slot (the image source decodes into host
 // buffers there). It is called from the pool's threads; `thread` (0 .. threads-1) lets it keep
 // per-thread state. An exception it throws is handed to the consumer when take() reaches
@@ -28,8 +32,13 @@ class Prefetcher {
   Prefetcher(const Prefetcher&) = delete;
   Prefetcher& operator=(const Prefetcher&) = delete;
 
-  // Abandons the current pass (waits for the items in flight) and begins this one.
+  // Begins this pass. If it is the one follow() announced (the same epoch and order) and the
+  // current pass has been taken to its end, the work already done for it is kept; otherwise the
+  // current pass and a followed one are abandoned (waits for the items in flight).
   void start(int64_t epoch, std::vector<BatchIndices> order);
+  // The pass after the current one (replacing one announced before): the threads go on into it
+  // once the current pass's items are all handed out.
+  void follow(int64_t epoch, std::vector<BatchIndices> order);
   // Waits until the next batch is complete; returns its slot, or -1 at the end of the pass.
   // wait_ms receives the time blocked. Rethrows a work item's exception.
   int take(double* wait_ms);
@@ -42,6 +51,14 @@ class Prefetcher {
 
  private:
   void loop(int thread);
+  // Batches over the current pass and the followed one: b >= order_.size() is next_'s b - order_.size().
+  int64_t batches() const { return int64_t(order_.size() + next_.size()); }
+  const BatchIndices& at(int64_t b) const {
+    return b < int64_t(order_.size()) ? order_[size_t(b)] : next_[size_t(b) - order_.size()];
+  }
+  // Batch b of the current pass lives in slot (shift_ + b) % depth_, so that a followed pass's
+  // batches keep their slots when it becomes the current one.
+  int slot_of(int64_t b) const { return int((shift_ + b) % depth_); }
 
   Work work_;
   int depth_;
@@ -51,12 +68,15 @@ class Prefetcher {
   bool stop_ = false;
   int64_t epoch_ = 0;
   std::vector<BatchIndices> order_;
+  int64_t next_epoch_ = 0;
+  std::vector<BatchIndices> next_;           // follow()'s pass; empty: none
+  int64_t shift_ = 0;                        // batches of the passes before the current one, since the last abandon
   int64_t claim_batch_ = 0, claim_pos_ = 0;  // the next item to hand out
   int64_t consumed_ = 0;                     // batches released by the consumer
   bool taken_ = false;                       // take() returned consumed_ and release() is due
   int in_flight_ = 0;
   std::vector<int> done_;                    // per slot: samples finished
-  std::exception_ptr error_;                 // the first failed item's, of batch error_batch_
+  std::exception_ptr error_;                 // the first failed item's, of batch error_batch_ (counted as shift_ is)
   int64_t error_batch_ = 0;
 };
 

@@ -149,8 +149,16 @@ TrainResult TrainingSession::run() {
     const bool resumed = epoch == pos_.epoch;
     const int64_t first = resumed ? pos_.batch : 0, start = resumed ? pos_.start : 0;
     const int64_t steps = sampler_.steps_from(start);
-    pass_order_ = sampler_.epoch_order(epoch, rank_, first, start);
+    pass_order_ = resumed || next_order_.empty() ? sampler_.epoch_order(epoch, rank_, first, start)
+                                                 : std::move(next_order_);
+    next_order_.clear();
     train_data_->start(epoch, pass_order_);
+    // The next epoch's order, so that the source reads its first batches while this one ends: where
+    // this epoch is read to its end (a run whose --max-steps ends in it reads nothing after it).
+    if (epoch + 1 < opt_.epochs && (opt_.max_steps == 0 || state_.step + (steps - first) < opt_.max_steps)) {
+      next_order_ = sampler_.epoch_order(epoch + 1, rank_, 0, 0);
+      train_data_->follow(epoch + 1, next_order_);
+    }
     for (int64_t b = first; b < steps && !finished(); ++b) {
       const int64_t shown = start / global_batch_ + b;  // the step's place in the epoch, in this run's steps
       const bool log_now = shown % opt_.log_every == 0;

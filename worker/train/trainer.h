@@ -152,6 +152,7 @@ class TrainingSession {
   TrainState state_;         // the run's settings and step count (what a checkpoint records)
   Position pos_;             // the next step's place in the data
   std::vector<std::vector<int64_t>> pass_order_;  // this rank's micro-batches of the current epoch
+  std::vector<std::vector<int64_t>> next_order_;  // ... and of the next, announced to the source (follow)
   MetricsLog metrics_;       // --metrics-file (rank 0)
   EventWriter tensorboard_;  // --tensorboard (rank 0)
   int64_t best_epoch_ = -1, last_eval_step_ = -1;

@@ -28,6 +28,7 @@
 #include <csetjmp>
 
 #include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <cstring>
 #include <iterator>
@@ -38,6 +39,7 @@
 #include <iostream>
 #include <random>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "worker/core/backend.h"
@@ -352,6 +354,58 @@ void check_auto_loader() {
   std::system(("rm -rf " + tiny + " " + photos).c_str());
 }
 
+// A pass announced with follow() (the reader threads read into it while the current pass ends) gives,
+// once started, the bytes a GPU source started on that epoch alone gives; the epoch matters to them.
+void check_followed_pass(const std::string& root) {
+  const int size = 48, batch = 8;
+  DataSourceOptions o;
+  o.images.data = root;
+  o.batch = batch;
+  o.images.read.threads = 4;
+  o.images.read.gpu_cpu_share = 0.5;  // both halves of the GPU loader: nvJPEG and the reader threads' share
+  o.seed = 23;
+  o.image_size = size;
+  o.images.loader = Loader::Gpu;
+  auto ops = make_gpu_ops(0, DType::BF16);
+  auto followed = open_image_source(o, Split::Train, *ops);
+  const int64_t n = followed->info().size;
+  auto order_of = [&](unsigned seed) {
+    std::mt19937 rng(seed);
+    std::vector<BatchIndices> order(3);
+    for (auto& b : order)
+      for (int i = 0; i < batch; ++i) b.push_back(int64_t(rng() % uint64_t(n)));
+    return order;
+  };
+  const std::vector<BatchIndices> first = order_of(1), second = order_of(2);
+  const size_t bytes = size_t(batch) * size * size * 3 * 2;
+  Act x{ops->alloc(bytes), DType::BF16, batch, size, size, 3};
+  auto* labels = static_cast<int32_t*>(ops->alloc(sizeof(int32_t) * batch));
+  auto read = [&](BatchSource& src, size_t batches) {
+    std::vector<uint8_t> all(bytes * batches);
+    for (size_t b = 0; b < batches; ++b) {
+      EXPECT(src.next(x, labels, nullptr) == batch, "followed pass: a full batch");
+      ops->synchronize();
+      ops->download(all.data() + b * bytes, x.data, bytes);
+    }
+    return all;
+  };
+  followed->start(0, first);
+  followed->follow(1, second);
+  read(*followed, first.size());
+  std::this_thread::sleep_for(std::chrono::milliseconds(100));  // the reader threads go on into the next pass
+  followed->start(1, second);
+  const std::vector<uint8_t> got = read(*followed, second.size());
+  auto alone = open_image_source(o, Split::Train, *ops);
+  alone->start(1, second);
+  const std::vector<uint8_t> want = read(*alone, second.size());
+  EXPECT(got == want, "followed pass: its batches are those of the epoch started alone");
+  auto other = open_image_source(o, Split::Train, *ops);
+  other->start(0, second);
+  EXPECT(read(*other, second.size()) != want, "followed pass: epoch 0's augmentation gives other batches");
+  std::cout << "followed pass: " << second.size() << " batches, bit for bit those of the epoch started alone"
+            << std::endl;
+}
+
 }  // namespace
 
 int main() {
@@ -393,6 +447,7 @@ int main() {
               &spread, Augment::Standard, 0.5);
     }
     check_auto_loader();
+    check_followed_pass(j420);
   } catch (const std::exception& e) {
     std::cout << "FAILED: " << e.what() << std::endl;
     ++failures;

@@ -1,11 +1,16 @@
 // The prefetcher: every item once, batches in order, never more than `depth` batches ahead,
-// a pass abandoned for the next, a worker's exception handed to the consumer.
+// a pass abandoned for the next, a worker's exception handed to the consumer, a followed pass
+// read ahead and kept (or dropped by another start()).
 #include <catch2/catch.hpp>
 
 #include <atomic>
+#include <chrono>
+#include <map>
 #include <mutex>
 #include <set>
 #include <stdexcept>
+#include <thread>
+#include <utility>
 
 #include "worker/data/prefetcher.h"
 
@@ -59,4 +64,120 @@ TEST_CASE("prefetcher: start() abandons a pass; errors reach take()") {
   REQUIRE(p.take(nullptr) == 0);
   p.release();
   CHECK_THROWS_WITH(p.take(nullptr), "bad sample 3");
+}
+
+namespace {
+
+// n batches of `size` samples: batch b holds b * 100 + i.
+std::vector<BatchIndices> batches_of(int n, int size, int64_t base = 0) {
+  std::vector<BatchIndices> order;
+  for (int b = 0; b < n; ++b) {
+    BatchIndices idx;
+    for (int i = 0; i < size; ++i) idx.push_back(base + b * 100 + i);
+    order.push_back(idx);
+  }
+  return order;
+}
+
+// Waits (at most 10 s) until pred() holds under mu.
+template <typename Pred>
+bool eventually(std::mutex& mu, Pred pred) {
+  for (int i = 0; i < 10000; ++i) {
+    {
+      std::lock_guard<std::mutex> lk(mu);
+      if (pred()) return true;
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+  return false;
+}
+
+}  // namespace
+
+TEST_CASE("prefetcher: a followed pass is read while the current one ends, and kept by its start()") {
+  std::mutex mu;
+  std::map<int, std::vector<std::pair<int64_t, int64_t>>> seen;  // slot -> (sample, epoch) done since its release
+  Prefetcher p(3, 2, [&](int slot, int, int64_t sample, int64_t epoch, int) {
+    std::lock_guard<std::mutex> lk(mu);
+    seen[slot].push_back({sample, epoch});
+  });
+  const std::vector<BatchIndices> first = batches_of(3, 4), second = batches_of(5, 4, 10000);
+  p.start(0, first);
+  p.follow(1, second);
+  CHECK_THROWS_WITH(p.follow(1, second), "prefetcher: follow() twice for one pass");
+  auto take_batch = [&](const BatchIndices& want, int64_t epoch) {
+    const int slot = p.take(nullptr);
+    REQUIRE(slot >= 0);
+    std::lock_guard<std::mutex> lk(mu);
+    std::multiset<std::pair<int64_t, int64_t>> got(seen[slot].begin(), seen[slot].end()), expected;
+    for (int64_t s : want) expected.insert({s, epoch});
+    REQUIRE(got == expected);  // every sample of the batch once, with its own pass's epoch
+    seen[slot].clear();
+  };
+  for (const BatchIndices& b : first) {
+    take_batch(b, 0);
+    p.release();
+  }
+  CHECK(p.take(nullptr) == -1);
+  // Before the next pass starts, the threads have read its first depth (2) batches.
+  size_t ahead = 0;
+  CHECK(eventually(mu, [&] {
+    ahead = 0;
+    for (const auto& [slot, items] : seen) ahead += items.size();
+    return ahead == 8;
+  }));
+  std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  {
+    std::lock_guard<std::mutex> lk(mu);
+    size_t now = 0;
+    for (const auto& [slot, items] : seen) now += items.size();
+    CHECK(now == 8);  // and no more: still at most depth batches past the consumer
+  }
+  p.start(1, second);  // the followed pass: what was read is kept
+  for (const BatchIndices& b : second) {
+    take_batch(b, 1);
+    p.release();
+  }
+  CHECK(p.take(nullptr) == -1);
+}
+
+TEST_CASE("prefetcher: a start() other than the followed pass abandons it; its errors wait for their batch") {
+  std::mutex mu;
+  std::map<int, std::vector<int64_t>> seen;
+  Prefetcher p(2, 2, [&](int slot, int, int64_t sample, int64_t epoch, int) {
+    if (epoch == 7 && sample == 10001) throw std::runtime_error("bad sample 10001");
+    std::lock_guard<std::mutex> lk(mu);
+    seen[slot].push_back(sample);
+  });
+  const std::vector<BatchIndices> first = batches_of(2, 3), other = batches_of(2, 3, 50000);
+  SECTION("another order: the followed one is dropped, the new one read from its start") {
+    p.start(0, first);
+    p.follow(7, batches_of(2, 3, 10000));
+    for (int b = 0; b < 2; ++b) {
+      REQUIRE(p.take(nullptr) >= 0);
+      p.release();
+    }
+    p.start(7, other);  // same epoch, other samples
+    for (const BatchIndices& b : other) {
+      const int slot = p.take(nullptr);  // the followed pass's error (batch 0, sample 10001) must not reach here
+      REQUIRE(slot >= 0);
+      std::lock_guard<std::mutex> lk(mu);
+      std::multiset<int64_t> got, want(b.begin(), b.end());
+      for (int64_t s : seen[slot])
+        if (s >= 50000) got.insert(s);  // (what the abandoned passes left in the slot aside)
+      CHECK(got == want);
+      seen[slot].clear();
+      p.release();
+    }
+  }
+  SECTION("the followed pass: a failed item is reported at its batch, not before") {
+    p.start(0, first);
+    p.follow(7, batches_of(2, 3, 10000));
+    for (int b = 0; b < 2; ++b) {
+      REQUIRE(p.take(nullptr) >= 0);  // the current pass ends cleanly although the next one has failed
+      p.release();
+    }
+    p.start(7, batches_of(2, 3, 10000));
+    CHECK_THROWS_WITH(p.take(nullptr), "bad sample 10001");
+  }
 }

@@ -242,6 +242,10 @@ class GpuImageSource final : public BatchSource {
     stage_ = std::thread([this] { stage_loop(); });
   }
 
+  // The reader threads go on into the next pass (its files read, their headers parsed, its CPU
+  // share decoded) as the current one ends; the GPU stage begins it at start().
+  void follow(int64_t epoch, std::vector<BatchIndices> order) override { pool_->follow(epoch, std::move(order)); }
+
   int next(Act& images, int32_t* labels, double* wait_ms) override {
     const auto t0 = std::chrono::steady_clock::now();
     std::unique_lock<std::mutex> lk(mu_);
