@@ -63,23 +63,15 @@ void read_mib(const proto::EnvMap& env, const char* name, size_t* out) {
   *out = size_t(std::stoull(*v));
 }
 
-// A whole number in [lo, hi].
-void read_count(const proto::EnvMap& env, const char* name, int lo, int hi, int* out) {
+// A whole number in [lo, hi]. With `auto_example` (> 0) also `auto`, which leaves *out (the default,
+// resolved where it is used) as it is; the error then offers auto_example.
+void read_count(const proto::EnvMap& env, const char* name, int lo, int hi, int* out, int auto_example = 0) {
   const std::string* v = value_of(env, name);
-  if (!v) return;
+  if (!v || (auto_example > 0 && *v == "auto")) return;
   if (!all_digits(*v, 4) || std::stoi(*v) < lo || std::stoi(*v) > hi)
-    throw EnvError(quoted(name, *v) + " is not a whole number from " + std::to_string(lo) + " to " +
-                   std::to_string(hi) + "; unset it or give e.g. " + std::to_string(*out));
-  *out = std::stoi(*v);
-}
-
-// auto (leaves *out) or a whole number from lo to hi.
-void read_count_or_auto(const proto::EnvMap& env, const char* name, int lo, int hi, int* out) {
-  const std::string* v = value_of(env, name);
-  if (!v || *v == "auto") return;
-  if (!all_digits(*v, 4) || std::stoi(*v) < lo || std::stoi(*v) > hi)
-    throw EnvError(quoted(name, *v) + " is not auto or a whole number from " + std::to_string(lo) + " to " +
-                   std::to_string(hi) + "; unset it or give e.g. " + std::to_string(hi < 8 ? hi : 8));
+    throw EnvError(quoted(name, *v) + " is not " + (auto_example > 0 ? "auto or " : "") + "a whole number from " +
+                   std::to_string(lo) + " to " + std::to_string(hi) + "; unset it or give e.g. " +
+                   std::to_string(auto_example > 0 ? auto_example : *out));
   *out = std::stoi(*v);
 }
 
@@ -123,7 +115,7 @@ Knobs read_knobs(const proto::EnvMap& env) {
   read_flag(env, "WORKER_CONV_S2D", "the stem convolution in space-to-depth form", &k.conv_s2d);
   read_choice(env, "WORKER_CONV_ENGINES", {{"auto", true}, {"legacy", false}}, &k.conv_graph_engines);
   read_count(env, "WORKER_CONV_CANDIDATES", 1, 64, &k.conv_candidates);
-  read_count_or_auto(env, "WORKER_PLAN_THREADS", 1, 64, &k.plan_threads);
+  read_count(env, "WORKER_PLAN_THREADS", 1, 64, &k.plan_threads, kAutoPlanThreads);
   read_flag(env, "WORKER_WGRAD_STREAM", "weight gradients on a second stream", &k.wgrad_stream);
   read_flag(env, "WORKER_CUDNN_DETERMINISTIC", "only cuDNN's deterministic algorithms", &k.cudnn_deterministic);
   read_choice(env, "WORKER_FP16_FUSED",

@@ -22,10 +22,7 @@ Prefetcher::~Prefetcher() {
 
 void Prefetcher::start(int64_t epoch, std::vector<BatchIndices> order) {
   std::unique_lock<std::mutex> lk(mu_);
-  while (claim_batch_ < batches() && claim_pos_ >= int64_t(at(claim_batch_).size())) {
-    ++claim_batch_;
-    claim_pos_ = 0;
-  }
+  skip_handed_out();
   const bool followed = !next_.empty() && epoch == next_epoch_ && order == next_ && !taken_ &&
                         consumed_ >= int64_t(order_.size());
   if (followed) {  // every item of the current pass is done: its claims are past it
@@ -54,6 +51,13 @@ void Prefetcher::start(int64_t epoch, std::vector<BatchIndices> order) {
   cv_work_.notify_all();
 }
 
+void Prefetcher::skip_handed_out() {
+  while (claim_batch_ < batches() && claim_pos_ >= int64_t(at(claim_batch_).size())) {
+    ++claim_batch_;
+    claim_pos_ = 0;
+  }
+}
+
 void Prefetcher::follow(int64_t epoch, std::vector<BatchIndices> order) {
   {
     std::lock_guard<std::mutex> lk(mu_);
@@ -70,10 +74,7 @@ void Prefetcher::loop(int thread) {
     // An item may start when its batch's slot is free: at most depth_ batches past the consumer.
     cv_work_.wait(lk, [&] {
       if (stop_) return true;
-      while (claim_batch_ < batches() && claim_pos_ >= int64_t(at(claim_batch_).size())) {
-        ++claim_batch_;
-        claim_pos_ = 0;
-      }
+      skip_handed_out();
       return claim_batch_ < batches() && claim_batch_ < consumed_ + depth_;
     });
     if (stop_) return;

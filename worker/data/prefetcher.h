@@ -36,8 +36,8 @@ class Prefetcher {
   // current pass has been taken to its end, the work already done for it is kept; otherwise the
   // current pass and a followed one are abandoned (waits for the items in flight).
   void start(int64_t epoch, std::vector<BatchIndices> order);
-  // The pass after the current one (replacing one announced before): the threads go on into it
-  // once the current pass's items are all handed out.
+  // The pass after the current one, at most once per pass (throws std::logic_error otherwise): the
+  // threads go on into it once the current pass's items are all handed out.
   void follow(int64_t epoch, std::vector<BatchIndices> order);
   // Waits until the next batch is complete; returns its slot, or -1 at the end of the pass.
   // wait_ms receives the time blocked. Rethrows a work item's exception.
@@ -51,6 +51,8 @@ class Prefetcher {
 
  private:
   void loop(int thread);
+  // Moves the claim past batches whose items are all handed out (under mu_).
+  void skip_handed_out();
   // Batches over the current pass and the followed one: b >= order_.size() is next_'s b - order_.size().
   int64_t batches() const { return int64_t(order_.size() + next_.size()); }
   const BatchIndices& at(int64_t b) const {

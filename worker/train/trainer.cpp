@@ -149,8 +149,8 @@ TrainResult TrainingSession::run() {
     const bool resumed = epoch == pos_.epoch;
     const int64_t first = resumed ? pos_.batch : 0, start = resumed ? pos_.start : 0;
     const int64_t steps = sampler_.steps_from(start);
-    pass_order_ = resumed || next_order_.empty() ? sampler_.epoch_order(epoch, rank_, first, start)
-                                                 : std::move(next_order_);
+    // (next_order_: this epoch's, announced to the source as the last one began)
+    pass_order_ = next_order_.empty() ? sampler_.epoch_order(epoch, rank_, first, start) : std::move(next_order_);
     next_order_.clear();
     train_data_->start(epoch, pass_order_);
     // The next epoch's order, so that the source reads its first batches while this one ends: where
