@@ -79,6 +79,10 @@ struct Knobs {
   // threads decode on the CPU beside nvJPEG; auto (negative here): the cost model's
   // (worker/data/loader_choice.h).
   double nvjpeg_cpu_share = -1.0;
+  // --- Both image loaders
+  // WORKER_DATA_NICE=auto|N (0..19): the reader threads' nice increment; auto (negative here):
+  // kGpuDataNice beside the GPU backend, 0 on the CPU (worker/data/image_source.h)
+  int data_nice = -1;
   // --- The trainer
   bool mem_report = false;  // WORKER_MEM_REPORT=0|1: rank 0 prints where the peak device memory went
   std::chrono::milliseconds test_save_delay{0};  // WORKER_TEST_SAVE_DELAY_MS (tests): before each checkpoint write

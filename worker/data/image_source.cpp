@@ -183,7 +183,8 @@ class CpuImageSource final : public BatchSource {
     pool_ = std::make_unique<Prefetcher>(cfg.read.threads, cfg.read.prefetch,
                                          [this](int slot, int pos, int64_t sample, int64_t epoch, int thread) {
                                            work(slot, pos, sample, epoch, thread);
-                                         });
+                                         },
+                                         std::max(0, cfg.read.nice));
   }
 
   const SplitInfo& info() const override { return info_; }

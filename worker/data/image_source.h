@@ -30,7 +30,17 @@ struct ReadOptions {
   // (loader_choice.h: gpu_loader_cpu_share, cpu_decodes_position); negative: the cost model's
   // for the images' measured size, or WORKER_NVJPEG_CPU_SHARE's (resolved when a source opens).
   double gpu_cpu_share = -1.0;
+  // How much lower the reader threads' priority is than the process's (their nice increment);
+  // negative: WORKER_DATA_NICE's, whose auto is kGpuDataNice beside the GPU backend and 0 on the CPU
+  // (resolved when a source opens).
+  int nice = -1;
 };
+
+// The reader threads' nice increment beside the GPU backend (WORKER_DATA_NICE=auto): there the
+// threads only feed a GPU that one host thread drives, and that thread must get a core the moment
+// it needs one. On the CPU backend the same cores compute the step, which the readers must keep up
+// with at an equal share.
+inline constexpr int kGpuDataNice = 10;
 
 struct LoaderConfig {
   Split split = Split::Train;

@@ -59,6 +59,8 @@ std::vector<std::string> classes_of(const DataSourceOptions& o, const SplitFolde
 
 std::string plural(int n, const char* what) { return std::to_string(n) + " " + what + (n == 1 ? "" : "s"); }
 
+std::string nice_note(int nice) { return nice > 0 ? " at nice +" + std::to_string(nice) + " (WORKER_DATA_NICE)" : ""; }
+
 std::string list_names(const std::vector<std::string>& v) {
   std::string s;
   for (size_t i = 0; i < v.size() && i < 5; ++i) s += (i ? ", " : "") + v[i];
@@ -208,6 +210,7 @@ std::unique_ptr<BatchSource> open_image_source(const DataSourceOptions& o, Split
   cfg.tf.size = o.image_size;
 
   const bool gpu = ops.device() == DeviceKind::Gpu;
+  if (cfg.read.nice < 0) cfg.read.nice = process_knobs().data_nice >= 0 ? process_knobs().data_nice : gpu ? kGpuDataNice : 0;
   Loader loader = o.images.loader;
   std::string auto_why;  // --loader auto's reason, where it weighed both loaders
   TrainingSizes sizes(o);
@@ -217,7 +220,7 @@ std::unique_ptr<BatchSource> open_image_source(const DataSourceOptions& o, Split
 #ifdef WORKER_HAVE_NVJPEG
     std::string share_why;
     cfg.read.gpu_cpu_share = gpu_cpu_share(o, sizes, cfg.read.threads, &share_why);
-    what << "; GPU decode (nvJPEG), " << plural(cfg.read.threads, "reader thread");
+    what << "; GPU decode (nvJPEG), " << plural(cfg.read.threads, "reader thread") << nice_note(cfg.read.nice);
     if (cfg.read.gpu_cpu_share > 0) {
       what << ", which decode " << int(cfg.read.gpu_cpu_share * 100 + 0.5) << " % of each batch on the CPU ("
            << share_why << "; WORKER_NVJPEG_CPU_SHARE=0: none)";
@@ -229,7 +232,7 @@ std::unique_ptr<BatchSource> open_image_source(const DataSourceOptions& o, Split
                     "nvidia-nvjpeg wheel; reconfigure), use --loader cpu");
 #endif
   }
-  what << "; CPU decode (libjpeg-turbo, libpng), " << plural(cfg.read.threads, "thread");
+  what << "; CPU decode (libjpeg-turbo, libpng), " << plural(cfg.read.threads, "thread") << nice_note(cfg.read.nice);
   if (o.images.tf.dct_scaling) what << ", DCT scaling";
   what << auto_why << "; " << transform_description(cfg);
   if (gpu && !nvjpeg_built() && o.images.loader == Loader::Auto) what << " (nvJPEG not built in)";

@@ -1,14 +1,21 @@
 #include "worker/data/prefetcher.h"
 
+#include <sys/resource.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
 #include <chrono>
 #include <stdexcept>
 
 namespace worker {
 
-Prefetcher::Prefetcher(int threads, int depth, Work work) : work_(std::move(work)), depth_(depth) {
+Prefetcher::Prefetcher(int threads, int depth, Work work, int nice) : work_(std::move(work)), depth_(depth) {
   if (threads < 1 || depth < 1) throw std::invalid_argument("prefetcher: threads and depth must be positive");
+  if (nice < 0) throw std::invalid_argument("prefetcher: nice must not be negative");
   done_.assign(size_t(depth), 0);
-  for (int t = 0; t < threads; ++t) threads_.emplace_back([this, t] { loop(t); });
+  for (int t = 0; t < threads; ++t) threads_.emplace_back([this, t, nice] { loop(t, nice); });
 }
 
 Prefetcher::~Prefetcher() {
@@ -68,7 +75,15 @@ void Prefetcher::follow(int64_t epoch, std::vector<BatchIndices> order) {
   cv_work_.notify_all();
 }
 
-void Prefetcher::loop(int thread) {
+void Prefetcher::loop(int thread, int nice) {
+  if (nice > 0) {
+    // On Linux a thread's nice value is its own (PRIO_PROCESS with the thread's id). Raising it needs
+    // no privilege; should it fail, the thread runs at the process's priority, as it would with 0.
+    const auto tid = static_cast<id_t>(::syscall(SYS_gettid));
+    errno = 0;
+    const int now = ::getpriority(PRIO_PROCESS, tid);
+    if (errno == 0) ::setpriority(PRIO_PROCESS, tid, std::min(19, now + nice));
+  }
   std::unique_lock<std::mutex> lk(mu_);
   while (true) {
     // An item may start when its batch's slot is free: at most depth_ batches past the consumer.

@@ -10,6 +10,10 @@
 // buffers there). It is called from the pool's threads; `thread` (0 .. threads-1) lets it keep
 // per-thread state. An exception it throws is handed to the consumer when take() reaches
 // that item's batch.
+//
+// `nice` > 0 lowers the threads' scheduling priority by that much (setpriority on each thread):
+// beside a GPU they are background work, and the thread that launches the GPU's work must not
+// wait for a core behind them.
 #pragma once
 
 #include <condition_variable>
@@ -27,7 +31,7 @@ namespace worker {
 class Prefetcher {
  public:
   using Work = std::function<void(int slot, int pos, int64_t sample, int64_t epoch, int thread)>;
-  Prefetcher(int threads, int depth, Work work);
+  Prefetcher(int threads, int depth, Work work, int nice = 0);
   ~Prefetcher();
   Prefetcher(const Prefetcher&) = delete;
   Prefetcher& operator=(const Prefetcher&) = delete;
@@ -50,7 +54,7 @@ class Prefetcher {
   int threads() const { return int(threads_.size()); }
 
  private:
-  void loop(int thread);
+  void loop(int thread, int nice);
   // Moves the claim past batches whose items are all handed out (under mu_).
   void skip_handed_out();
   // Batches over the current pass and the followed one: b >= order_.size() is next_'s b - order_.size().

@@ -36,6 +36,7 @@ void check_defaults(const Knobs& k) {
   CHECK(k.nccl_init_timeout_s == 300);
   CHECK(k.nvjpeg_backend == NvjpegBackend::Hardware);
   CHECK(k.nvjpeg_cpu_share < 0);  // auto
+  CHECK(k.data_nice < 0);         // auto
   CHECK_FALSE(k.mem_report);
   CHECK(k.test_save_delay.count() == 0);
   CHECK(k.test_step_delay.count() == 0);
@@ -72,6 +73,7 @@ TEST_CASE("knobs: every knob set to its other value", "[knobs]") {
       {"WORKER_NCCL_INIT_TIMEOUT_S", "2.5"},
       {"WORKER_NVJPEG_BACKEND", "hybrid"},
       {"WORKER_NVJPEG_CPU_SHARE", "0.25"},
+      {"WORKER_DATA_NICE", "0"},
       {"WORKER_MEM_REPORT", "1"},
       {"WORKER_TEST_SAVE_DELAY_MS", "1500"},
       {"WORKER_TEST_STEP_DELAY_MS", "20"},
@@ -99,6 +101,8 @@ TEST_CASE("knobs: every knob set to its other value", "[knobs]") {
   CHECK(k.nccl_init_timeout_s == 2.5);
   CHECK(k.nvjpeg_backend == NvjpegBackend::Hybrid);
   CHECK(k.nvjpeg_cpu_share == 0.25);
+  CHECK(k.data_nice == 0);
+  CHECK(read_knobs({{"WORKER_DATA_NICE", "19"}}).data_nice == 19);
   CHECK(k.mem_report);
   CHECK(k.test_save_delay.count() == 1500);
   CHECK(k.test_step_delay.count() == 20);
@@ -131,6 +135,7 @@ TEST_CASE("knobs: the default values spelled out, and empty values, read as the 
         {"WORKER_NCCL_INIT_TIMEOUT_S", v("300")},
         {"WORKER_NVJPEG_BACKEND", v("hardware")},
         {"WORKER_NVJPEG_CPU_SHARE", v("auto")},
+        {"WORKER_DATA_NICE", v("auto")},
         {"WORKER_MEM_REPORT", v("0")},
         {"WORKER_TEST_SAVE_DELAY_MS", v("0")},
         {"WORKER_TEST_STEP_DELAY_MS", v("0")},
@@ -168,6 +173,8 @@ TEST_CASE("knobs: a bad value names the variable, the value and what it takes", 
       {"WORKER_CONV_CANDIDATES", "8.5", "is not a whole number from 1 to 64"},
       {"WORKER_PLAN_THREADS", "0", "is not auto or a whole number from 1 to 64; unset it or give e.g. 8"},
       {"WORKER_PLAN_THREADS", "many", "is not auto or a whole number from 1 to 64"},
+      {"WORKER_DATA_NICE", "20", "is not auto or a whole number from 0 to 19; unset it or give e.g. 10"},
+      {"WORKER_DATA_NICE", "-5", "is not auto or a whole number from 0 to 19"},
       {"WORKER_NCCL_INIT_TIMEOUT_S", "0", "is not a positive number of seconds"},
       {"WORKER_NCCL_INIT_TIMEOUT_S", "5s", "is not a positive number of seconds"},
       {"WORKER_NCCL_INIT_TIMEOUT_S", "inf", "is not a positive number of seconds"},

@@ -1,9 +1,14 @@
 // The prefetcher: every item once, batches in order, never more than `depth` batches ahead,
 // a pass abandoned for the next, a worker's exception handed to the consumer, a followed pass
-// read ahead and kept (or dropped by another start()).
+// read ahead and kept (or dropped by another start()), the threads' lowered priority.
 #include <catch2/catch.hpp>
+#include <sys/resource.h>
+#include <sys/syscall.h>
+#include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
+#include <cerrno>
 #include <chrono>
 #include <map>
 #include <mutex>
@@ -180,4 +185,25 @@ TEST_CASE("prefetcher: a start() other than the followed pass abandons it; its e
     p.start(7, batches_of(2, 3, 10000));
     CHECK_THROWS_WITH(p.take(nullptr), "bad sample 10001");
   }
+}
+
+TEST_CASE("prefetcher: the threads run at the process's priority lowered by nice, the consumer's unchanged") {
+  errno = 0;
+  const int base = ::getpriority(PRIO_PROCESS, static_cast<id_t>(::syscall(SYS_gettid)));
+  REQUIRE(errno == 0);
+  for (const int nice : {0, 5}) {
+    std::mutex mu;
+    std::set<int> seen;
+    Prefetcher p(3, 2, [&](int, int, int64_t, int64_t, int) {
+      errno = 0;
+      const int now = ::getpriority(PRIO_PROCESS, static_cast<id_t>(::syscall(SYS_gettid)));
+      std::lock_guard<std::mutex> lk(mu);
+      seen.insert(errno == 0 ? now : -100);
+    }, nice);
+    p.start(0, {{0, 1, 2, 3}, {4, 5, 6, 7}});
+    while (p.take(nullptr) >= 0) p.release();
+    CHECK(seen == std::set<int>{std::min(19, base + nice)});
+  }
+  CHECK(::getpriority(PRIO_PROCESS, static_cast<id_t>(::syscall(SYS_gettid))) == base);
+  CHECK_THROWS_AS(Prefetcher(1, 1, [](int, int, int64_t, int64_t, int) {}, -1), std::invalid_argument);
 }

@@ -201,7 +201,8 @@ class GpuImageSource final : public BatchSource {
     pool_ = std::make_unique<Prefetcher>(cfg.read.threads, cfg.read.prefetch,
                                          [this](int slot, int pos, int64_t sample, int64_t epoch, int thread) {
                                            read(slot, pos, sample, epoch, thread);
-                                         });
+                                         },
+                                         std::max(0, cfg.read.nice));
   }
 
   ~GpuImageSource() override {
