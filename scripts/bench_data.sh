@@ -8,9 +8,13 @@
 #       and torchvision.io.decode_jpeg(device='cuda') + antialiased resize
 #   end to end (GPU only): ResNet-50 batch 256 (--precision auto) on 1 GPU, on the JPEGs (listed
 #     over and over so that the run is one epoch, as 500 steps of ImageNet are) vs --data random,
-#     the same with the GPU loader's CPU share off (WORKER_NVJPEG_CPU_SHARE=0), and with an epoch
-#     every few dozen steps (the files listed 8 times): each row the whole run's images/s, the
-#     median of its steady windows and the time a step waited for its batch.
+#     the same with the GPU loader's CPU share off (WORKER_NVJPEG_CPU_SHARE=0), with an epoch
+#     every few dozen steps (the files listed 8 times), and with the JPEG engine decoding only each
+#     crop's region (WORKER_NVJPEG_ROI=1): each row the whole run's images/s, the
+#     median of its steady windows and the time a step waited for its batch (on the host: once the
+#     step is a CUDA graph the host runs ahead of the GPU and the GPU loader decodes a batch only when
+#     the GPU has copied out the one two before, so a wait near the step's time means the GPU sets
+#     the pace, not the loader).
 # The JPEG set is made in a temporary folder: BENCH_IMAGES ImageNet-like files (500x375 and
 # similar, quality 87, ~110 KB), or, with BENCH_PHOTO_DIR, the real JPEGs of that folder copied
 # round-robin up to BENCH_IMAGES files (e.g. the 1,000 photos of github.com/EliSchwartz/
@@ -117,6 +121,7 @@ PY
   read -r synth synth_s synth_w <<< "$(e2e random --data random --num-samples 100000)"
   read -r nvonly nvonly_s nvonly_w <<< "$(WORKER_NVJPEG_CPU_SHARE=0 e2e nvjpeg_alone --data "$tmp/e2e.txt")"
   read -r short short_s short_w <<< "$(e2e jpegs_short_epochs --data "$tmp/e2e8.txt")"
+  read -r roi roi_s roi_w <<< "$(WORKER_NVJPEG_ROI=1 e2e jpegs_roi --data "$tmp/e2e.txt")"
   rows+=("$(printf '%-44s %10s %10s %8s' "ResNet-50 b256 1 GPU, auto: JPEGs vs random" "${real:-?}" "${synth:-?}" "$(ratio "${real:-0}" "${synth:-0}")")")
   rows+=("$(printf '%-44s %10s %10s %8s' "  steady windows (median, after the first two)" "${real_s:-?}" "${synth_s:-?}" "$(ratio "${real_s:-0}" "${synth_s:-0}")")")
   rows+=("$(printf '%-44s %10s %10s' "  data wait, ms/step (those windows)" "${real_w:-?}" "${synth_w:-?}")")
@@ -124,6 +129,8 @@ PY
   rows+=("$(printf '%-44s %10s %10s %8s' "  steady windows; data wait $nvonly_w ms/step" "${nvonly_s:-?}" "${synth_s:-?}" "$(ratio "${nvonly_s:-0}" "${synth_s:-0}")")")
   rows+=("$(printf '%-44s %10s %10s %8s' "  an epoch every $(( files * 8 / 256 )) steps (the files x 8)" "${short:-?}" "${synth:-?}" "$(ratio "${short:-0}" "${synth:-0}")")")
   rows+=("$(printf '%-44s %10s %10s %8s' "  steady windows; data wait $short_w ms/step" "${short_s:-?}" "${synth_s:-?}" "$(ratio "${short_s:-0}" "${synth_s:-0}")")")
+  rows+=("$(printf '%-44s %10s %10s %8s' "  regions of interest (WORKER_NVJPEG_ROI=1)" "${roi:-?}" "${synth:-?}" "$(ratio "${roi:-0}" "${synth:-0}")")")
+  rows+=("$(printf '%-44s %10s %10s %8s' "  steady windows; data wait $roi_w ms/step" "${roi_s:-?}" "${synth_s:-?}" "$(ratio "${roi_s:-0}" "${synth_s:-0}")")")
 fi
 echo
 printf '%-44s %10s %10s %8s\n' "images/s (median of 1 s windows)" "ours" "theirs" "ratio"

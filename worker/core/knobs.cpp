@@ -134,6 +134,7 @@ Knobs read_knobs(const proto::EnvMap& env) {
   read_choice(env, "WORKER_NVJPEG_BACKEND",
               {{"hardware", NvjpegBackend::Hardware}, {"hybrid", NvjpegBackend::Hybrid}}, &k.nvjpeg_backend);
   read_share(env, "WORKER_NVJPEG_CPU_SHARE", &k.nvjpeg_cpu_share);
+  read_flag(env, "WORKER_NVJPEG_ROI", "the JPEG engine decoding only the crop's region", &k.nvjpeg_roi);
   read_count(env, "WORKER_DATA_NICE", 0, 19, &k.data_nice, 10);
   read_flag(env, "WORKER_MEM_REPORT", "rank 0 reports where the peak device memory went", &k.mem_report);
   read_ms(env, "WORKER_TEST_SAVE_DELAY_MS", &k.test_save_delay);

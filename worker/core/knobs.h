@@ -79,6 +79,9 @@ struct Knobs {
   // threads decode on the CPU beside nvJPEG; auto (negative here): the cost model's
   // (worker/data/loader_choice.h).
   double nvjpeg_cpu_share = -1.0;
+  // WORKER_NVJPEG_ROI=0|1: the hardware engine decodes only the region each image's crop reads (off until
+  // measured on a GPU: worker/gpu/NOTES.md, 2026-12-08)
+  bool nvjpeg_roi = false;
   // --- Both image loaders
   // WORKER_DATA_NICE=auto|N (0..19): the reader threads' nice increment; auto (negative here):
   // kGpuDataNice beside the GPU backend, 0 on the CPU (worker/data/image_source.h)

@@ -30,6 +30,9 @@ struct ReadOptions {
   // (loader_choice.h: gpu_loader_cpu_share, cpu_decodes_position); negative: the cost model's
   // for the images' measured size, or WORKER_NVJPEG_CPU_SHARE's (resolved when a source opens).
   double gpu_cpu_share = -1.0;
+  // The GPU loader's hardware engine decodes only the region each image's crop reads (1) or whole
+  // images (0); negative: WORKER_NVJPEG_ROI's.
+  int nvjpeg_roi = -1;
   // How much lower the reader threads' priority is than the process's (their nice increment);
   // negative: WORKER_DATA_NICE's, whose auto is kGpuDataNice beside the GPU backend and 0 on the CPU
   // (resolved when a source opens).

@@ -37,6 +37,7 @@ void check_defaults(const Knobs& k) {
   CHECK(k.nvjpeg_backend == NvjpegBackend::Hardware);
   CHECK(k.nvjpeg_cpu_share < 0);  // auto
   CHECK(k.data_nice < 0);         // auto
+  CHECK_FALSE(k.nvjpeg_roi);
   CHECK_FALSE(k.mem_report);
   CHECK(k.test_save_delay.count() == 0);
   CHECK(k.test_step_delay.count() == 0);
@@ -73,6 +74,7 @@ TEST_CASE("knobs: every knob set to its other value", "[knobs]") {
       {"WORKER_NCCL_INIT_TIMEOUT_S", "2.5"},
       {"WORKER_NVJPEG_BACKEND", "hybrid"},
       {"WORKER_NVJPEG_CPU_SHARE", "0.25"},
+      {"WORKER_NVJPEG_ROI", "1"},
       {"WORKER_DATA_NICE", "0"},
       {"WORKER_MEM_REPORT", "1"},
       {"WORKER_TEST_SAVE_DELAY_MS", "1500"},
@@ -101,6 +103,7 @@ TEST_CASE("knobs: every knob set to its other value", "[knobs]") {
   CHECK(k.nccl_init_timeout_s == 2.5);
   CHECK(k.nvjpeg_backend == NvjpegBackend::Hybrid);
   CHECK(k.nvjpeg_cpu_share == 0.25);
+  CHECK(k.nvjpeg_roi);
   CHECK(k.data_nice == 0);
   CHECK(read_knobs({{"WORKER_DATA_NICE", "19"}}).data_nice == 19);
   CHECK(k.mem_report);
@@ -135,6 +138,7 @@ TEST_CASE("knobs: the default values spelled out, and empty values, read as the 
         {"WORKER_NCCL_INIT_TIMEOUT_S", v("300")},
         {"WORKER_NVJPEG_BACKEND", v("hardware")},
         {"WORKER_NVJPEG_CPU_SHARE", v("auto")},
+        {"WORKER_NVJPEG_ROI", v("0")},
         {"WORKER_DATA_NICE", v("auto")},
         {"WORKER_MEM_REPORT", v("0")},
         {"WORKER_TEST_SAVE_DELAY_MS", v("0")},
@@ -156,6 +160,7 @@ TEST_CASE("knobs: a bad value names the variable, the value and what it takes", 
       {"WORKER_DW_BATCHED", "yes", "is not 0 or 1"},
       {"WORKER_CUDNN_DETERMINISTIC", "true", "is not 0 or 1"},
       {"WORKER_MEM_REPORT", "01", "is not 0 or 1"},
+      {"WORKER_NVJPEG_ROI", "on", "is not 0 or 1"},
       {"WORKER_CUDNN_SEARCH", "fastest", "is not one of: find, heuristic"},
       {"WORKER_CONV_ENGINES", "graph", "is not one of: auto, legacy"},
       {"WORKER_FP16_FUSED", "on", "is not one of: auto, 0, 1"},

@@ -13,6 +13,8 @@
 //     average); a folder of 4:2:0 JPEGs (libjpeg's default) to the upsampling as well, which on
 //     these high-frequency colour patterns is ten times more. Each folder has a grayscale, a
 //     progressive, a PNG and a truncated JPEG (skipped and replaced alike).
+// With regions of interest (the hardware engine decoding only each crop's region) the JPEG folders
+// are held to the same spread.
 // The GPU loader's CPU share (its reader threads decode some positions of each batch as the CPU
 // loader does) is checked whole (every position: element by element against the CPU loader) and
 // half (the other half within the decoders' spread), in fp16 too.
@@ -227,9 +229,10 @@ float f16_to_float(uint16_t b) {
 // One pass of `batches` micro-batches through both back ends. Without `spread`, element by
 // element within rounding; with it, each sample's mean and largest difference in levels (beyond
 // bf16's rounding) within twice the decoders' spread.
-// `share`: the GPU loader's CPU share (0: nvJPEG decodes every JPEG it can).
+// `share`: the GPU loader's CPU share (0: nvJPEG decodes every JPEG it can). `roi`: whether the
+// hardware engine decodes only each crop's region (-1: WORKER_NVJPEG_ROI's choice).
 void compare(const std::string& root, Split split, DType dtype, Loader gpu_loader, const char* what,
-             const Spread* spread = nullptr, Augment augment = Augment::Standard, double share = 0.0) {
+             const Spread* spread = nullptr, Augment augment = Augment::Standard, double share = 0.0, int roi = -1) {
   const int size = 56, batch = 16, batches = 4;
   DataSourceOptions o;
   o.images.data = root;
@@ -240,6 +243,7 @@ void compare(const std::string& root, Split split, DType dtype, Loader gpu_loade
   o.images.tf.dct_scaling = false;  // the GPU back end decodes at full size
   o.images.tf.augment = augment;
   o.images.read.gpu_cpu_share = share;
+  o.images.read.nvjpeg_roi = roi;
   auto cpu_ops = make_cpu_ops(2);
   auto gpu_ops = make_gpu_ops(0, dtype);
   o.images.loader = Loader::Cpu;
@@ -247,6 +251,10 @@ void compare(const std::string& root, Split split, DType dtype, Loader gpu_loade
   o.images.loader = gpu_loader;
   auto gpu = open_image_source(o, split, *gpu_ops);
   std::cout << what << ": " << gpu->describe() << std::endl;
+  if (roi >= 0 && gpu_loader == Loader::Gpu && gpu->describe().find("hardware engine") != std::string::npos) {
+    EXPECT((gpu->describe().find("regions of interest") != std::string::npos) == (roi == 1),
+           what << ": the engine decodes regions of interest exactly when asked to");
+  }
   const int64_t n = cpu->info().size;
   std::vector<BatchIndices> order;
   std::mt19937 rng(3);
@@ -433,6 +441,12 @@ int main() {
       compare(root, Split::Train, DType::F32, Loader::Gpu, (n + ", train fp32, GPU loader").c_str(), &spread);
       compare(root, Split::Train, DType::BF16, Loader::Gpu, (n + ", train bf16, GPU loader").c_str(), &spread);
       compare(root, Split::Val, DType::F32, Loader::Gpu, (n + ", val fp32, GPU loader").c_str(), &spread);
+      // The hardware engine decoding only each crop's region (the box's corner moved back to a
+      // multiple of 16 pixels), training crops and the evaluation's centre crop.
+      compare(root, Split::Train, DType::F32, Loader::Gpu, (n + ", train fp32, GPU loader, regions of interest").c_str(),
+              &spread, Augment::Standard, 0.0, 1);
+      compare(root, Split::Val, DType::BF16, Loader::Gpu, (n + ", val bf16, GPU loader, regions of interest").c_str(),
+              &spread, Augment::Standard, 0.0, 1);
     }
     compare(j420, Split::Train, DType::F32, Loader::Cpu, "train fp32, CPU loader into the GPU backend");
     compare(j420, Split::Train, DType::F16, Loader::Cpu, "train fp16, CPU loader into the GPU backend");

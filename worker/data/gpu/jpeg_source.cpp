@@ -7,11 +7,12 @@
 //      CPU share (loader_choice.h) they decode, crop, resize and normalise themselves, as the CPU
 //      loader does, into a pinned batch buffer;
 //   2. a GPU stage thread: nvjpegDecodeBatched (hardware JPEG engine, else GPU hybrid) of the
-//      batch's JPEGs into one device slab, the CPU-decoded images copied beside them, labels
-//      and the per-image plans copied from pinned buffers, all on the loader's own stream,
-//      then our resize kernel writes the batch in the compute dtype into one of two device
-//      batch buffers (the CPU share's images copied into their places beside it), and an event
-//      marks it ready;
+//      batch's JPEGs into one device slab (with WORKER_NVJPEG_ROI=1 the engine decodes only the
+//      region each image's crop reads: nvjpegDecodeBatchedEx, a region of interest per image), the
+//      CPU-decoded images copied beside them, labels and the per-image plans copied from pinned
+//      buffers, all on the loader's own stream, then our resize kernel writes the batch in the
+//      compute dtype into one of two device batch buffers (the CPU share's images copied into their
+//      places beside it), and an event marks it ready;
 //   3. next() on the training thread: the compute stream waits for that event and copies the
 //      batch into the model's input (device to device, ~25 us for bf16 b256 224px).
 // So the batch after the current one is being decoded while the current step computes.
@@ -137,12 +138,21 @@ cudaError_t device_drop(void* p) { return cudaFree(p); }
 cudaError_t pinned_make(void** p, size_t n) { return cudaHostAlloc(p, n, cudaHostAllocDefault); }
 cudaError_t pinned_drop(void* p) { return cudaFreeHost(p); }
 
+// The part of a w x h image that decoding must produce for a crop box (plan.box_*): the box, its
+// corner moved back to a multiple of 16 pixels, the size of the largest JPEG block (MCU), so that the
+// region starts where the engine's blocks do.
+Region decode_region_for(const SamplePlan& plan, int w, int h) {
+  return Region{std::max(0, plan.box_x0) & ~15, std::max(0, plan.box_y0) & ~15, std::min(w, plan.box_x1),
+                std::min(h, plan.box_y1)};
+}
+
 // What the reader threads leave for the GPU stage, per sample of a host slot.
 struct HostSample {
   std::vector<uint8_t> file;
   ImageHeader header;
   SamplePlan plan;
   bool on_gpu = false;   // nvJPEG decodes it; else `rgb` holds the CPU decode (or, rendered, ...)
+  Region roi;            // on_gpu: the part of the image nvJPEG decodes (the whole image without a region)
   bool rendered = false; // ... the reader thread wrote the finished image into its slot's pinned buffer
   RgbRegion rgb;
   bool bad = false;
@@ -198,6 +208,19 @@ class GpuImageSource final : public BatchSource {
     }
     streams_.resize(size_t(cfg.read.threads), nullptr);
     for (auto& s : streams_) NVJPEG_CHECK(nvjpegJpegStreamCreate(handle_, &s));
+    // Regions of interest: nvjpegDecodeBatchedEx, which takes them, is the hardware engine's.
+    roi_ = hardware_ && (cfg.read.nvjpeg_roi >= 0 ? cfg.read.nvjpeg_roi > 0 : process_knobs().nvjpeg_roi);
+    if (roi_) {
+      thread_params_.resize(size_t(cfg.read.threads), nullptr);
+      batch_params_.resize(size_t(cfg.batch), nullptr);
+      for (auto* v : {&thread_params_, &batch_params_}) {
+        for (auto& p : *v) {
+          NVJPEG_CHECK(nvjpegDecodeParamsCreate(handle_, &p));
+          NVJPEG_CHECK(nvjpegDecodeParamsSetOutputFormat(p, NVJPEG_OUTPUT_RGBI));
+        }
+      }
+      describe_ += " [regions of interest]";
+    }
     pool_ = std::make_unique<Prefetcher>(cfg.read.threads, cfg.read.prefetch,
                                          [this](int slot, int pos, int64_t sample, int64_t epoch, int thread) {
                                            read(slot, pos, sample, epoch, thread);
@@ -210,6 +233,8 @@ class GpuImageSource final : public BatchSource {
     pool_.reset();
     cudaStreamSynchronize(stream_);
     for (auto s : streams_) nvjpegJpegStreamDestroy(s);
+    for (auto p : thread_params_) nvjpegDecodeParamsDestroy(p);
+    for (auto p : batch_params_) nvjpegDecodeParamsDestroy(p);
     for (auto& d : dev_) {
       cudaFree(d.images);
       cudaFree(d.labels);
@@ -310,9 +335,10 @@ class GpuImageSource final : public BatchSource {
         h.rendered = true;
         return;
       }
+      h.roi = Region{0, 0, h.header.width, h.header.height};  // the whole image unless gpu_supported narrows it
       h.on_gpu = h.header.format == ImageFormat::Jpeg && (h.header.components == 1 || h.header.components == 3) &&
                  jpeg_complete(h.file.data(), h.file.size()) &&
-                 gpu_supported(h.file, thread);
+                 gpu_supported(h, thread);
       if (!h.on_gpu) decode_full(h.file.data(), h.file.size(), &h.rgb);
       return;
     } catch (const DecodeError& e) {
@@ -327,12 +353,22 @@ class GpuImageSource final : public BatchSource {
 
   // Whether nvJPEG's batched decode takes this file (the hardware engine: baseline, single
   // scan, no 4:1:0/4:1:1); a file it cannot parse is left to the CPU decoder, which decides
-  // whether it is corrupt. The stream must also end with EOI (truncation, decode.h).
-  bool gpu_supported(const std::vector<uint8_t>& file, int thread) {
+  // whether it is corrupt. The stream must also end with EOI (truncation, decode.h). With
+  // regions of interest, h.roi becomes the crop's region where the engine takes it for this file.
+  bool gpu_supported(HostSample& h, int thread) {
     nvjpegJpegStream_t s = streams_[size_t(thread)];
-    if (nvjpegJpegStreamParse(handle_, file.data(), file.size(), 0, 0, s) != NVJPEG_STATUS_SUCCESS) return false;
+    if (nvjpegJpegStreamParse(handle_, h.file.data(), h.file.size(), 0, 0, s) != NVJPEG_STATUS_SUCCESS) return false;
     if (!hardware_) return true;
     int unsupported = 1;
+    if (roi_) {
+      const Region r = decode_region_for(h.plan, h.header.width, h.header.height);
+      nvjpegDecodeParams_t p = thread_params_[size_t(thread)];
+      if (nvjpegDecodeParamsSetROI(p, r.x0, r.y0, r.x1 - r.x0, r.y1 - r.y0) == NVJPEG_STATUS_SUCCESS &&
+          nvjpegDecodeBatchedSupportedEx(handle_, s, p, &unsupported) == NVJPEG_STATUS_SUCCESS && unsupported == 0) {
+        h.roi = r;
+        return true;
+      }
+    }
     return nvjpegDecodeBatchedSupported(handle_, s, &unsupported) == NVJPEG_STATUS_SUCCESS && unsupported == 0;
   }
 
@@ -383,7 +419,9 @@ class GpuImageSource final : public BatchSource {
       if (bad[size_t(i)] || hs[size_t(i)].rendered) continue;
       const HostSample& h = hs[size_t(i)];
       offset[size_t(i)] = total;
-      total += (size_t(h.header.width) * size_t(h.header.height) * 3 + 255) & ~size_t(255);
+      const size_t pixels = h.on_gpu ? size_t(h.roi.x1 - h.roi.x0) * size_t(h.roi.y1 - h.roi.y0)
+                                     : size_t(h.header.width) * size_t(h.header.height);
+      total += (pixels * 3 + 255) & ~size_t(255);
     }
     if (total > slab_bytes_) {
       CUDA_CHECK(cudaStreamSynchronize(stream_));
@@ -395,18 +433,28 @@ class GpuImageSource final : public BatchSource {
     std::vector<const unsigned char*> data;
     std::vector<size_t> lengths;
     std::vector<nvjpegImage_t> dest;
+    std::vector<nvjpegDecodeParams_t> params;
     for (int i = 0; i < n; ++i) {
       if (bad[size_t(i)] || hs[size_t(i)].rendered) continue;
       const HostSample& h = hs[size_t(i)];
       uint8_t* dst = slab + offset[size_t(i)];
-      const int pitch = h.header.width * 3;
       if (h.on_gpu) {
         nvjpegImage_t img{};
         img.channel[0] = dst;
-        img.pitch[0] = size_t(pitch);
+        img.pitch[0] = size_t(h.roi.x1 - h.roi.x0) * 3;
         data.push_back(h.file.data());
         lengths.push_back(h.file.size());
         dest.push_back(img);
+        if (roi_) {
+          nvjpegDecodeParams_t p = batch_params_[params.size()];
+          const bool whole = h.roi.x0 == 0 && h.roi.y0 == 0 && h.roi.x1 == h.header.width && h.roi.y1 == h.header.height;
+          if (whole) {  // nvJPEG's "no region"
+            NVJPEG_CHECK(nvjpegDecodeParamsSetROI(p, 0, 0, -1, -1));
+          } else {
+            NVJPEG_CHECK(nvjpegDecodeParamsSetROI(p, h.roi.x0, h.roi.y0, h.roi.x1 - h.roi.x0, h.roi.y1 - h.roi.y0));
+          }
+          params.push_back(p);
+        }
       } else {
         CUDA_CHECK(cudaMemcpyAsync(dst, h.rgb.pixels.data(), h.rgb.pixels.size(), cudaMemcpyHostToDevice, stream_));
       }
@@ -416,7 +464,12 @@ class GpuImageSource final : public BatchSource {
         NVJPEG_CHECK(nvjpegDecodeBatchedInitialize(handle_, state_, int(data.size()), 1, NVJPEG_OUTPUT_RGBI));
         batched_size_ = int(data.size());
       }
-      NVJPEG_CHECK(nvjpegDecodeBatched(handle_, state_, data.data(), lengths.data(), dest.data(), stream_));
+      if (roi_) {
+        NVJPEG_CHECK(nvjpegDecodeBatchedEx(handle_, state_, data.data(), lengths.data(), dest.data(), params.data(),
+                                           stream_));
+      } else {
+        NVJPEG_CHECK(nvjpegDecodeBatched(handle_, state_, data.data(), lengths.data(), dest.data(), stream_));
+      }
     }
     for (int i = 0; i < n; ++i) {
       const int s = sub[size_t(i)];
@@ -430,12 +483,14 @@ class GpuImageSource final : public BatchSource {
         d.host_labels[i] = h.label;
         continue;
       }
+      // The box in the decoded pixels: nvJPEG's start at the region's corner, the CPU decode's at the image's.
+      const Region r = h.on_gpu ? h.roi : Region{0, 0, h.header.width, h.header.height};
       j.src = slab + offset[size_t(s)];
-      j.pitch = h.header.width * 3;
-      j.box_x0 = h.plan.box_x0;
-      j.box_y0 = h.plan.box_y0;
-      j.box_x1 = h.plan.box_x1;
-      j.box_y1 = h.plan.box_y1;
+      j.pitch = (r.x1 - r.x0) * 3;
+      j.box_x0 = h.plan.box_x0 - r.x0;
+      j.box_y0 = h.plan.box_y0 - r.y0;
+      j.box_x1 = h.plan.box_x1 - r.x0;
+      j.box_y1 = h.plan.box_y1 - r.y0;
       j.out_w = h.plan.out_w;
       j.out_h = h.plan.out_h;
       j.win_x = h.plan.win_x;
@@ -486,6 +541,9 @@ class GpuImageSource final : public BatchSource {
   std::vector<uint8_t*> rendered_;
   std::vector<Scratch> scratch_;
   std::vector<nvjpegJpegStream_t> streams_;  // one per reader thread
+  bool roi_ = false;                              // decode regions of interest (WORKER_NVJPEG_ROI, hardware engine)
+  std::vector<nvjpegDecodeParams_t> thread_params_;  // per reader thread: the support check's
+  std::vector<nvjpegDecodeParams_t> batch_params_;   // per position of the decoded batch
   gpu::Normalize norm_{};
   size_t image_bytes_ = 0;
   void* slab_ = nullptr;
