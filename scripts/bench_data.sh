@@ -125,12 +125,14 @@ PY
   rows+=("$(printf '%-44s %10s %10s %8s' "ResNet-50 b256 1 GPU, auto: JPEGs vs random" "${real:-?}" "${synth:-?}" "$(ratio "${real:-0}" "${synth:-0}")")")
   rows+=("$(printf '%-44s %10s %10s %8s' "  steady windows (median, after the first two)" "${real_s:-?}" "${synth_s:-?}" "$(ratio "${real_s:-0}" "${synth_s:-0}")")")
   rows+=("$(printf '%-44s %10s %10s' "  data wait, ms/step (those windows)" "${real_w:-?}" "${synth_w:-?}")")
-  rows+=("$(printf '%-44s %10s %10s %8s' "  the same, nvJPEG alone (CPU share 0)" "${nvonly:-?}" "${synth:-?}" "$(ratio "${nvonly:-0}" "${synth:-0}")")")
-  rows+=("$(printf '%-44s %10s %10s %8s' "  steady windows; data wait $nvonly_w ms/step" "${nvonly_s:-?}" "${synth_s:-?}" "$(ratio "${nvonly_s:-0}" "${synth_s:-0}")")")
-  rows+=("$(printf '%-44s %10s %10s %8s' "  an epoch every $(( files * 8 / 256 )) steps (the files x 8)" "${short:-?}" "${synth:-?}" "$(ratio "${short:-0}" "${synth:-0}")")")
-  rows+=("$(printf '%-44s %10s %10s %8s' "  steady windows; data wait $short_w ms/step" "${short_s:-?}" "${synth_s:-?}" "$(ratio "${short_s:-0}" "${synth_s:-0}")")")
-  rows+=("$(printf '%-44s %10s %10s %8s' "  regions of interest (WORKER_NVJPEG_ROI=1)" "${roi:-?}" "${synth:-?}" "$(ratio "${roi:-0}" "${synth:-0}")")")
-  rows+=("$(printf '%-44s %10s %10s %8s' "  steady windows; data wait $roi_w ms/step" "${roi_s:-?}" "${synth_s:-?}" "$(ratio "${roi_s:-0}" "${synth_s:-0}")")")
+  # variant LABEL WHOLE STEADY WAIT: a variant's whole-run row and its steady windows' row against random data.
+  variant() {
+    rows+=("$(printf '%-44s %10s %10s %8s' "  $1" "${2:-?}" "${synth:-?}" "$(ratio "${2:-0}" "${synth:-0}")")")
+    rows+=("$(printf '%-44s %10s %10s %8s' "  steady windows; data wait $4 ms/step" "${3:-?}" "${synth_s:-?}" "$(ratio "${3:-0}" "${synth_s:-0}")")")
+  }
+  variant "the same, nvJPEG alone (CPU share 0)" "$nvonly" "$nvonly_s" "$nvonly_w"
+  variant "an epoch every $(( files * 8 / 256 )) steps (the files x 8)" "$short" "$short_s" "$short_w"
+  variant "regions of interest (WORKER_NVJPEG_ROI=1)" "$roi" "$roi_s" "$roi_w"
 fi
 echo
 printf '%-44s %10s %10s %8s\n' "images/s (median of 1 s windows)" "ours" "theirs" "ratio"

@@ -152,7 +152,7 @@ struct HostSample {
   ImageHeader header;
   SamplePlan plan;
   bool on_gpu = false;   // nvJPEG decodes it; else `rgb` holds the CPU decode (or, rendered, ...)
-  Region roi;            // on_gpu: the part of the image nvJPEG decodes (the whole image without a region)
+  Region roi;            // the part of the image in the decode slab: nvJPEG's region, else the whole image
   bool rendered = false; // ... the reader thread wrote the finished image into its slot's pinned buffer
   RgbRegion rgb;
   bool bad = false;
@@ -419,9 +419,7 @@ class GpuImageSource final : public BatchSource {
       if (bad[size_t(i)] || hs[size_t(i)].rendered) continue;
       const HostSample& h = hs[size_t(i)];
       offset[size_t(i)] = total;
-      const size_t pixels = h.on_gpu ? size_t(h.roi.x1 - h.roi.x0) * size_t(h.roi.y1 - h.roi.y0)
-                                     : size_t(h.header.width) * size_t(h.header.height);
-      total += (pixels * 3 + 255) & ~size_t(255);
+      total += (size_t(h.roi.x1 - h.roi.x0) * size_t(h.roi.y1 - h.roi.y0) * 3 + 255) & ~size_t(255);
     }
     if (total > slab_bytes_) {
       CUDA_CHECK(cudaStreamSynchronize(stream_));
@@ -483,8 +481,8 @@ class GpuImageSource final : public BatchSource {
         d.host_labels[i] = h.label;
         continue;
       }
-      // The box in the decoded pixels: nvJPEG's start at the region's corner, the CPU decode's at the image's.
-      const Region r = h.on_gpu ? h.roi : Region{0, 0, h.header.width, h.header.height};
+      // The box in the decoded pixels, which start at the region's corner.
+      const Region& r = h.roi;
       j.src = slab + offset[size_t(s)];
       j.pitch = (r.x1 - r.x0) * 3;
       j.box_x0 = h.plan.box_x0 - r.x0;
